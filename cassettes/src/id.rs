@@ -1,0 +1,193 @@
+//! Names people confuse, as distinct types: a test's id as nextest (or an `X-Test-Id` header)
+//! gives it, the folder name derived from it, and a provider's name.
+
+use regex::Regex;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::sync::LazyLock;
+
+/// A test's id: nextest's `<binary-id>$<test-name>`, or whatever a client sent as `X-Test-Id`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TestId(String);
+
+impl TestId {
+    /// The id used when a request names no test.
+    pub const DEFAULT: &'static str = "default";
+
+    pub fn new(id: impl Into<String>) -> Self {
+        TestId(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A test's cassette folder name, derived from its [`TestId`] in one place only.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Slug(String);
+
+/// Longest slug kept whole; longer ones are cut and given a hash suffix so they stay unique.
+pub const MAX_SLUG_LEN: usize = 120;
+
+// aimock drops a leading spec file name ("chat.spec.ts › ..."): teams moving from it keep their paths.
+static SPEC_FILE_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^.*?\.(?:spec|test|e2e)\.(?:tsx|ts|jsx|js|mjs|cjs)(?:\s*›\s*|\s+|$)")
+        .expect("static regex")
+});
+static TITLE_SEPARATOR: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\s*[›>]\s*").expect("static regex"));
+
+impl Slug {
+    /// The SPEC rules: `::` and `$` become `--`, anything outside `[A-Za-z0-9_-]` becomes `-`,
+    /// runs of three or more `-` become `--`, lowercase, cut at 120 characters plus a hash. A
+    /// Playwright-style `X-Test-Id` (`file.spec.ts › suite › name`) follows aimock's rules, which
+    /// these extend: the file prefix is dropped, `›` and `>` separate with `--`, dashes are trimmed.
+    pub fn from_test_id(id: &TestId) -> Slug {
+        let stripped = SPEC_FILE_PREFIX.replace(id.as_str(), "");
+        let separated = TITLE_SEPARATOR.replace_all(&stripped, "--");
+        let mut mapped = String::with_capacity(separated.len());
+        for c in separated.chars() {
+            match c {
+                'A'..='Z' => mapped.push(c.to_ascii_lowercase()),
+                'a'..='z' | '0'..='9' | '_' | '-' => mapped.push(c),
+                '$' => mapped.push_str("--"),
+                _ => mapped.push('-'),
+            }
+        }
+        let mut slug = String::with_capacity(mapped.len());
+        let mut dashes = 0;
+        for c in mapped.chars() {
+            if c == '-' {
+                dashes += 1;
+                continue;
+            }
+            push_dashes(&mut slug, dashes);
+            dashes = 0;
+            slug.push(c);
+        }
+        push_dashes(&mut slug, dashes);
+        let trimmed = slug.trim_matches('-');
+        let mut slug = if trimmed.is_empty() {
+            TestId::DEFAULT.to_string()
+        } else {
+            trimmed.to_string()
+        };
+        if slug.len() > MAX_SLUG_LEN {
+            let hash = Sha256::digest(id.as_str().as_bytes());
+            slug.truncate(MAX_SLUG_LEN);
+            slug.truncate(slug.trim_end_matches('-').len());
+            slug.push_str(&format!("-{:x}", hash)[..9]);
+        }
+        Slug(slug)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn push_dashes(out: &mut String, n: usize) {
+    out.push_str(match n {
+        0 => "",
+        1 => "-",
+        _ => "--",
+    });
+}
+
+impl fmt::Display for Slug {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A provider's name as it appears in routes and cassette file names: `openai`, `anthropic`, ...
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProviderName(String);
+
+impl ProviderName {
+    /// Accepts `[a-z0-9_-]+`, so the name is safe as a path segment and a file name.
+    pub fn new(name: &str) -> Option<Self> {
+        let ok = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        ok.then(|| ProviderName(name.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for ProviderName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn slug(id: &str) -> String {
+        Slug::from_test_id(&TestId::new(id)).0
+    }
+
+    #[test]
+    fn nextest_ids() {
+        assert_eq!(
+            slug("my-crate::chat$streams_reply"),
+            "my-crate--chat--streams_reply"
+        );
+        assert_eq!(slug("my-crate$Top_Level"), "my-crate--top_level");
+        assert_eq!(slug("a::b::c$mod::x"), "a--b--c--mod--x");
+        assert_eq!(slug("crate/bin::it$a.b c"), "crate-bin--it--a-b-c");
+    }
+
+    #[test]
+    fn aimock_ids_match_aimock() {
+        // Expected values computed with aimock 1.43's slugifyTestId.
+        assert_eq!(
+            slug("tests/chat.spec.ts › Chat › streams a reply"),
+            "chat--streams-a-reply"
+        );
+        assert_eq!(slug("Suite > My Test!"), "suite--my-test");
+        assert_eq!(slug("  hello world  "), "hello-world");
+        assert_eq!(slug("a---b"), "a--b");
+    }
+
+    #[test]
+    fn long_ids_are_cut_and_hashed() {
+        let id = format!("crate$it_{}", "x".repeat(200));
+        let other = format!("crate$it_{}y", "x".repeat(200));
+        let (a, b) = (slug(&id), slug(&other));
+        assert_eq!(a.len(), MAX_SLUG_LEN + 9);
+        assert_ne!(a, b, "the hash keeps cut slugs apart");
+        assert!(a.starts_with("crate--it_xxx"));
+    }
+
+    #[test]
+    fn empty_id_has_a_folder() {
+        assert_eq!(slug("$$$"), "default");
+    }
+
+    proptest! {
+        #[test]
+        fn slugs_are_safe_folder_names(id in "\\PC{0,300}") {
+            let s = slug(&id);
+            prop_assert!(!s.is_empty() && s.len() <= MAX_SLUG_LEN + 9);
+            prop_assert!(s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'));
+            prop_assert!(!s.contains("---"));
+            prop_assert!(!s.starts_with('-') && !s.ends_with('-'));
+            prop_assert_eq!(slug(&id), s, "deterministic");
+        }
+    }
+}

@@ -1,0 +1,53 @@
+//! The data of cargo-llmreplay and its rules: test ids and their slugs, request keys, the
+//! cassette file format and the locked, atomic store. Plain types and functions: no HTTP, no
+//! async runtime, so every rule here is tested alone.
+
+mod format;
+mod id;
+mod key;
+mod store;
+mod summary;
+
+pub use format::{
+    Cassette, Chunk, Interaction, Layout, Prepared, RecordedResponse, StreamFormat, Summary,
+    Timing, ToolCall, FORMAT_VERSION,
+};
+pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
+pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
+pub use store::{Closest, Entry, Lookup, RecordOutcome, Store};
+
+use std::path::{Path, PathBuf};
+
+/// Everything that can go wrong with cassettes; each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}:{line}:{column}: this cassette does not parse ({message}). It was left untouched: fix it by hand, or delete it and record again with --record-missing")]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("test ids {first:?} and {second:?} both map to the cassette folder {slug:?}; rename one of the tests so their cassettes stay apart")]
+    SlugCollision {
+        slug: String,
+        first: String,
+        second: String,
+    },
+    #[error("bad rule in llmreplay.toml, {rule}: {reason}")]
+    BadRule { rule: String, reason: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The cassette store: loads a test's cassette on its first request and keeps it, with every
+//! response prepared as bytes, so replay does no disk I/O after that. Writes merge with what is
+//! on disk under an exclusive lock and land by rename, so two recording runs never lose or tear
+//! each other's interactions.
+
+use crate::format::{Cassette, Interaction, Prepared};
+use crate::id::{ProviderName, Slug, TestId};
+use crate::key::{differing_fields, Key, RecordedRequest};
+use crate::Error;
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// All cassettes of one cassette directory, loaded lazily.
+pub struct Store {
+    dir: PathBuf,
+    entries: RwLock<HashMap<(TestId, ProviderName), Arc<Entry>>>,
+    slugs: Mutex<HashMap<Slug, TestId>>,
+}
+
+/// One test's cassette for one provider, and this run's sequence cursors over it.
+pub struct Entry {
+    pub test: TestId,
+    pub slug: Slug,
+    pub provider: ProviderName,
+    pub path: PathBuf,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    loaded: Option<Loaded>,
+    cursors: HashMap<Key, usize>,
+    used: HashSet<(Key, usize)>,
+}
+
+struct Loaded {
+    cassette: Cassette,
+    index: HashMap<Key, Vec<usize>>,
+    prepared: Vec<Arc<Prepared>>,
+}
+
+impl Loaded {
+    fn new(cassette: Cassette) -> Self {
+        let mut index: HashMap<Key, Vec<usize>> = HashMap::new();
+        for (i, interaction) in cassette.interactions.iter().enumerate() {
+            index.entry(interaction.key.clone()).or_default().push(i);
+        }
+        let prepared = cassette
+            .interactions
+            .iter()
+            .map(|i| Arc::new(Prepared::of(i)))
+            .collect();
+        Loaded {
+            cassette,
+            index,
+            prepared,
+        }
+    }
+}
+
+/// The answer to "what does the n-th request with this key get?".
+pub struct Lookup {
+    /// 0 for the first request with this key in this test, 1 for the second, ...
+    pub ordinal: usize,
+    pub hit: Option<Arc<Prepared>>,
+}
+
+/// What a recording did to the cassette file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordOutcome {
+    Appended,
+    Replaced,
+    /// The stored entry differs only in volatile fields, or not at all: the file is untouched.
+    Unchanged,
+}
+
+/// The closest recording to a request that found none.
+#[derive(Clone, Debug)]
+pub struct Closest {
+    pub index: usize,
+    pub differing: Vec<String>,
+}
+
+impl Store {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Store {
+            dir: dir.into(),
+            entries: RwLock::default(),
+            slugs: Mutex::default(),
+        }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The entry of a test and provider. Two test ids that meet at one slug are an error.
+    pub fn entry(&self, test: &TestId, provider: &ProviderName) -> Result<Arc<Entry>, Error> {
+        let key = (test.clone(), provider.clone());
+        if let Some(e) = self.entries.read().expect("store lock").get(&key) {
+            return Ok(e.clone());
+        }
+        let slug = Slug::from_test_id(test);
+        {
+            let mut slugs = self.slugs.lock().expect("store lock");
+            let owner = slugs.entry(slug.clone()).or_insert_with(|| test.clone());
+            if owner != test {
+                return Err(Error::SlugCollision {
+                    slug: slug.to_string(),
+                    first: owner.to_string(),
+                    second: test.to_string(),
+                });
+            }
+        }
+        let path = self
+            .dir
+            .join(slug.as_str())
+            .join(format!("{}.json", provider.as_str()));
+        let mut entries = self.entries.write().expect("store lock");
+        let entry = entries.entry(key).or_insert_with(|| {
+            Arc::new(Entry {
+                test: test.clone(),
+                slug,
+                provider: provider.clone(),
+                path,
+                state: Mutex::default(),
+            })
+        });
+        Ok(entry.clone())
+    }
+
+    /// Starts every cursor of a test afresh, e.g. for a retried attempt.
+    pub fn reset_test(&self, test: &TestId) {
+        for entry in self.entries.read().expect("store lock").values() {
+            if &entry.test == test {
+                let mut state = entry.state.lock().expect("entry lock");
+                state.cursors.clear();
+            }
+        }
+    }
+
+    /// Every entry touched in this run.
+    pub fn entries(&self) -> Vec<Arc<Entry>> {
+        self.entries
+            .read()
+            .expect("store lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
+impl Entry {
+    /// Takes the next ordinal for `key` and returns the recording it maps to, if any.
+    pub fn next(&self, key: &Key) -> Result<Lookup, Error> {
+        let mut state = self.state.lock().expect("entry lock");
+        let state = &mut *state;
+        let loaded = self.ensure_loaded(&mut state.loaded)?;
+        let cursor = state.cursors.entry(key.clone()).or_insert(0);
+        let ordinal = *cursor;
+        *cursor += 1;
+        let hit = loaded
+            .index
+            .get(key)
+            .and_then(|positions| positions.get(ordinal))
+            .map(|&i| loaded.prepared[i].clone());
+        if hit.is_some() {
+            state.used.insert((key.clone(), ordinal));
+        }
+        Ok(Lookup { ordinal, hit })
+    }
+
+    /// The recording of this test closest to `request`: fewest differing fields.
+    pub fn closest(&self, request: &RecordedRequest) -> Option<Closest> {
+        let state = self.state.lock().expect("entry lock");
+        let loaded = state.loaded.as_ref()?;
+        let wanted = request_value(request);
+        loaded
+            .cassette
+            .interactions
+            .iter()
+            .enumerate()
+            .map(|(index, i)| Closest {
+                index,
+                differing: differing_fields(&request_value(&i.request), &wanted),
+            })
+            .min_by_key(|c| c.differing.len())
+    }
+
+    /// How many recordings the cassette holds, and which `(key, ordinal)` pairs were replayed.
+    pub fn usage(&self) -> (Vec<(Key, usize)>, HashSet<(Key, usize)>) {
+        let state = self.state.lock().expect("entry lock");
+        let mut all = Vec::new();
+        if let Some(loaded) = &state.loaded {
+            let mut seen: HashMap<&Key, usize> = HashMap::new();
+            for i in &loaded.cassette.interactions {
+                let n = seen.entry(&i.key).or_insert(0);
+                all.push((i.key.clone(), *n));
+                *n += 1;
+            }
+        }
+        (all, state.used.clone())
+    }
+
+    /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
+    /// when there is one, appends otherwise. Merges with the file on disk under its lock, so
+    /// another run's interactions written meanwhile are kept.
+    pub fn record(&self, ordinal: usize, interaction: Interaction) -> Result<RecordOutcome, Error> {
+        let mut state = self.state.lock().expect("entry lock");
+        let mut outcome = RecordOutcome::Unchanged;
+        let merged = self.write_locked(|cassette| {
+            outcome = put(cassette, ordinal, interaction);
+            outcome != RecordOutcome::Unchanged
+        })?;
+        state.loaded = Some(Loaded::new(merged));
+        Ok(outcome)
+    }
+
+    fn ensure_loaded<'s>(&self, loaded: &'s mut Option<Loaded>) -> Result<&'s Loaded, Error> {
+        if loaded.is_none() {
+            *loaded = Some(Loaded::new(self.read()?));
+        }
+        Ok(loaded.as_ref().expect("just loaded"))
+    }
+
+    fn read(&self) -> Result<Cassette, Error> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Cassette::new(self.test.as_str(), self.provider.as_str()));
+            }
+            Err(e) => return Err(Error::io(&self.path, e)),
+        };
+        let cassette = Cassette::parse(&self.path, &text)?;
+        if cassette.test != self.test.as_str() {
+            return Err(Error::SlugCollision {
+                slug: self.slug.to_string(),
+                first: cassette.test,
+                second: self.test.to_string(),
+            });
+        }
+        Ok(cassette)
+    }
+
+    fn write_locked(&self, change: impl FnOnce(&mut Cassette) -> bool) -> Result<Cassette, Error> {
+        let dir = self.path.parent().expect("cassette paths have a folder");
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let lock = lock_file(dir)?;
+        lock.lock().map_err(|e| Error::io(dir, e))?;
+        // Read under the lock: another run may have written since this one loaded the file.
+        let mut cassette = self.read()?;
+        if change(&mut cassette) {
+            let mut tmp = tempfile::Builder::new()
+                .prefix(".llmreplay-")
+                .suffix(".tmp")
+                .tempfile_in(dir)
+                .map_err(|e| Error::io(dir, e))?;
+            tmp.write_all(&cassette.to_bytes())
+                .and_then(|_| tmp.as_file().sync_all())
+                .map_err(|e| Error::io(tmp.path(), e))?;
+            tmp.persist(&self.path)
+                .map_err(|e| Error::io(&self.path, e.error))?;
+        }
+        Ok(cassette)
+    }
+}
+
+// The folder itself is the lock on Unix, so no lock file is left beside the cassettes.
+#[cfg(unix)]
+fn lock_file(dir: &Path) -> Result<File, Error> {
+    File::open(dir).map_err(|e| Error::io(dir, e))
+}
+
+#[cfg(not(unix))]
+fn lock_file(dir: &Path) -> Result<File, Error> {
+    let path = dir.join(".llmreplay.lock");
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))
+}
+
+fn put(cassette: &mut Cassette, ordinal: usize, new: Interaction) -> RecordOutcome {
+    let existing = cassette
+        .interactions
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.key == new.key)
+        .nth(ordinal)
+        .map(|(i, _)| i);
+    match existing {
+        Some(i) if cassette.interactions[i].response.comparable() == new.response.comparable() => {
+            RecordOutcome::Unchanged
+        }
+        Some(i) => {
+            cassette.interactions[i] = new;
+            RecordOutcome::Replaced
+        }
+        None => {
+            cassette.interactions.push(new);
+            RecordOutcome::Appended
+        }
+    }
+}
+
+fn request_value(r: &RecordedRequest) -> serde_json::Value {
+    serde_json::json!({
+        "method": r.method,
+        "path": r.path,
+        "query": r.query,
+        "body": r.body_value(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::RecordedResponse;
+    use crate::key::Normalizer;
+    use std::collections::BTreeMap;
+
+    fn interaction(prompt: &str, answer: &str) -> Interaction {
+        let request = Normalizer::default().request(
+            "POST",
+            "/v1/chat/completions",
+            None,
+            format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}]}}"#).as_bytes(),
+            &[],
+        );
+        Interaction {
+            key: Key::of(&request),
+            request,
+            response: RecordedResponse::with_body(200, BTreeMap::new(), answer.as_bytes()),
+            timing: None,
+            summary: None,
+        }
+    }
+
+    fn ids() -> (TestId, ProviderName) {
+        (TestId::new("crate$t"), ProviderName::new("openai").unwrap())
+    }
+
+    #[test]
+    fn sequence_replace_in_place_and_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let (t, p) = ids();
+        let e = store.entry(&t, &p).unwrap();
+        let a = interaction("a", r#"{"id":"1","n":1}"#);
+        let key = a.key.clone();
+        assert_eq!(e.next(&key).unwrap().ordinal, 0);
+        assert_eq!(e.record(0, a).unwrap(), RecordOutcome::Appended);
+        assert_eq!(
+            e.record(1, interaction("a", r#"{"n":2}"#)).unwrap(),
+            RecordOutcome::Appended
+        );
+        assert_eq!(
+            e.record(0, interaction("b", r#"{"n":3}"#)).unwrap(),
+            RecordOutcome::Appended
+        );
+        let before = std::fs::read(&e.path).unwrap();
+        // Only a volatile field differs: nothing is written.
+        assert_eq!(
+            e.record(0, interaction("a", r#"{"id":"9","n":1}"#))
+                .unwrap(),
+            RecordOutcome::Unchanged
+        );
+        assert_eq!(std::fs::read(&e.path).unwrap(), before);
+        assert_eq!(
+            e.record(1, interaction("a", r#"{"n":22}"#)).unwrap(),
+            RecordOutcome::Replaced
+        );
+
+        let fresh = Store::new(dir.path());
+        let e = fresh.entry(&t, &p).unwrap();
+        assert_eq!(
+            &e.next(&key).unwrap().hit.unwrap().body[..],
+            br#"{"id":"1","n":1}"#
+        );
+        assert_eq!(&e.next(&key).unwrap().hit.unwrap().body[..], br#"{"n":22}"#);
+        assert!(
+            e.next(&key).unwrap().hit.is_none(),
+            "a third request has no recording"
+        );
+        fresh.reset_test(&t);
+        assert_eq!(e.next(&key).unwrap().ordinal, 0, "a retry starts afresh");
+        let file: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();
+        assert_eq!(file.interactions.len(), 3);
+        assert_eq!(
+            file.interactions[2].response.body,
+            Some(serde_json::json!({"n": 3})),
+            "order kept"
+        );
+    }
+
+    #[test]
+    fn corrupt_files_are_reported_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let (t, p) = ids();
+        let e = store.entry(&t, &p).unwrap();
+        std::fs::create_dir_all(e.path.parent().unwrap()).unwrap();
+        std::fs::write(&e.path, "{\n  \"llmreplay\": 1,\n  oops\n").unwrap();
+        let err = e
+            .next(&interaction("a", "{}").key)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("openai.json") && err.contains("line 3"),
+            "{err}"
+        );
+        assert!(e.record(0, interaction("a", "{}")).is_err());
+        assert_eq!(
+            std::fs::read_to_string(&e.path).unwrap(),
+            "{\n  \"llmreplay\": 1,\n  oops\n"
+        );
+    }
+
+    #[test]
+    fn slug_collisions_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let p = ProviderName::new("openai").unwrap();
+        store.entry(&TestId::new("a$b c"), &p).unwrap();
+        let err = store
+            .entry(&TestId::new("a$b.c"), &p)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("a$b c") && err.contains("a$b.c"), "{err}");
+    }
+
+    #[test]
+    fn closest_names_differences() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let (t, p) = ids();
+        let e = store.entry(&t, &p).unwrap();
+        e.record(0, interaction("hello", "{}")).unwrap();
+        let c = e.closest(&interaction("hullo", "{}").request).unwrap();
+        assert_eq!(c.differing, vec!["/body/messages/0/content"]);
+    }
+}
