@@ -1,0 +1,280 @@
+//! What the daemon runs with: the mode, the cassette folder, the providers and their upstreams,
+//! and the normalisation rules, read from `llmreplay.toml` and overridden by flags. Every bad
+//! value is reported here, at start-up, never at request time.
+
+use crate::providers::{Provider, ProviderKind};
+use cassettes::{Normalizer, ProviderName, ReplaceRule};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// The file name looked for at the workspace root.
+pub const CONFIG_FILE: &str = "llmreplay.toml";
+
+/// How requests are answered: see SPEC's table of modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    #[default]
+    Replay,
+    RecordMissing,
+    Record,
+    Passthrough,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Replay => "replay",
+            Mode::RecordMissing => "record-missing",
+            Mode::Record => "record",
+            Mode::Passthrough => "passthrough",
+        }
+    }
+
+    /// Whether this mode reaches the network (and so is refused under `CI` unless forced).
+    pub fn goes_upstream(self) -> bool {
+        self != Mode::Replay
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "replay" => Mode::Replay,
+            "record-missing" | "record_missing" => Mode::RecordMissing,
+            "record" => Mode::Record,
+            "passthrough" => Mode::Passthrough,
+            other => {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown mode {other:?}: use replay, record-missing, record or passthrough"
+                )))
+            }
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{0}")]
+    Rule(#[from] cassettes::Error),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    cassette_dir: Option<PathBuf>,
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderEntry>,
+    #[serde(default, rename = "match")]
+    matching: MatchSection,
+    #[serde(default)]
+    redact: RedactSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderEntry {
+    upstream: Option<String>,
+    kind: Option<ProviderKind>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MatchSection {
+    #[serde(default)]
+    ignore: Vec<String>,
+    #[serde(default)]
+    replace: Vec<ReplaceRule>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedactSection {
+    #[serde(default)]
+    headers: Vec<String>,
+}
+
+/// What the command line sets; each `Some` wins over the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub mode: Option<Mode>,
+    pub cassette_dir: Option<PathBuf>,
+    /// `NAME=URL` pairs from `--upstream`.
+    pub upstreams: Vec<String>,
+    pub realtime: bool,
+}
+
+/// The daemon's settings, checked and compiled.
+#[derive(Debug)]
+pub struct Settings {
+    pub mode: Mode,
+    pub cassette_dir: PathBuf,
+    pub providers: Vec<Arc<Provider>>,
+    pub normalizer: Normalizer,
+    /// Response headers never written, lowercase, on top of the built-in secret list.
+    pub redact_headers: Vec<String>,
+    pub realtime: bool,
+}
+
+impl Settings {
+    /// Reads `config` (when it exists; a missing `llmreplay.toml` means every default), relative
+    /// paths being taken from `root`, then applies the overrides.
+    pub fn load(root: &Path, config: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let default_path = root.join(CONFIG_FILE);
+        let path = config.map(Path::to_path_buf).unwrap_or(default_path);
+        let file = match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::File {
+                path: path.clone(),
+                message: e.to_string(),
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.is_none() => FileConfig::default(),
+            Err(e) => {
+                return Err(ConfigError::File {
+                    path,
+                    message: e.to_string(),
+                })
+            }
+        };
+        Self::build(root, file, overrides).map_err(|e| match e {
+            ConfigError::Invalid(message) => ConfigError::File { path, message },
+            other => other,
+        })
+    }
+
+    /// Settings with every default, for tests and `serve` without a file.
+    pub fn defaults(cassette_dir: PathBuf, mode: Mode) -> Self {
+        let overrides = Overrides {
+            mode: Some(mode),
+            cassette_dir: Some(cassette_dir),
+            ..Overrides::default()
+        };
+        Self::build(Path::new("."), FileConfig::default(), &overrides).expect("defaults are valid")
+    }
+
+    fn build(root: &Path, file: FileConfig, overrides: &Overrides) -> Result<Self, ConfigError> {
+        let mut providers: BTreeMap<String, Provider> = ProviderKind::ALL
+            .iter()
+            .map(|k| (k.as_str().to_string(), Provider::builtin(*k)))
+            .collect();
+        for (name, entry) in file.providers {
+            let pname = ProviderName::new(&name).filter(|_| name != "t").ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "[providers.{name}]: a provider name is lowercase letters, digits, '-' and '_' (and not \"t\")"
+                ))
+            })?;
+            let builtin = providers.get(&name).map(|p| p.kind);
+            let kind = entry.kind.or(builtin).unwrap_or(ProviderKind::OpenAi);
+            let upstream = match (entry.upstream, providers.get(&name)) {
+                (Some(u), _) => check_upstream(&u).map_err(|m| {
+                    ConfigError::Invalid(format!("[providers.{name}] upstream {u:?}: {m}"))
+                })?,
+                (None, Some(p)) => p.upstream.clone(),
+                (None, None) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "[providers.{name}] needs an upstream, e.g. upstream = \"https://gateway.example.com\""
+                    )))
+                }
+            };
+            providers.insert(name, Provider { name: pname, kind, upstream });
+        }
+        for pair in &overrides.upstreams {
+            let (name, url) = pair.split_once('=').ok_or_else(|| {
+                ConfigError::Invalid(format!("--upstream {pair:?}: expected NAME=URL, e.g. openai=http://127.0.0.1:8080"))
+            })?;
+            let url = check_upstream(url)
+                .map_err(|m| ConfigError::Invalid(format!("--upstream {pair:?}: {m}")))?;
+            let known = providers.keys().cloned().collect::<Vec<_>>().join(", ");
+            let provider = providers.get_mut(name).ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "--upstream {pair:?}: no provider named {name:?}; known: {known}. Add new ones under [providers.NAME] in {CONFIG_FILE}"
+                ))
+            })?;
+            provider.upstream = url;
+        }
+        let normalizer = Normalizer::new(&file.matching.ignore, &file.matching.replace)?;
+        let cassette_dir = overrides
+            .cassette_dir
+            .clone()
+            .or(file.cassette_dir)
+            .unwrap_or_else(|| PathBuf::from("tests/cassettes"));
+        Ok(Settings {
+            mode: overrides.mode.unwrap_or_default(),
+            cassette_dir: root.join(cassette_dir),
+            providers: providers.into_values().map(Arc::new).collect(),
+            normalizer,
+            redact_headers: file.redact.headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            realtime: overrides.realtime,
+        })
+    }
+}
+
+/// An upstream is `http(s)://host[:port][/prefix]`; the path the client sent is appended to it.
+fn check_upstream(url: &str) -> Result<String, String> {
+    let uri: http::Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => return Err("use an http:// or https:// URL".into()),
+    }
+    if uri.host().is_none() {
+        return Err("the URL has no host".into());
+    }
+    if uri.query().is_some() {
+        return Err("an upstream takes no query string".into());
+    }
+    Ok(url.trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, overrides: &Overrides) -> Result<Settings, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
+        Settings::load(dir.path(), None, overrides)
+    }
+
+    #[test]
+    fn defaults_and_custom_providers() {
+        let s = load(
+            "cassette_dir = \"cas\"\n[providers.gw]\nupstream = \"http://127.0.0.1:9/api/\"\n",
+            &Overrides { upstreams: vec!["openai=http://127.0.0.1:1".into()], ..Default::default() },
+        )
+        .unwrap();
+        assert!(s.cassette_dir.ends_with("cas"));
+        let gw = s.providers.iter().find(|p| p.name.as_str() == "gw").unwrap();
+        assert_eq!((gw.kind, gw.upstream.as_str()), (ProviderKind::OpenAi, "http://127.0.0.1:9/api"));
+        let oa = s.providers.iter().find(|p| p.name.as_str() == "openai").unwrap();
+        assert_eq!(oa.upstream, "http://127.0.0.1:1");
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let o = Overrides::default();
+        let e = load("[match]\nignore = [\"nope\"]\n", &o).unwrap_err().to_string();
+        assert!(e.contains("\"nope\""), "{e}");
+        let e = load("[match]\nreplace = [{ pattern = \"(\", with = \"x\" }]\n", &o).unwrap_err().to_string();
+        assert!(e.contains("pattern \"(\""), "{e}");
+        let e = load("casette_dir = 1\n", &o).unwrap_err().to_string();
+        assert!(e.contains("line 1") && e.contains("casette_dir"), "{e}");
+        let e = load("[providers.x]\nkind = \"openai\"\n", &o).unwrap_err().to_string();
+        assert!(e.contains("[providers.x] needs an upstream"), "{e}");
+        let bad = Overrides { upstreams: vec!["nobody=http://x".into()], ..Default::default() };
+        let e = load("", &bad).unwrap_err().to_string();
+        assert!(e.contains("no provider named \"nobody\""), "{e}");
+    }
+}

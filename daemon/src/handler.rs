@@ -1,0 +1,445 @@
+//! One request, start to end: control routes, then route -> key -> store, and from there a
+//! replay (prepared bytes), a miss (an error the SDK will not retry, naming what to do), or a
+//! proxied call whose answer is forwarded as it arrives and recorded when it ends.
+
+use crate::config::Mode;
+use crate::journal::{Detail, Outcome, Record};
+use crate::providers::{ProviderKind, NOT_FORWARDED, NOT_RECORDED};
+use crate::route::{self, Route};
+use crate::State;
+use bytes::Bytes;
+use cassettes::{
+    Entry, Interaction, Key, Prepared, RecordOutcome, RecordedRequest, RecordedResponse,
+    StreamFormat, Summary, TestId, Timing,
+};
+use http::header::{ACCEPT_ENCODING, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+pub type Body = UnsyncBoxBody<Bytes, io::Error>;
+
+/// Longest prompt preview in a miss message.
+const PROMPT_PREVIEW: usize = 200;
+
+pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
+        let rest = rest.to_string();
+        return control(&state, &rest, &req);
+    }
+    let test_header = req.headers().get("x-test-id").and_then(|v| v.to_str().ok());
+    let route = match route::resolve(req.uri().path(), test_header, &state.settings.providers) {
+        Ok(route) => route,
+        Err(message) => return text(StatusCode::NOT_FOUND, message),
+    };
+    let (parts, body) = req.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the request body: {e}")),
+    };
+    let kind = route.provider.kind;
+    if state.settings.mode == Mode::Passthrough {
+        return proxy(&state, &parts, &route, body, None).await;
+    }
+    let request = state.settings.normalizer.request(
+        parts.method.as_str(),
+        &route.upstream_path,
+        parts.uri.query(),
+        &body,
+        kind.secret_params(),
+    );
+    let key = Key::of(&request);
+    let entry = match state.store.entry(&route.test, &route.provider.name) {
+        Ok(entry) => entry,
+        Err(e) => return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &e.to_string()),
+    };
+    let lookup = match entry.next(&key) {
+        Ok(lookup) => lookup,
+        Err(e) => {
+            let message = e.to_string();
+            let detail = Detail { message: Some(message.clone()), ..Detail::default() };
+            journal(&state, &entry, &parts.method, &route, key, 0, Outcome::Error, 400, Some(detail));
+            return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &message);
+        }
+    };
+    match (state.settings.mode, lookup.hit) {
+        (Mode::Replay | Mode::RecordMissing, Some(prepared)) => {
+            journal(&state, &entry, &parts.method, &route, key, lookup.ordinal, Outcome::Hit, prepared.status, None);
+            replay(prepared, state.settings.realtime).await
+        }
+        (Mode::Replay, None) => miss(&state, &entry, &parts.method, &route, request, key, lookup.ordinal),
+        _ => {
+            let recording = Recording { entry, key, ordinal: lookup.ordinal, request };
+            proxy(&state, &parts, &route, body, Some(recording)).await
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn journal(
+    state: &State,
+    entry: &Arc<Entry>,
+    method: &Method,
+    route: &Route,
+    key: Key,
+    ordinal: usize,
+    outcome: Outcome,
+    status: u16,
+    detail: Option<Detail>,
+) {
+    state.journal.push(Record {
+        entry: entry.clone(),
+        method: method.clone(),
+        path: route.upstream_path.clone(),
+        key,
+        ordinal,
+        outcome,
+        status,
+        detail: detail.map(Box::new),
+    });
+}
+
+async fn replay(prepared: Arc<Prepared>, realtime: bool) -> Response<Body> {
+    let mut response = Response::builder().status(prepared.status);
+    for (name, value) in &prepared.headers {
+        response = response.header(name, value);
+    }
+    let body = match (&prepared.chunks, realtime) {
+        (Some(chunks), true) => paced(chunks.clone()),
+        (None, true) => {
+            tokio::time::sleep(Duration::from_millis(prepared.ttfb_ms)).await;
+            full(prepared.body.clone())
+        }
+        // One write for the whole stream: its chunks are already in order.
+        (_, false) => full(prepared.body.clone()),
+    };
+    response.body(body).unwrap_or_else(|e| text(StatusCode::INTERNAL_SERVER_ERROR, format!("cargo-llmreplay: a recorded header is not valid: {e}")))
+}
+
+/// Sends each chunk at its recorded time after the request arrived.
+fn paced(chunks: Vec<(Bytes, u64)>) -> Body {
+    let start = tokio::time::Instant::now();
+    let stream = futures_util::stream::unfold(chunks.into_iter(), move |mut rest| async move {
+        let (bytes, at_ms) = rest.next()?;
+        tokio::time::sleep_until(start + Duration::from_millis(at_ms)).await;
+        Some((Ok(Frame::data(bytes)), rest))
+    });
+    BodyExt::boxed_unsync(StreamBody::new(stream))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn miss(
+    state: &State,
+    entry: &Arc<Entry>,
+    method: &Method,
+    route: &Route,
+    request: RecordedRequest,
+    key: Key,
+    ordinal: usize,
+) -> Response<Body> {
+    let closest = entry.closest(&request);
+    let model = request.model();
+    let prompt = request
+        .last_user_text()
+        .map(|p| p.chars().take(PROMPT_PREVIEW).collect::<String>());
+    let mut message = format!(
+        "cargo-llmreplay: no recording for this request (replay mode).\n  test: {}\n  request: {} {} {}{}\n",
+        route.test,
+        route.provider.name,
+        method,
+        route.upstream_path,
+        model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
+    );
+    if let Some(p) = &prompt {
+        message.push_str(&format!("  last user message: {p:?}\n"));
+    }
+    match &closest {
+        Some(c) if c.differing.is_empty() => message.push_str(&format!(
+            "  the same request is recorded, but this is call #{} with it and {} holds fewer; record the extra calls\n",
+            ordinal + 1,
+            entry.path.display()
+        )),
+        Some(c) => message.push_str(&format!(
+            "  closest recording: #{} in {}, differs at {}\n",
+            c.index + 1,
+            entry.path.display(),
+            c.differing.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+        )),
+        None => message.push_str(&format!("  no recordings for this test in {}\n", entry.path.display())),
+    }
+    message.push_str(&format!("  record it with: {}", record_hint(&route.test)));
+    let detail = Detail {
+        model,
+        prompt,
+        closest: closest.map(|c| c.differing),
+        message: Some(message.clone()),
+    };
+    journal(state, entry, method, route, key, ordinal, Outcome::Miss, 404, Some(detail));
+    provider_error(route.provider.kind, StatusCode::NOT_FOUND, "llmreplay_missing_recording", &message)
+}
+
+/// The command that records a missing request: a filter on the test under nextest, else the mode.
+fn record_hint(test: &TestId) -> String {
+    match test.as_str().split_once('$') {
+        Some((_, name)) => format!("cargo llmreplay test --record-missing -E 'test(={name})'"),
+        None => "LLMREPLAY_MODE=record-missing (cargo llmreplay serve --mode record-missing)".into(),
+    }
+}
+
+struct Recording {
+    entry: Arc<Entry>,
+    key: Key,
+    ordinal: usize,
+    request: RecordedRequest,
+}
+
+async fn proxy(
+    state: &Arc<State>,
+    parts: &http::request::Parts,
+    route: &Route,
+    body: Bytes,
+    recording: Option<Recording>,
+) -> Response<Body> {
+    let kind = route.provider.kind;
+    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let url = format!("{}{}{}", route.provider.upstream, route.upstream_path, query);
+    let mut upstream = Request::builder().method(parts.method.clone()).uri(&url);
+    for (name, value) in &parts.headers {
+        if !NOT_FORWARDED.contains(&name.as_str()) {
+            upstream = upstream.header(name, value);
+        }
+    }
+    // Cassettes hold text, not gzip.
+    upstream = upstream.header(ACCEPT_ENCODING, "identity");
+    let upstream = match upstream.body(Full::new(body)) {
+        Ok(r) => r,
+        Err(e) => return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &format!("cargo-llmreplay: bad upstream request {url}: {e}")),
+    };
+    let started = Instant::now();
+    let answer = match state.client.request(upstream).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            let message = format!(
+                "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
+                route.provider.name, route.provider.upstream, route.provider.name, route.provider.name
+            );
+            if let Some(r) = &recording {
+                let detail = Detail { message: Some(message.clone()), ..Detail::default() };
+                journal(state, &r.entry, &parts.method, route, r.key.clone(), r.ordinal, Outcome::Error, 502, Some(detail));
+            }
+            return provider_error(kind, StatusCode::BAD_GATEWAY, "llmreplay_upstream_unreachable", &message);
+        }
+    };
+    let headers_at = started.elapsed();
+    let status = answer.status();
+    let (answer_parts, answer_body) = answer.into_parts();
+    let mut response = Response::builder().status(status);
+    for (name, value) in &answer_parts.headers {
+        if !matches!(name.as_str(), "connection" | "keep-alive" | "transfer-encoding" | "content-length") {
+            response = response.header(name, value);
+        }
+    }
+    // Rate limits and server errors reach the client but are never saved.
+    let recording = recording.filter(|_| status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error());
+    let Some(recording) = recording else {
+        return response
+            .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
+            .expect("headers copied from a valid response");
+    };
+    let format = stream_format(answer_parts.headers.get(CONTENT_TYPE));
+    let headers: BTreeMap<String, String> = answer_parts
+        .headers
+        .iter()
+        .filter(|(name, _)| {
+            !NOT_RECORDED.contains(&name.as_str()) && !state.settings.redact_headers.iter().any(|r| r == name.as_str())
+        })
+        .map(|(name, value)| (name.as_str().to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .collect();
+    let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
+    let capture = Capture {
+        state: state.clone(),
+        recording,
+        method: parts.method.clone(),
+        route_path: route.upstream_path.clone(),
+        status: status.as_u16(),
+        headers,
+        format,
+        started,
+        headers_at,
+    };
+    tokio::spawn(capture.run(answer_body, tx));
+    // No content-length: the body ends only once the recording is on disk.
+    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    response
+        .body(BodyExt::boxed_unsync(body))
+        .expect("headers copied from a valid response")
+}
+
+fn stream_format(content_type: Option<&http::HeaderValue>) -> Option<StreamFormat> {
+    let ct = content_type?.to_str().ok()?.to_ascii_lowercase();
+    if ct.starts_with("text/event-stream") {
+        Some(StreamFormat::Sse)
+    } else if ct.starts_with("application/x-ndjson") || ct.starts_with("application/jsonl") {
+        Some(StreamFormat::Ndjson)
+    } else {
+        None
+    }
+}
+
+/// Forwards an upstream answer frame by frame while keeping a copy, then records it.
+struct Capture {
+    state: Arc<State>,
+    recording: Recording,
+    method: Method,
+    route_path: String,
+    status: u16,
+    headers: BTreeMap<String, String>,
+    format: Option<StreamFormat>,
+    started: Instant,
+    headers_at: Duration,
+}
+
+impl Capture {
+    async fn run(self, mut body: Incoming, tx: mpsc::Sender<Result<Frame<Bytes>, io::Error>>) {
+        let mut frames: Vec<(Bytes, u64)> = Vec::new();
+        loop {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else { continue };
+                    frames.push((data.clone(), self.started.elapsed().as_millis() as u64));
+                    // A client that went away does not stop the recording of a complete answer.
+                    let _ = tx.send(Ok(Frame::data(data))).await;
+                }
+                Some(Err(e)) => {
+                    let message = format!("cargo-llmreplay: the upstream answer broke off: {e}; passed on broken and not saved");
+                    self.journal(Outcome::Broken, Some(message));
+                    let _ = tx.send(Err(io::Error::other(e))).await;
+                    return;
+                }
+                None => break,
+            }
+        }
+        let total_ms = self.started.elapsed().as_millis() as u64;
+        let ttfb_ms = frames.first().map_or(self.headers_at.as_millis() as u64, |f| f.1);
+        let response = match self.format {
+            Some(format) => RecordedResponse::with_stream(self.status, self.headers.clone(), format, &frames),
+            None => {
+                let bytes: Vec<u8> = frames.iter().flat_map(|(b, _)| b.iter().copied()).collect();
+                RecordedResponse::with_body(self.status, self.headers.clone(), &bytes)
+            }
+        };
+        let interaction = Interaction {
+            key: self.recording.key.clone(),
+            request: self.recording.request.clone(),
+            summary: Summary::of(&response),
+            response,
+            timing: Some(Timing { ttfb_ms, total_ms }),
+        };
+        let entry = self.recording.entry.clone();
+        let ordinal = self.recording.ordinal;
+        let written = tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await;
+        match written {
+            Ok(Ok(outcome)) => self.journal(
+                match outcome {
+                    RecordOutcome::Appended => Outcome::Recorded,
+                    RecordOutcome::Replaced => Outcome::Replaced,
+                    RecordOutcome::Unchanged => Outcome::Unchanged,
+                },
+                None,
+            ),
+            Ok(Err(e)) => {
+                let message = format!("cargo-llmreplay: the answer was not saved: {e}");
+                tracing::error!("{message}");
+                self.journal(Outcome::Error, Some(message.clone()));
+                // Fail the client's read, so the test cannot pass on an unsaved recording.
+                let _ = tx.send(Err(io::Error::other(message))).await;
+            }
+            Err(e) => {
+                self.journal(Outcome::Error, Some(format!("cargo-llmreplay: recording task failed: {e}")));
+                let _ = tx.send(Err(io::Error::other("recording task failed"))).await;
+            }
+        }
+    }
+
+    fn journal(&self, outcome: Outcome, message: Option<String>) {
+        self.state.journal.push(Record {
+            entry: self.recording.entry.clone(),
+            method: self.method.clone(),
+            path: self.route_path.clone(),
+            key: self.recording.key.clone(),
+            ordinal: self.recording.ordinal,
+            outcome,
+            status: self.status,
+            detail: message.map(|m| Box::new(Detail { message: Some(m), ..Detail::default() })),
+        });
+    }
+}
+
+fn control(state: &State, rest: &str, req: &Request<Incoming>) -> Response<Body> {
+    let test = || {
+        req.uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("test=")))
+            .map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned())
+            .or_else(|| req.headers().get("x-test-id").and_then(|v| v.to_str().ok()).map(str::to_string))
+    };
+    match (req.method(), rest) {
+        (&Method::GET, "health") => json(serde_json::json!({
+            "status": "ok",
+            "mode": state.settings.mode.as_str(),
+            "cassette_dir": state.settings.cassette_dir.display().to_string(),
+            "version": env!("CARGO_PKG_VERSION"),
+        })),
+        (&Method::GET, "stats") => json(serde_json::to_value(state.journal.stats()).expect("stats serialise")),
+        (&Method::GET, "journal") => Response::builder()
+            .header(CONTENT_TYPE, "application/json")
+            .body(full(state.journal.to_json().into()))
+            .expect("static headers"),
+        (&Method::POST, "begin") => match test() {
+            Some(t) => {
+                state.store.reset_test(&TestId::new(t));
+                json(serde_json::json!({ "status": "ok" }))
+            }
+            None => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin needs ?test=<test id> or an X-Test-Id header".into()),
+        },
+        (&Method::POST, "end") => json(serde_json::json!({ "status": "ok" })),
+        _ => text(
+            StatusCode::NOT_FOUND,
+            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, end", req.method()),
+        ),
+    }
+}
+
+fn full(bytes: Bytes) -> Body {
+    BodyExt::boxed_unsync(Full::new(bytes).map_err(|never| match never {}))
+}
+
+fn json(value: serde_json::Value) -> Response<Body> {
+    Response::builder()
+        .header(CONTENT_TYPE, "application/json")
+        .body(full(serde_json::to_vec(&value).expect("JSON serialises").into()))
+        .expect("static headers")
+}
+
+fn text(status: StatusCode, message: String) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "text/plain; charset=utf-8")
+        .body(full(message.into()))
+        .expect("static headers")
+}
+
+fn provider_error(kind: ProviderKind, status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    let body = kind.error_body(status.as_u16(), code, message);
+    Response::builder()
+        .status(status)
+        .header(CONTENT_TYPE, "application/json")
+        .body(full(serde_json::to_vec(&body).expect("JSON serialises").into()))
+        .expect("static headers")
+}

@@ -1,0 +1,144 @@
+//! Every request the daemon answered, in order: the raw material of the post-run report. Hits
+//! are recorded cheaply (shared handles, no strings built); details are made only for misses
+//! and errors, and everything is rendered to JSON on demand.
+
+use cassettes::{Entry, Key};
+use serde::Serialize;
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Served from a cassette.
+    Hit,
+    /// No recording, replay mode: answered with an error.
+    Miss,
+    /// Proxied and written as a new interaction.
+    Recorded,
+    /// Proxied and written over the entry it replaces.
+    Replaced,
+    /// Proxied; the stored entry differs only in volatile fields and was left as it was.
+    Unchanged,
+    /// Proxied, nothing written (passthrough, or an upstream 429/5xx).
+    Passthrough,
+    /// The upstream stream broke mid-way: passed on broken, not saved.
+    Broken,
+    /// Anything else that went wrong (upstream unreachable, corrupt cassette, ...).
+    Error,
+}
+
+/// Why a request missed or failed, for the report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Detail {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closest: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+pub struct Record {
+    pub entry: Arc<Entry>,
+    pub method: http::Method,
+    pub path: String,
+    pub key: Key,
+    pub ordinal: usize,
+    pub outcome: Outcome,
+    pub status: u16,
+    pub detail: Option<Box<Detail>>,
+}
+
+/// One line of the journal as JSON.
+#[derive(Serialize)]
+pub struct JournalLine<'a> {
+    pub test: &'a str,
+    pub slug: &'a str,
+    pub provider: &'a str,
+    pub cassette: String,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub key: &'a str,
+    pub ordinal: usize,
+    pub outcome: Outcome,
+    pub status: u16,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a Detail>,
+}
+
+#[derive(Default)]
+pub struct Journal {
+    records: Mutex<Vec<Record>>,
+}
+
+/// Counts by outcome.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stats {
+    pub requests: usize,
+    pub hits: usize,
+    pub misses: usize,
+    pub recorded: usize,
+    pub replaced: usize,
+    pub unchanged: usize,
+    pub passthrough: usize,
+    pub broken: usize,
+    pub errors: usize,
+}
+
+impl Journal {
+    pub fn push(&self, record: Record) {
+        self.records.lock().expect("journal lock").push(record);
+    }
+
+    pub fn stats(&self) -> Stats {
+        let records = self.records.lock().expect("journal lock");
+        let mut s = Stats { requests: records.len(), ..Stats::default() };
+        for r in records.iter() {
+            *match r.outcome {
+                Outcome::Hit => &mut s.hits,
+                Outcome::Miss => &mut s.misses,
+                Outcome::Recorded => &mut s.recorded,
+                Outcome::Replaced => &mut s.replaced,
+                Outcome::Unchanged => &mut s.unchanged,
+                Outcome::Passthrough => &mut s.passthrough,
+                Outcome::Broken => &mut s.broken,
+                Outcome::Error => &mut s.errors,
+            } += 1;
+        }
+        s
+    }
+
+    /// The journal as a JSON array.
+    pub fn to_json(&self) -> Vec<u8> {
+        let records = self.records.lock().expect("journal lock");
+        let lines: Vec<JournalLine> = records
+            .iter()
+            .map(|r| JournalLine {
+                test: r.entry.test.as_str(),
+                slug: r.entry.slug.as_str(),
+                provider: r.entry.provider.as_str(),
+                cassette: r.entry.path.display().to_string(),
+                method: r.method.as_str(),
+                path: &r.path,
+                key: r.key.as_str(),
+                ordinal: r.ordinal,
+                outcome: r.outcome,
+                status: r.status,
+                detail: r.detail.as_deref(),
+            })
+            .collect();
+        serde_json::to_vec_pretty(&lines).expect("journal serialises")
+    }
+
+    /// The misses, each with its details, for the summary printed at the end.
+    pub fn misses(&self) -> Vec<(String, String, Detail)> {
+        let records = self.records.lock().expect("journal lock");
+        records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Miss)
+            .map(|r| (r.entry.test.to_string(), r.path.clone(), r.detail.as_deref().cloned().unwrap_or_default()))
+            .collect()
+    }
+}

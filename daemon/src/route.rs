@@ -1,0 +1,74 @@
+//! From a request's path and headers to the test it belongs to, the provider and the path to
+//! send upstream. The three forms of SPEC: `/t/<test id>/<provider>/...`, `/<provider>/...` with
+//! `X-Test-Id`, and well-known upstream paths with no provider prefix.
+
+use crate::providers::{Provider, ProviderKind};
+use cassettes::TestId;
+use percent_encoding::percent_decode_str;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub struct Route {
+    pub test: TestId,
+    pub provider: Arc<Provider>,
+    /// The path as the provider's own API has it, e.g. `/v1/chat/completions`.
+    pub upstream_path: String,
+}
+
+pub fn resolve(path: &str, test_header: Option<&str>, providers: &[Arc<Provider>]) -> Result<Route, String> {
+    let (test, rest) = match path.strip_prefix("/t/") {
+        Some(after) => {
+            let (encoded, rest) = after.split_at(after.find('/').unwrap_or(after.len()));
+            let id = percent_decode_str(encoded)
+                .decode_utf8()
+                .map_err(|_| format!("the test id in {path:?} is not UTF-8 once percent-decoded"))?;
+            (Some(TestId::new(id)), rest)
+        }
+        None => (None, path),
+    };
+    let test = test
+        .or_else(|| test_header.filter(|h| !h.is_empty()).map(TestId::new))
+        .unwrap_or_else(|| TestId::new(TestId::DEFAULT));
+    let first = rest.trim_start_matches('/').split('/').next().unwrap_or("");
+    if let Some(p) = providers.iter().find(|p| p.name.as_str() == first) {
+        let upstream_path = &rest[1 + first.len()..];
+        let upstream_path = if upstream_path.is_empty() { "/" } else { upstream_path };
+        return Ok(Route { test, provider: p.clone(), upstream_path: upstream_path.to_string() });
+    }
+    if let Some(kind) = ProviderKind::for_path(rest) {
+        let p = providers
+            .iter()
+            .find(|p| p.name.as_str() == kind.as_str())
+            .expect("built-in providers are always present");
+        return Ok(Route { test, provider: p.clone(), upstream_path: rest.to_string() });
+    }
+    let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
+    Err(format!(
+        "cargo-llmreplay: no provider for path {rest:?}. Prefix the path with a provider name ({}), e.g. /openai/v1/chat/completions, or add one under [providers.NAME] in llmreplay.toml",
+        names.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn providers() -> Vec<Arc<Provider>> {
+        ProviderKind::ALL.iter().map(|k| Arc::new(Provider::builtin(*k))).collect()
+    }
+
+    #[test]
+    fn the_three_forms() {
+        let ps = providers();
+        let r = resolve("/t/my-crate%3A%3Achat%24streams_reply/openai/v1/chat/completions", None, &ps).unwrap();
+        assert_eq!(r.test.as_str(), "my-crate::chat$streams_reply");
+        assert_eq!((r.provider.name.as_str(), r.upstream_path.as_str()), ("openai", "/v1/chat/completions"));
+        let r = resolve("/anthropic/v1/messages", Some("suite > one"), &ps).unwrap();
+        assert_eq!((r.test.as_str(), r.provider.name.as_str()), ("suite > one", "anthropic"));
+        let r = resolve("/v1beta/models/g:generateContent", None, &ps).unwrap();
+        assert_eq!((r.test.as_str(), r.provider.name.as_str()), ("default", "gemini"));
+        let r = resolve("/t/x/api/chat", None, &ps).unwrap();
+        assert_eq!((r.test.as_str(), r.provider.name.as_str(), r.upstream_path.as_str()), ("x", "ollama", "/api/chat"));
+        assert!(resolve("/t/x/elsewhere", None, &ps).unwrap_err().contains("no provider"));
+    }
+}
