@@ -63,8 +63,10 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         upstreams: args.upstream,
         realtime: args.realtime,
     };
-    let root = std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let settings = Settings::load(&root, args.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
+    let root =
+        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
+    let settings =
+        Settings::load(&root, args.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -190,19 +190,22 @@ impl Entry {
             .min_by_key(|c| c.differing.len())
     }
 
-    /// How many recordings the cassette holds, and which `(key, ordinal)` pairs were replayed.
-    pub fn usage(&self) -> (Vec<(Key, usize)>, HashSet<(Key, usize)>) {
+    /// The recordings (key and ordinal) that no request of this run replayed.
+    pub fn unused(&self) -> Vec<(Key, usize)> {
         let state = self.state.lock().expect("entry lock");
-        let mut all = Vec::new();
-        if let Some(loaded) = &state.loaded {
-            let mut seen: HashMap<&Key, usize> = HashMap::new();
-            for i in &loaded.cassette.interactions {
-                let n = seen.entry(&i.key).or_insert(0);
-                all.push((i.key.clone(), *n));
-                *n += 1;
+        let Some(loaded) = &state.loaded else {
+            return Vec::new();
+        };
+        let mut seen: HashMap<&Key, usize> = HashMap::new();
+        let mut out = Vec::new();
+        for i in &loaded.cassette.interactions {
+            let n = seen.entry(&i.key).or_insert(0);
+            if !state.used.contains(&(i.key.clone(), *n)) {
+                out.push((i.key.clone(), *n));
             }
+            *n += 1;
         }
-        (all, state.used.clone())
+        out
     }
 
     /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
@@ -341,6 +344,11 @@ mod tests {
         }
     }
 
+    fn file_key(e: &Entry, i: usize) -> Key {
+        let c: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();
+        c.interactions[i].key.clone()
+    }
+
     fn ids() -> (TestId, ProviderName) {
         (TestId::new("crate$t"), ProviderName::new("openai").unwrap())
     }
@@ -386,6 +394,12 @@ mod tests {
         assert!(
             e.next(&key).unwrap().hit.is_none(),
             "a third request has no recording"
+        );
+        let other = file_key(&e, 2);
+        assert_eq!(
+            e.unused(),
+            vec![(other, 0)],
+            "only the recording of prompt b was not replayed"
         );
         fresh.reset_test(&t);
         assert_eq!(e.next(&key).unwrap().ordinal, 0, "a retry starts afresh");

@@ -133,7 +133,11 @@ pub struct Settings {
 impl Settings {
     /// Reads `config` (when it exists; a missing `llmreplay.toml` means every default), relative
     /// paths being taken from `root`, then applies the overrides.
-    pub fn load(root: &Path, config: Option<&Path>, overrides: &Overrides) -> Result<Self, ConfigError> {
+    pub fn load(
+        root: &Path,
+        config: Option<&Path>,
+        overrides: &Overrides,
+    ) -> Result<Self, ConfigError> {
         let default_path = root.join(CONFIG_FILE);
         let path = config.map(Path::to_path_buf).unwrap_or(default_path);
         let file = match std::fs::read_to_string(&path) {
@@ -141,7 +145,9 @@ impl Settings {
                 path: path.clone(),
                 message: e.to_string(),
             })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.is_none() => FileConfig::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.is_none() => {
+                FileConfig::default()
+            }
             Err(e) => {
                 return Err(ConfigError::File {
                     path,
@@ -189,11 +195,20 @@ impl Settings {
                     )))
                 }
             };
-            providers.insert(name, Provider { name: pname, kind, upstream });
+            providers.insert(
+                name,
+                Provider {
+                    name: pname,
+                    kind,
+                    upstream,
+                },
+            );
         }
         for pair in &overrides.upstreams {
             let (name, url) = pair.split_once('=').ok_or_else(|| {
-                ConfigError::Invalid(format!("--upstream {pair:?}: expected NAME=URL, e.g. openai=http://127.0.0.1:8080"))
+                ConfigError::Invalid(format!(
+                    "--upstream {pair:?}: expected NAME=URL, e.g. openai=http://127.0.0.1:8080"
+                ))
             })?;
             let url = check_upstream(url)
                 .map_err(|m| ConfigError::Invalid(format!("--upstream {pair:?}: {m}")))?;
@@ -216,7 +231,12 @@ impl Settings {
             cassette_dir: root.join(cassette_dir),
             providers: providers.into_values().map(Arc::new).collect(),
             normalizer,
-            redact_headers: file.redact.headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
+            redact_headers: file
+                .redact
+                .headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
             realtime: overrides.realtime,
         })
     }
@@ -252,28 +272,54 @@ mod tests {
     fn defaults_and_custom_providers() {
         let s = load(
             "cassette_dir = \"cas\"\n[providers.gw]\nupstream = \"http://127.0.0.1:9/api/\"\n",
-            &Overrides { upstreams: vec!["openai=http://127.0.0.1:1".into()], ..Default::default() },
+            &Overrides {
+                upstreams: vec!["openai=http://127.0.0.1:1".into()],
+                ..Default::default()
+            },
         )
         .unwrap();
         assert!(s.cassette_dir.ends_with("cas"));
-        let gw = s.providers.iter().find(|p| p.name.as_str() == "gw").unwrap();
-        assert_eq!((gw.kind, gw.upstream.as_str()), (ProviderKind::OpenAi, "http://127.0.0.1:9/api"));
-        let oa = s.providers.iter().find(|p| p.name.as_str() == "openai").unwrap();
+        let gw = s
+            .providers
+            .iter()
+            .find(|p| p.name.as_str() == "gw")
+            .unwrap();
+        assert_eq!(
+            (gw.kind, gw.upstream.as_str()),
+            (ProviderKind::OpenAi, "http://127.0.0.1:9/api")
+        );
+        let oa = s
+            .providers
+            .iter()
+            .find(|p| p.name.as_str() == "openai")
+            .unwrap();
         assert_eq!(oa.upstream, "http://127.0.0.1:1");
     }
 
     #[test]
     fn errors_name_what_is_wrong() {
         let o = Overrides::default();
-        let e = load("[match]\nignore = [\"nope\"]\n", &o).unwrap_err().to_string();
+        let e = load("[match]\nignore = [\"nope\"]\n", &o)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("\"nope\""), "{e}");
-        let e = load("[match]\nreplace = [{ pattern = \"(\", with = \"x\" }]\n", &o).unwrap_err().to_string();
+        let e = load(
+            "[match]\nreplace = [{ pattern = \"(\", with = \"x\" }]\n",
+            &o,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("pattern \"(\""), "{e}");
         let e = load("casette_dir = 1\n", &o).unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("casette_dir"), "{e}");
-        let e = load("[providers.x]\nkind = \"openai\"\n", &o).unwrap_err().to_string();
+        let e = load("[providers.x]\nkind = \"openai\"\n", &o)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("[providers.x] needs an upstream"), "{e}");
-        let bad = Overrides { upstreams: vec!["nobody=http://x".into()], ..Default::default() };
+        let bad = Overrides {
+            upstreams: vec!["nobody=http://x".into()],
+            ..Default::default()
+        };
         let e = load("", &bad).unwrap_err().to_string();
         assert!(e.contains("no provider named \"nobody\""), "{e}");
     }

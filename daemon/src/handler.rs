@@ -41,12 +41,14 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
     let (parts, body) = req.into_parts();
     let body = match body.collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the request body: {e}")),
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("cargo-llmreplay: could not read the request body: {e}"),
+            )
+        }
     };
     let kind = route.provider.kind;
-    if state.settings.mode == Mode::Passthrough {
-        return proxy(&state, &parts, &route, body, None).await;
-    }
     let request = state.settings.normalizer.request(
         parts.method.as_str(),
         &route.upstream_path,
@@ -57,26 +59,78 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
     let key = Key::of(&request);
     let entry = match state.store.entry(&route.test, &route.provider.name) {
         Ok(entry) => entry,
-        Err(e) => return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &e.to_string()),
+        Err(e) => {
+            return provider_error(
+                kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &e.to_string(),
+            )
+        }
     };
+    if state.settings.mode == Mode::Passthrough {
+        let recording = Recording {
+            entry,
+            key,
+            ordinal: 0,
+            request,
+        };
+        return proxy(&state, &parts, &route, body, recording, false).await;
+    }
     let lookup = match entry.next(&key) {
         Ok(lookup) => lookup,
         Err(e) => {
             let message = e.to_string();
-            let detail = Detail { message: Some(message.clone()), ..Detail::default() };
-            journal(&state, &entry, &parts.method, &route, key, 0, Outcome::Error, 400, Some(detail));
+            let detail = Detail {
+                message: Some(message.clone()),
+                ..Detail::default()
+            };
+            journal(
+                &state,
+                &entry,
+                &parts.method,
+                &route,
+                key,
+                0,
+                Outcome::Error,
+                400,
+                Some(detail),
+            );
             return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &message);
         }
     };
     match (state.settings.mode, lookup.hit) {
         (Mode::Replay | Mode::RecordMissing, Some(prepared)) => {
-            journal(&state, &entry, &parts.method, &route, key, lookup.ordinal, Outcome::Hit, prepared.status, None);
+            journal(
+                &state,
+                &entry,
+                &parts.method,
+                &route,
+                key,
+                lookup.ordinal,
+                Outcome::Hit,
+                prepared.status,
+                None,
+            );
             replay(prepared, state.settings.realtime).await
         }
-        (Mode::Replay, None) => miss(&state, &entry, &parts.method, &route, request, key, lookup.ordinal),
+        (Mode::Replay, None) => miss(
+            &state,
+            &entry,
+            &parts.method,
+            &route,
+            request,
+            key,
+            lookup.ordinal,
+        ),
         _ => {
-            let recording = Recording { entry, key, ordinal: lookup.ordinal, request };
-            proxy(&state, &parts, &route, body, Some(recording)).await
+            let recording = Recording {
+                entry,
+                key,
+                ordinal: lookup.ordinal,
+                request,
+            };
+            proxy(&state, &parts, &route, body, recording, true).await
         }
     }
 }
@@ -119,7 +173,12 @@ async fn replay(prepared: Arc<Prepared>, realtime: bool) -> Response<Body> {
         // One write for the whole stream: its chunks are already in order.
         (_, false) => full(prepared.body.clone()),
     };
-    response.body(body).unwrap_or_else(|e| text(StatusCode::INTERNAL_SERVER_ERROR, format!("cargo-llmreplay: a recorded header is not valid: {e}")))
+    response.body(body).unwrap_or_else(|e| {
+        text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cargo-llmreplay: a recorded header is not valid: {e}"),
+        )
+    })
 }
 
 /// Sends each chunk at its recorded time after the request arrived.
@@ -180,15 +239,32 @@ fn miss(
         closest: closest.map(|c| c.differing),
         message: Some(message.clone()),
     };
-    journal(state, entry, method, route, key, ordinal, Outcome::Miss, 404, Some(detail));
-    provider_error(route.provider.kind, StatusCode::NOT_FOUND, "llmreplay_missing_recording", &message)
+    journal(
+        state,
+        entry,
+        method,
+        route,
+        key,
+        ordinal,
+        Outcome::Miss,
+        404,
+        Some(detail),
+    );
+    provider_error(
+        route.provider.kind,
+        StatusCode::NOT_FOUND,
+        "llmreplay_missing_recording",
+        &message,
+    )
 }
 
 /// The command that records a missing request: a filter on the test under nextest, else the mode.
 fn record_hint(test: &TestId) -> String {
     match test.as_str().split_once('$') {
         Some((_, name)) => format!("cargo llmreplay test --record-missing -E 'test(={name})'"),
-        None => "LLMREPLAY_MODE=record-missing (cargo llmreplay serve --mode record-missing)".into(),
+        None => {
+            "LLMREPLAY_MODE=record-missing (cargo llmreplay serve --mode record-missing)".into()
+        }
     }
 }
 
@@ -204,11 +280,19 @@ async fn proxy(
     parts: &http::request::Parts,
     route: &Route,
     body: Bytes,
-    recording: Option<Recording>,
+    recording: Recording,
+    save: bool,
 ) -> Response<Body> {
     let kind = route.provider.kind;
-    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!("{}{}{}", route.provider.upstream, route.upstream_path, query);
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let url = format!(
+        "{}{}{}",
+        route.provider.upstream, route.upstream_path, query
+    );
     let mut upstream = Request::builder().method(parts.method.clone()).uri(&url);
     for (name, value) in &parts.headers {
         if !NOT_FORWARDED.contains(&name.as_str()) {
@@ -219,7 +303,14 @@ async fn proxy(
     upstream = upstream.header(ACCEPT_ENCODING, "identity");
     let upstream = match upstream.body(Full::new(body)) {
         Ok(r) => r,
-        Err(e) => return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &format!("cargo-llmreplay: bad upstream request {url}: {e}")),
+        Err(e) => {
+            return provider_error(
+                kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &format!("cargo-llmreplay: bad upstream request {url}: {e}"),
+            )
+        }
     };
     let started = Instant::now();
     let answer = match state.client.request(upstream).await {
@@ -229,11 +320,28 @@ async fn proxy(
                 "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
                 route.provider.name, route.provider.upstream, route.provider.name, route.provider.name
             );
-            if let Some(r) = &recording {
-                let detail = Detail { message: Some(message.clone()), ..Detail::default() };
-                journal(state, &r.entry, &parts.method, route, r.key.clone(), r.ordinal, Outcome::Error, 502, Some(detail));
-            }
-            return provider_error(kind, StatusCode::BAD_GATEWAY, "llmreplay_upstream_unreachable", &message);
+            let detail = Detail {
+                message: Some(message.clone()),
+                ..Detail::default()
+            };
+            let r = &recording;
+            journal(
+                state,
+                &r.entry,
+                &parts.method,
+                route,
+                r.key.clone(),
+                r.ordinal,
+                Outcome::Error,
+                502,
+                Some(detail),
+            );
+            return provider_error(
+                kind,
+                StatusCode::BAD_GATEWAY,
+                "llmreplay_upstream_unreachable",
+                &message,
+            );
         }
     };
     let headers_at = started.elapsed();
@@ -241,25 +349,49 @@ async fn proxy(
     let (answer_parts, answer_body) = answer.into_parts();
     let mut response = Response::builder().status(status);
     for (name, value) in &answer_parts.headers {
-        if !matches!(name.as_str(), "connection" | "keep-alive" | "transfer-encoding" | "content-length") {
+        if !matches!(
+            name.as_str(),
+            "connection" | "keep-alive" | "transfer-encoding" | "content-length"
+        ) {
             response = response.header(name, value);
         }
     }
     // Rate limits and server errors reach the client but are never saved.
-    let recording = recording.filter(|_| status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error());
-    let Some(recording) = recording else {
+    if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        let r = &recording;
+        journal(
+            state,
+            &r.entry,
+            &parts.method,
+            route,
+            r.key.clone(),
+            r.ordinal,
+            Outcome::Passthrough,
+            status.as_u16(),
+            None,
+        );
         return response
             .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
             .expect("headers copied from a valid response");
-    };
+    }
     let format = stream_format(answer_parts.headers.get(CONTENT_TYPE));
     let headers: BTreeMap<String, String> = answer_parts
         .headers
         .iter()
         .filter(|(name, _)| {
-            !NOT_RECORDED.contains(&name.as_str()) && !state.settings.redact_headers.iter().any(|r| r == name.as_str())
+            !NOT_RECORDED.contains(&name.as_str())
+                && !state
+                    .settings
+                    .redact_headers
+                    .iter()
+                    .any(|r| r == name.as_str())
         })
-        .map(|(name, value)| (name.as_str().to_string(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
     let capture = Capture {
@@ -311,7 +443,9 @@ impl Capture {
         loop {
             match body.frame().await {
                 Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else { continue };
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
                     frames.push((data.clone(), self.started.elapsed().as_millis() as u64));
                     // A client that went away does not stop the recording of a complete answer.
                     let _ = tx.send(Ok(Frame::data(data))).await;
@@ -326,9 +460,13 @@ impl Capture {
             }
         }
         let total_ms = self.started.elapsed().as_millis() as u64;
-        let ttfb_ms = frames.first().map_or(self.headers_at.as_millis() as u64, |f| f.1);
+        let ttfb_ms = frames
+            .first()
+            .map_or(self.headers_at.as_millis() as u64, |f| f.1);
         let response = match self.format {
-            Some(format) => RecordedResponse::with_stream(self.status, self.headers.clone(), format, &frames),
+            Some(format) => {
+                RecordedResponse::with_stream(self.status, self.headers.clone(), format, &frames)
+            }
             None => {
                 let bytes: Vec<u8> = frames.iter().flat_map(|(b, _)| b.iter().copied()).collect();
                 RecordedResponse::with_body(self.status, self.headers.clone(), &bytes)
@@ -361,8 +499,13 @@ impl Capture {
                 let _ = tx.send(Err(io::Error::other(message))).await;
             }
             Err(e) => {
-                self.journal(Outcome::Error, Some(format!("cargo-llmreplay: recording task failed: {e}")));
-                let _ = tx.send(Err(io::Error::other("recording task failed"))).await;
+                self.journal(
+                    Outcome::Error,
+                    Some(format!("cargo-llmreplay: recording task failed: {e}")),
+                );
+                let _ = tx
+                    .send(Err(io::Error::other("recording task failed")))
+                    .await;
             }
         }
     }
@@ -376,7 +519,12 @@ impl Capture {
             ordinal: self.recording.ordinal,
             outcome,
             status: self.status,
-            detail: message.map(|m| Box::new(Detail { message: Some(m), ..Detail::default() })),
+            detail: message.map(|m| {
+                Box::new(Detail {
+                    message: Some(m),
+                    ..Detail::default()
+                })
+            }),
         });
     }
 }
@@ -386,8 +534,17 @@ fn control(state: &State, rest: &str, req: &Request<Incoming>) -> Response<Body>
         req.uri()
             .query()
             .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("test=")))
-            .map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned())
-            .or_else(|| req.headers().get("x-test-id").and_then(|v| v.to_str().ok()).map(str::to_string))
+            .map(|v| {
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+            .or_else(|| {
+                req.headers()
+                    .get("x-test-id")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            })
     };
     match (req.method(), rest) {
         (&Method::GET, "health") => json(serde_json::json!({
@@ -423,7 +580,9 @@ fn full(bytes: Bytes) -> Body {
 fn json(value: serde_json::Value) -> Response<Body> {
     Response::builder()
         .header(CONTENT_TYPE, "application/json")
-        .body(full(serde_json::to_vec(&value).expect("JSON serialises").into()))
+        .body(full(
+            serde_json::to_vec(&value).expect("JSON serialises").into(),
+        ))
         .expect("static headers")
 }
 
@@ -435,11 +594,18 @@ fn text(status: StatusCode, message: String) -> Response<Body> {
         .expect("static headers")
 }
 
-fn provider_error(kind: ProviderKind, status: StatusCode, code: &str, message: &str) -> Response<Body> {
+fn provider_error(
+    kind: ProviderKind,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response<Body> {
     let body = kind.error_body(status.as_u16(), code, message);
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, "application/json")
-        .body(full(serde_json::to_vec(&body).expect("JSON serialises").into()))
+        .body(full(
+            serde_json::to_vec(&body).expect("JSON serialises").into(),
+        ))
         .expect("static headers")
 }

@@ -94,7 +94,10 @@ impl Journal {
 
     pub fn stats(&self) -> Stats {
         let records = self.records.lock().expect("journal lock");
-        let mut s = Stats { requests: records.len(), ..Stats::default() };
+        let mut s = Stats {
+            requests: records.len(),
+            ..Stats::default()
+        };
         for r in records.iter() {
             *match r.outcome {
                 Outcome::Hit => &mut s.hits,
@@ -138,7 +141,13 @@ impl Journal {
         records
             .iter()
             .filter(|r| r.outcome == Outcome::Miss)
-            .map(|r| (r.entry.test.to_string(), r.path.clone(), r.detail.as_deref().cloned().unwrap_or_default()))
+            .map(|r| {
+                (
+                    r.entry.test.to_string(),
+                    r.path.clone(),
+                    r.detail.as_deref().cloned().unwrap_or_default(),
+                )
+            })
             .collect()
     }
 }

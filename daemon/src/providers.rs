@@ -154,8 +154,14 @@ mod tests {
         assert_eq!(ProviderKind::for_path("/v1/responses"), Some(OpenAi));
         assert_eq!(ProviderKind::for_path("/v1/messages"), Some(Anthropic));
         assert_eq!(ProviderKind::for_path("/api/chat"), Some(Ollama));
-        assert_eq!(ProviderKind::for_path("/v1beta/models/g:streamGenerateContent"), Some(Gemini));
-        assert_eq!(ProviderKind::for_path("/v1/models/g:generateContent"), Some(Gemini));
+        assert_eq!(
+            ProviderKind::for_path("/v1beta/models/g:streamGenerateContent"),
+            Some(Gemini)
+        );
+        assert_eq!(
+            ProviderKind::for_path("/v1/models/g:generateContent"),
+            Some(Gemini)
+        );
         assert_eq!(ProviderKind::for_path("/nothing"), None);
     }
 }

@@ -15,13 +15,17 @@ pub struct Route {
     pub upstream_path: String,
 }
 
-pub fn resolve(path: &str, test_header: Option<&str>, providers: &[Arc<Provider>]) -> Result<Route, String> {
+pub fn resolve(
+    path: &str,
+    test_header: Option<&str>,
+    providers: &[Arc<Provider>],
+) -> Result<Route, String> {
     let (test, rest) = match path.strip_prefix("/t/") {
         Some(after) => {
             let (encoded, rest) = after.split_at(after.find('/').unwrap_or(after.len()));
-            let id = percent_decode_str(encoded)
-                .decode_utf8()
-                .map_err(|_| format!("the test id in {path:?} is not UTF-8 once percent-decoded"))?;
+            let id = percent_decode_str(encoded).decode_utf8().map_err(|_| {
+                format!("the test id in {path:?} is not UTF-8 once percent-decoded")
+            })?;
             (Some(TestId::new(id)), rest)
         }
         None => (None, path),
@@ -32,15 +36,27 @@ pub fn resolve(path: &str, test_header: Option<&str>, providers: &[Arc<Provider>
     let first = rest.trim_start_matches('/').split('/').next().unwrap_or("");
     if let Some(p) = providers.iter().find(|p| p.name.as_str() == first) {
         let upstream_path = &rest[1 + first.len()..];
-        let upstream_path = if upstream_path.is_empty() { "/" } else { upstream_path };
-        return Ok(Route { test, provider: p.clone(), upstream_path: upstream_path.to_string() });
+        let upstream_path = if upstream_path.is_empty() {
+            "/"
+        } else {
+            upstream_path
+        };
+        return Ok(Route {
+            test,
+            provider: p.clone(),
+            upstream_path: upstream_path.to_string(),
+        });
     }
     if let Some(kind) = ProviderKind::for_path(rest) {
         let p = providers
             .iter()
             .find(|p| p.name.as_str() == kind.as_str())
             .expect("built-in providers are always present");
-        return Ok(Route { test, provider: p.clone(), upstream_path: rest.to_string() });
+        return Ok(Route {
+            test,
+            provider: p.clone(),
+            upstream_path: rest.to_string(),
+        });
     }
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
     Err(format!(
@@ -54,21 +70,47 @@ mod tests {
     use super::*;
 
     fn providers() -> Vec<Arc<Provider>> {
-        ProviderKind::ALL.iter().map(|k| Arc::new(Provider::builtin(*k))).collect()
+        ProviderKind::ALL
+            .iter()
+            .map(|k| Arc::new(Provider::builtin(*k)))
+            .collect()
     }
 
     #[test]
     fn the_three_forms() {
         let ps = providers();
-        let r = resolve("/t/my-crate%3A%3Achat%24streams_reply/openai/v1/chat/completions", None, &ps).unwrap();
+        let r = resolve(
+            "/t/my-crate%3A%3Achat%24streams_reply/openai/v1/chat/completions",
+            None,
+            &ps,
+        )
+        .unwrap();
         assert_eq!(r.test.as_str(), "my-crate::chat$streams_reply");
-        assert_eq!((r.provider.name.as_str(), r.upstream_path.as_str()), ("openai", "/v1/chat/completions"));
+        assert_eq!(
+            (r.provider.name.as_str(), r.upstream_path.as_str()),
+            ("openai", "/v1/chat/completions")
+        );
         let r = resolve("/anthropic/v1/messages", Some("suite > one"), &ps).unwrap();
-        assert_eq!((r.test.as_str(), r.provider.name.as_str()), ("suite > one", "anthropic"));
+        assert_eq!(
+            (r.test.as_str(), r.provider.name.as_str()),
+            ("suite > one", "anthropic")
+        );
         let r = resolve("/v1beta/models/g:generateContent", None, &ps).unwrap();
-        assert_eq!((r.test.as_str(), r.provider.name.as_str()), ("default", "gemini"));
+        assert_eq!(
+            (r.test.as_str(), r.provider.name.as_str()),
+            ("default", "gemini")
+        );
         let r = resolve("/t/x/api/chat", None, &ps).unwrap();
-        assert_eq!((r.test.as_str(), r.provider.name.as_str(), r.upstream_path.as_str()), ("x", "ollama", "/api/chat"));
-        assert!(resolve("/t/x/elsewhere", None, &ps).unwrap_err().contains("no provider"));
+        assert_eq!(
+            (
+                r.test.as_str(),
+                r.provider.name.as_str(),
+                r.upstream_path.as_str()
+            ),
+            ("x", "ollama", "/api/chat")
+        );
+        assert!(resolve("/t/x/elsewhere", None, &ps)
+            .unwrap_err()
+            .contains("no provider"));
     }
 }

@@ -1,0 +1,440 @@
+//! Test support: a loopback fake provider that speaks the real wire formats (OpenAI JSON and SSE
+//! with `[DONE]`, Anthropic SSE events, Gemini SSE, Ollama NDJSON), and a handle on the real
+//! `cargo-llmreplay serve` process. The fake is the only stand-in: everything else is real.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the fake provider received.
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub path: String,
+    pub query: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+#[derive(Default)]
+pub struct FakeState {
+    pub received: Mutex<Vec<Received>>,
+    calls: AtomicUsize,
+    /// Appended to every answer, to make the provider "change its mind".
+    pub suffix: Mutex<String>,
+    /// Pause between stream chunks.
+    pub chunk_gap: Mutex<Duration>,
+}
+
+/// A fake LLM provider on 127.0.0.1. Prompts steer it: `FAIL500` and `RATE429` answer those
+/// statuses, `BREAK` cuts a stream off mid-way, `COUNT` puts the call number in the answer.
+pub struct FakeProvider {
+    pub addr: SocketAddr,
+    pub state: Arc<FakeState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl FakeProvider {
+    pub async fn start() -> FakeProvider {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(FakeState::default());
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let st = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let socket = tokio::select! {
+                    s = listener.accept() => s.unwrap().0,
+                    _ = &mut stopped => return,
+                };
+                let st = st.clone();
+                tokio::spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| answer(st.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(socket), svc)
+                        .await;
+                });
+            }
+        });
+        FakeProvider {
+            addr,
+            state,
+            stop: Some(stop),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting connections: from now on only cassettes can answer.
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+}
+
+type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
+fn last_user_text(body: &Value) -> String {
+    let from = |list: &Value| {
+        list.as_array()?
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .map(|m| match (&m["content"], &m["parts"]) {
+                (Value::String(s), _) => s.clone(),
+                (_, Value::Array(p)) => p[0]["text"].as_str().unwrap_or("").to_string(),
+                (c, _) => c.to_string(),
+            })
+    };
+    from(&body["messages"])
+        .or_else(|| from(&body["contents"]))
+        .or_else(|| body["prompt"].as_str().map(str::to_string))
+        .or_else(|| body["input"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+async fn answer(
+    state: Arc<FakeState>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
+    let headers = req
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let bytes = req.into_body().collect().await.unwrap().to_bytes();
+    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    state.received.lock().unwrap().push(Received {
+        path: path.clone(),
+        query: query.clone(),
+        headers,
+        body: body.clone(),
+    });
+    let n = state.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    let prompt = last_user_text(&body);
+    let status_for = |s: u16| {
+        Response::builder()
+            .status(s)
+            .header("content-type", "application/json")
+            .body(full(
+                json!({"error": {"message": format!("fake {s}"), "type": "server_error"}})
+                    .to_string(),
+            ))
+            .unwrap()
+    };
+    if prompt.contains("FAIL500") {
+        return Ok(status_for(500));
+    }
+    if prompt.contains("RATE429") {
+        return Ok(status_for(429));
+    }
+    let suffix = state.suffix.lock().unwrap().clone();
+    let counted = if prompt.contains("COUNT") {
+        format!(" (call {n})")
+    } else {
+        String::new()
+    };
+    let text = format!("You said: {prompt}{counted}{suffix}");
+    let words: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
+    let gap = *state.chunk_gap.lock().unwrap();
+    let breaks = prompt.contains("BREAK");
+    let stream = body["stream"] == json!(true);
+    let resp = if path == "/v1/chat/completions" {
+        let id = format!("chatcmpl-{n}");
+        if stream {
+            let mut events: Vec<String> = words
+                .iter()
+                .map(|w| format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": body["model"], "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": null}]})))
+                .collect();
+            events.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": body["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
+            events.push("data: [DONE]\n\n".into());
+            sse(events, gap, breaks, "text/event-stream")
+        } else {
+            // OpenAI answers pretty-printed JSON with a final newline.
+            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": body["model"], "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": words.len(), "total_tokens": 5 + words.len()}});
+            json_response(
+                serde_json::to_string_pretty(&v).unwrap() + "\n",
+                &[
+                    ("x-request-id", &format!("req_{n}")),
+                    ("openai-organization", "org-secret-team"),
+                    ("set-cookie", "__cf_bm=SECRETCOOKIE"),
+                ],
+            )
+        }
+    } else if path == "/v1/embeddings" {
+        json_response(json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 0.125]}], "model": body["model"], "usage": {"prompt_tokens": 2, "total_tokens": 2}}).to_string(), &[])
+    } else if path == "/v1/responses" {
+        json_response(json!({"id": format!("resp_{n}"), "object": "response", "created_at": n, "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}], "usage": {"total_tokens": 7}}).to_string(), &[])
+    } else if path == "/v1/messages" {
+        let id = format!("msg_{n}");
+        if stream {
+            let mut events = vec![
+                format!(
+                    "event: message_start\ndata: {}\n\n",
+                    json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant", "content": [], "model": body["model"], "usage": {"input_tokens": 5, "output_tokens": 1}}})
+                ),
+                format!(
+                    "event: content_block_start\ndata: {}\n\n",
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+                ),
+                "event: ping\ndata: {\"type\": \"ping\"}\n\n".to_string(),
+            ];
+            for w in &words {
+                events.push(format!("event: content_block_delta\ndata: {}\n\n", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": w}})));
+            }
+            events.push(format!(
+                "event: content_block_stop\ndata: {}\n\n",
+                json!({"type": "content_block_stop", "index": 0})
+            ));
+            events.push(format!("event: message_delta\ndata: {}\n\n", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": words.len()}})));
+            events.push(format!(
+                "event: message_stop\ndata: {}\n\n",
+                json!({"type": "message_stop"})
+            ));
+            sse(events, gap, breaks, "text/event-stream; charset=utf-8")
+        } else {
+            json_response(json!({"id": id, "type": "message", "role": "assistant", "model": body["model"], "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": words.len()}}).to_string(), &[])
+        }
+    } else if path.contains(":streamGenerateContent") {
+        // Gemini separates events with CRLF pairs.
+        let events = words
+            .iter()
+            .map(|w| format!("data: {}\r\n\r\n", json!({"candidates": [{"content": {"parts": [{"text": w}], "role": "model"}, "index": 0}], "usageMetadata": {"promptTokenCount": 5}, "responseId": format!("r{n}")})))
+            .collect();
+        sse(events, gap, breaks, "text/event-stream")
+    } else if path.contains(":generateContent") {
+        json_response(json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 9}, "responseId": format!("r{n}")}).to_string(), &[])
+    } else if path == "/api/chat" || path == "/api/generate" {
+        let chat = path == "/api/chat";
+        let line = |w: &str, done: bool| {
+            let mut v = if chat {
+                json!({"model": body["model"], "created_at": format!("2026-01-01T00:00:{n:02}Z"), "message": {"role": "assistant", "content": w}, "done": done})
+            } else {
+                json!({"model": body["model"], "created_at": format!("2026-01-01T00:00:{n:02}Z"), "response": w, "done": done})
+            };
+            if done {
+                v["total_duration"] = json!(1000 + n);
+                v["eval_count"] = json!(words.len());
+            }
+            v.to_string() + "\n"
+        };
+        if body["stream"] == json!(false) {
+            json_response(line(&text, true), &[])
+        } else {
+            let mut lines: Vec<String> = words.iter().map(|w| line(w, false)).collect();
+            lines.push(line("", true));
+            sse(lines, gap, breaks, "application/x-ndjson")
+        }
+    } else if path == "/api/embed" {
+        json_response(
+            json!({"model": body["model"], "embeddings": [[0.5, 0.25]]}).to_string(),
+            &[],
+        )
+    } else {
+        Response::builder()
+            .status(404)
+            .body(full(format!("fake provider: no route {path}")))
+            .unwrap()
+    };
+    Ok(resp)
+}
+
+fn full(s: String) -> Body {
+    Full::new(Bytes::from(s))
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+fn json_response(body: String, extra: &[(&str, &str)]) -> Response<Body> {
+    let mut b = Response::builder().header("content-type", "application/json");
+    for (k, v) in extra {
+        b = b.header(*k, *v);
+    }
+    b.body(full(body)).unwrap()
+}
+
+fn sse(events: Vec<String>, gap: Duration, breaks: bool, content_type: &str) -> Response<Body> {
+    let take = if breaks { 2 } else { events.len() };
+    let mut items: Vec<Result<Frame<Bytes>, std::io::Error>> = events
+        .into_iter()
+        .take(take)
+        .map(|e| Ok(Frame::data(Bytes::from(e))))
+        .collect();
+    if breaks {
+        items.push(Err(std::io::Error::other(
+            "connection reset by the fake provider",
+        )));
+    }
+    let stream = futures_util::stream::unfold(
+        (items.into_iter(), true),
+        move |(mut it, first)| async move {
+            let item = it.next()?;
+            if !first && !gap.is_zero() {
+                tokio::time::sleep(gap).await;
+            }
+            if item.is_err() {
+                // Let hyper flush what came before, as a connection reset mid-stream would.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Some((item, (it, false)))
+        },
+    );
+    Response::builder()
+        .header("content-type", content_type)
+        .body(StreamBody::new(stream).boxed_unsync())
+        .unwrap()
+}
+
+/// The built `cargo-llmreplay` binary.
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cargo-llmreplay"))
+}
+
+/// A running `cargo llmreplay serve`. Killed on drop; `stop` shuts it down as Ctrl-C would.
+pub struct Serve {
+    child: Option<Child>,
+    pub base: String,
+}
+
+pub struct Stopped {
+    pub status: std::process::ExitStatus,
+    pub stderr: String,
+}
+
+impl Serve {
+    /// Starts `serve` in `dir` with `args`, and waits for its first stdout line: the daemon is
+    /// listening once it is printed, so no sleep is needed.
+    pub fn start(dir: &Path, args: &[&str]) -> Serve {
+        Self::start_with_env(dir, args, &[])
+    }
+
+    pub fn start_with_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Serve {
+        match Self::try_start(dir, args, env) {
+            Ok(s) => s,
+            Err(stderr) => panic!("serve did not start: {stderr}"),
+        }
+    }
+
+    /// Like `start`, but returns what it printed on stderr when it exits instead of serving.
+    pub fn try_start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Serve, String> {
+        let mut cmd = Command::new(binary());
+        cmd.arg("llmreplay")
+            .arg("serve")
+            .args(args)
+            .current_dir(dir);
+        cmd.env_remove("CI").env_remove("LLMREPLAY_MODE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cargo-llmreplay");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        match line.trim().strip_prefix("LLMREPLAY_BASE_URL=") {
+            Some(base) => Ok(Serve {
+                child: Some(child),
+                base: base.to_string(),
+            }),
+            None => {
+                let mut err = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                child.wait().unwrap();
+                Err(err)
+            }
+        }
+    }
+
+    /// The per-test base URL the runner injects: `<base>/t/<percent-encoded id>`.
+    pub fn for_test(&self, test_id: &str) -> String {
+        let mut enc = String::new();
+        for b in test_id.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                enc.push(b as char);
+            } else {
+                enc.push_str(&format!("%{b:02X}"));
+            }
+        }
+        format!("{}/t/{enc}", self.base)
+    }
+
+    /// SIGTERM, then waits for the summary and the exit status.
+    pub fn stop(mut self) -> Stopped {
+        let mut child = self.child.take().unwrap();
+        Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        Stopped {
+            status: child.wait().unwrap(),
+            stderr,
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Every file below `dir`, with its text: for "no secret anywhere" assertions.
+pub fn all_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out
+}
+
+pub fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
