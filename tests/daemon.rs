@@ -335,7 +335,7 @@ async fn repeated_identical_requests_replay_in_recorded_order() {
         .unwrap();
     assert_eq!(begin.status(), 200);
     assert_eq!(
-        post(&http, &url, &[("x-test-id", "seq test")], body)
+        post(&http, &url, &[("x-test-id", "seq test")], body.clone())
             .await
             .2,
         recorded[0]
@@ -344,6 +344,18 @@ async fn repeated_identical_requests_replay_in_recorded_order() {
         dir.path().join("c/seq-test/openai.json").exists(),
         "aimock's slug for an X-Test-Id"
     );
+    replay.stop();
+    // With --allow-repeats, calls past the recordings get the last one.
+    let repeats = Serve::start(dir.path(), &["--cassette-dir", "c", "--allow-repeats"]);
+    let url = format!("{}/v1/chat/completions", repeats.base);
+    for expected in [&recorded[0], &recorded[1], &recorded[2], &recorded[2]] {
+        assert_eq!(
+            post(&http, &url, &[("x-test-id", "seq test")], body.clone())
+                .await
+                .2,
+            *expected
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,6 +37,10 @@ pub struct ServeArgs {
     /// Replay streams at their recorded pace instead of all at once.
     #[arg(long)]
     realtime: bool,
+    /// Replay the last recording of a request to calls beyond those recorded (polling loops, load
+    /// tests), instead of answering them as missing.
+    #[arg(long)]
+    allow_repeats: bool,
     /// Configuration file [default: ./llmreplay.toml when present].
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
@@ -62,6 +66,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         cassette_dir: args.cassette_dir,
         upstreams: args.upstream,
         realtime: args.realtime,
+        allow_repeats: args.allow_repeats,
     };
     let root =
         std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;

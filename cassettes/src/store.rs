@@ -33,7 +33,8 @@ pub struct Entry {
 struct State {
     loaded: Option<Loaded>,
     cursors: HashMap<Key, usize>,
-    used: HashSet<(Key, usize)>,
+    /// Positions of the interactions replayed in this run (stable: records replace or append).
+    used: HashSet<usize>,
 }
 
 struct Loaded {
@@ -154,23 +155,38 @@ impl Store {
 }
 
 impl Entry {
-    /// Takes the next ordinal for `key` and returns the recording it maps to, if any.
-    pub fn next(&self, key: &Key) -> Result<Lookup, Error> {
+    /// Takes the next ordinal for `key` and returns the recording it maps to, if any. With
+    /// `repeat_last`, a request beyond the recordings gets the last one (vcrpy's playback repeats).
+    pub fn next(&self, key: &Key, repeat_last: bool) -> Result<Lookup, Error> {
         let mut state = self.state.lock().expect("entry lock");
         let state = &mut *state;
         let loaded = self.ensure_loaded(&mut state.loaded)?;
-        let cursor = state.cursors.entry(key.clone()).or_insert(0);
-        let ordinal = *cursor;
-        *cursor += 1;
-        let hit = loaded
-            .index
-            .get(key)
-            .and_then(|positions| positions.get(ordinal))
-            .map(|&i| loaded.prepared[i].clone());
-        if hit.is_some() {
-            state.used.insert((key.clone(), ordinal));
+        // The hot path: no allocation once a key has been seen.
+        let ordinal = match state.cursors.get_mut(key) {
+            Some(cursor) => {
+                *cursor += 1;
+                *cursor - 1
+            }
+            None => {
+                state.cursors.insert(key.clone(), 1);
+                0
+            }
+        };
+        let position = loaded.index.get(key).and_then(|positions| {
+            let n = if repeat_last {
+                ordinal.min(positions.len() - 1)
+            } else {
+                ordinal
+            };
+            positions.get(n).copied()
+        });
+        if let Some(i) = position {
+            state.used.insert(i);
         }
-        Ok(Lookup { ordinal, hit })
+        Ok(Lookup {
+            ordinal,
+            hit: position.map(|i| loaded.prepared[i].clone()),
+        })
     }
 
     /// The recording of this test closest to `request`: fewest differing fields.
@@ -198,9 +214,9 @@ impl Entry {
         };
         let mut seen: HashMap<&Key, usize> = HashMap::new();
         let mut out = Vec::new();
-        for i in &loaded.cassette.interactions {
+        for (position, i) in loaded.cassette.interactions.iter().enumerate() {
             let n = seen.entry(&i.key).or_insert(0);
-            if !state.used.contains(&(i.key.clone(), *n)) {
+            if !state.used.contains(&position) {
                 out.push((i.key.clone(), *n));
             }
             *n += 1;
@@ -361,7 +377,7 @@ mod tests {
         let e = store.entry(&t, &p).unwrap();
         let a = interaction("a", r#"{"id":"1","n":1}"#);
         let key = a.key.clone();
-        assert_eq!(e.next(&key).unwrap().ordinal, 0);
+        assert_eq!(e.next(&key, false).unwrap().ordinal, 0);
         assert_eq!(e.record(0, a).unwrap(), RecordOutcome::Appended);
         assert_eq!(
             e.record(1, interaction("a", r#"{"n":2}"#)).unwrap(),
@@ -387,12 +403,15 @@ mod tests {
         let fresh = Store::new(dir.path());
         let e = fresh.entry(&t, &p).unwrap();
         assert_eq!(
-            &e.next(&key).unwrap().hit.unwrap().body[..],
+            &e.next(&key, false).unwrap().hit.unwrap().body[..],
             br#"{"id":"1","n":1}"#
         );
-        assert_eq!(&e.next(&key).unwrap().hit.unwrap().body[..], br#"{"n":22}"#);
+        assert_eq!(
+            &e.next(&key, false).unwrap().hit.unwrap().body[..],
+            br#"{"n":22}"#
+        );
         assert!(
-            e.next(&key).unwrap().hit.is_none(),
+            e.next(&key, false).unwrap().hit.is_none(),
             "a third request has no recording"
         );
         let other = file_key(&e, 2);
@@ -401,8 +420,16 @@ mod tests {
             vec![(other, 0)],
             "only the recording of prompt b was not replayed"
         );
+        assert!(
+            e.next(&key, true).unwrap().hit.is_some(),
+            "unless repeats are allowed"
+        );
         fresh.reset_test(&t);
-        assert_eq!(e.next(&key).unwrap().ordinal, 0, "a retry starts afresh");
+        assert_eq!(
+            e.next(&key, false).unwrap().ordinal,
+            0,
+            "a retry starts afresh"
+        );
         let file: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();
         assert_eq!(file.interactions.len(), 3);
         assert_eq!(
@@ -421,7 +448,7 @@ mod tests {
         std::fs::create_dir_all(e.path.parent().unwrap()).unwrap();
         std::fs::write(&e.path, "{\n  \"llmreplay\": 1,\n  oops\n").unwrap();
         let err = e
-            .next(&interaction("a", "{}").key)
+            .next(&interaction("a", "{}").key, false)
             .err()
             .unwrap()
             .to_string();

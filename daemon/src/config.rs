@@ -116,6 +116,7 @@ pub struct Overrides {
     /// `NAME=URL` pairs from `--upstream`.
     pub upstreams: Vec<String>,
     pub realtime: bool,
+    pub allow_repeats: bool,
 }
 
 /// The daemon's settings, checked and compiled.
@@ -128,6 +129,8 @@ pub struct Settings {
     /// Response headers never written, lowercase, on top of the built-in secret list.
     pub redact_headers: Vec<String>,
     pub realtime: bool,
+    /// Replay the last recording of a key to requests beyond its recordings, instead of missing.
+    pub allow_repeats: bool,
 }
 
 impl Settings {
@@ -238,6 +241,7 @@ impl Settings {
                 .map(|h| h.to_ascii_lowercase())
                 .collect(),
             realtime: overrides.realtime,
+            allow_repeats: overrides.allow_repeats,
         })
     }
 }

@@ -77,7 +77,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         };
         return proxy(&state, &parts, &route, body, recording, false).await;
     }
-    let lookup = match entry.next(&key) {
+    let lookup = match entry.next(&key, state.settings.allow_repeats) {
         Ok(lookup) => lookup,
         Err(e) => {
             let message = e.to_string();
