@@ -4,7 +4,12 @@
 
 use cassettes::{Entry, Key};
 use serde::Serialize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Hits kept one by one; past this they are only counted, so a long-running daemon (or a load
+/// test) does not grow without bound. Misses, recordings and errors are always kept.
+pub const MAX_KEPT_HITS: usize = 100_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -71,6 +76,8 @@ pub struct JournalLine<'a> {
 #[derive(Default)]
 pub struct Journal {
     records: Mutex<Vec<Record>>,
+    kept_hits: AtomicUsize,
+    counted_hits: AtomicUsize,
 }
 
 /// Counts by outcome.
@@ -89,13 +96,21 @@ pub struct Stats {
 
 impl Journal {
     pub fn push(&self, record: Record) {
+        if record.outcome == Outcome::Hit
+            && self.kept_hits.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_HITS
+        {
+            self.counted_hits.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.records.lock().expect("journal lock").push(record);
     }
 
     pub fn stats(&self) -> Stats {
         let records = self.records.lock().expect("journal lock");
+        let counted = self.counted_hits.load(Ordering::Relaxed);
         let mut s = Stats {
-            requests: records.len(),
+            requests: records.len() + counted,
+            hits: counted,
             ..Stats::default()
         };
         for r in records.iter() {

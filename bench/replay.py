@@ -1,0 +1,170 @@
+"""Drives bench/replay.sh: records the floor's answers through `serve --mode record`, then runs
+wrk against the floor, `serve` in replay mode and aimock serving the same answers, and prints
+requests/s, p50/p99 and the ratios. Servers are found ready by polling their port, not by sleeping
+a fixed time."""
+import argparse, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+
+SHORT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "short"}]}
+STREAM = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "stream"}]}
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, proc, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"server exited early with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    sys.exit(f"nothing listened on {port} within {timeout}s")
+
+
+def post(url, body, headers=None):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(req) as r:
+        return r.status, r.read()
+
+
+def start_serve(binary, args, cwd):
+    t0 = time.perf_counter()
+    p = subprocess.Popen([binary, "llmreplay", "serve", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline().strip()
+    ready = time.perf_counter() - t0
+    assert line.startswith("LLMREPLAY_BASE_URL="), line
+    return p, line.split("=", 1)[1], ready
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)
+
+
+def rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+
+def to_ms(v):
+    num, unit = re.match(r"([\d.]+)(\w+)", v).groups()
+    return float(num) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def wrk(url, body, conns, secs, work):
+    script = os.path.join(work, "post.lua")
+    with open(script, "w") as f:
+        f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = %s\n' % json.dumps(json.dumps(body)))
+    out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--latency", "-s", script, url], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p50 = to_ms(re.search(r"50%\s+(\S+)", out).group(1))
+    p99 = to_ms(re.search(r"99%\s+(\S+)", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = re.search(r"Socket errors: (.*)", out)
+    return {"rps": rps, "p50": p50, "p99": p99, "non2xx": int(bad.group(1)) if bad else 0, "socket_errors": errors.group(1) if errors else ""}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("llmreplay", "floor", "aimock", "work"):
+        ap.add_argument("--" + a, required=True)
+    ap.add_argument("--seconds", type=int, default=5)
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="llmreplay-bench-", dir=a.work)
+    procs = []
+    try:
+        fport = free_port()
+        floor = subprocess.Popen([a.floor, f"127.0.0.1:{fport}"], stderr=subprocess.DEVNULL)
+        procs.append(floor)
+        wait_port(fport, floor)
+        floor_url = f"http://127.0.0.1:{fport}"
+
+        # Record the floor's two answers, as a user would record a provider's.
+        rec, base, _ = start_serve(a.llmreplay, ["--mode", "record", "--cassette-dir", "cas", "--upstream", f"openai={floor_url}"], tmp)
+        short_path, stream_path = "/t/bench/openai/v1/chat/completions", "/t/bench/openai/v1/stream"
+        assert post(base + short_path, SHORT)[0] == 200
+        status, streamed = post(base + stream_path, STREAM)
+        assert status == 200 and streamed.count(b"data: ") == 49, streamed[:200]
+        stop(rec)
+        cassette = json.load(open(os.path.join(tmp, "cas/bench/openai.json")))
+        assert len(cassette["interactions"]) == 2
+
+        # aimock serves the same answers: 48 content chunks of 7 characters for the stream.
+        words = "".join(f"word{i:02d} " for i in range(48))
+        fixtures = os.path.join(tmp, "fixtures.json")
+        json.dump({"fixtures": [
+            {"match": {"userMessage": "short"}, "response": {"content": "Hi there! How can I help you today?"}},
+            {"match": {"userMessage": "stream"}, "response": {"content": words}},
+        ]}, open(fixtures, "w"))
+        aport = free_port()
+        aimock = subprocess.Popen([a.aimock, "-p", str(aport), "-f", fixtures, "-c", "7", "--log-level", "silent", "--journal-max", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(aimock)
+        wait_port(aport, aimock)
+        aimock_url = f"http://127.0.0.1:{aport}/v1/chat/completions"
+        _, body = post(aimock_url, STREAM)
+        print(f"aimock stream: {body.count(b'data: ')} SSE frames", file=sys.stderr)
+
+        serve, base, _ = start_serve(a.llmreplay, ["--cassette-dir", "cas", "--allow-repeats"], tmp)
+        procs.append(serve)
+        assert post(base + stream_path, STREAM)[1] == streamed, "replay is byte for byte"
+        rss_before = rss_kb(serve.pid)
+
+        targets = {
+            "floor": {"short": floor_url + "/v1/chat/completions", "stream": floor_url + "/v1/stream"},
+            "llmreplay": {"short": base + short_path, "stream": base + stream_path},
+            "aimock": {"short": aimock_url, "stream": aimock_url},
+        }
+        scenarios = [("short JSON", "short", SHORT, 1), ("short JSON", "short", SHORT, 32), ("48-chunk SSE", "stream", STREAM, 1), ("48-chunk SSE", "stream", STREAM, 32)]
+        rows = []
+        for label, kind, body, conns in scenarios:
+            r = {name: wrk(t[kind], body, conns, a.seconds, tmp) for name, t in targets.items()}
+            rows.append((label, conns, r))
+        rss_after = rss_kb(serve.pid)
+        stop(serve)
+        procs.remove(serve)
+
+        print(f"\nwrk -t1, {a.seconds}s per run, all servers on this machine's 2 cores with wrk; one run:\n")
+        print("| scenario | c | floor rps (p50/p99 ms) | llmreplay rps (p50/p99 ms) | aimock rps (p50/p99 ms) | llmreplay/floor | llmreplay/aimock |")
+        print("|---|---|---|---|---|---|---|")
+        for label, conns, r in rows:
+            cell = lambda x: f"{x['rps']:,.0f} ({x['p50']:.2f}/{x['p99']:.2f})" + (f" {x['non2xx']} non-2xx" if x["non2xx"] else "") + (f" errors: {x['socket_errors']}" if x["socket_errors"] else "")
+            print(f"| {label} | {conns} | {cell(r['floor'])} | {cell(r['llmreplay'])} | {cell(r['aimock'])} | {r['llmreplay']['rps'] / r['floor']['rps']:.2f} | {r['llmreplay']['rps'] / r['aimock']['rps']:.1f}x |")
+        print(f"\nllmreplay RSS: {rss_before / 1024:.1f} MiB after its first request, {rss_after / 1024:.1f} MiB after the runs (its journal keeps every request)")
+
+        # Ready time and memory with 10,000 cassette folders: they must load lazily.
+        big = os.path.join(tmp, "big")
+        one = json.dumps(cassette, indent=2)
+        for i in range(10_000):
+            d = os.path.join(big, f"crate--t{i}")
+            os.makedirs(d)
+            with open(os.path.join(d, "openai.json"), "w") as f:
+                f.write(one.replace('"test": "bench"', f'"test": "crate$t{i}"'))
+        for folders, cdir in (("0", os.path.join(tmp, "empty")), ("10,000", big)):
+            os.makedirs(cdir, exist_ok=True)
+            readies = []
+            for _ in range(5):
+                p, b, ready = start_serve(a.llmreplay, ["--cassette-dir", cdir], tmp)
+                readies.append(ready)
+                if cdir == big:
+                    status, _ = post(b + "/t/crate%24t42/openai/v1/chat/completions", SHORT)
+                    assert status == 200
+                rss = rss_kb(p.pid)
+                stop(p)
+            readies.sort()
+            print(f"serve with {folders} cassette folders: ready (spawn to first stdout line) median {readies[2] * 1000:.1f} ms, RSS {rss / 1024:.1f} MiB" + (" after replaying one test" if cdir == big else ""))
+    finally:
+        for p in procs:
+            p.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
