@@ -261,7 +261,9 @@ fn miss(
 /// The command that records a missing request: a filter on the test under nextest, else the mode.
 fn record_hint(test: &TestId) -> String {
     match test.as_str().split_once('$') {
-        Some((_, name)) => format!("cargo llmreplay test --record-missing -E 'test(={name})'"),
+        Some((_, name)) => format!(
+            "cargo llmreplay test --record-missing -E 'test(={name})' (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
+        ),
         None => {
             "LLMREPLAY_MODE=record-missing (cargo llmreplay serve --mode record-missing)".into()
         }
