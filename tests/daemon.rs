@@ -18,6 +18,18 @@ type Call = (&'static str, Vec<(&'static str, &'static str)>, Value);
 
 const SECRET: &str = "sk-test-SECRET-must-never-be-written";
 
+/// `serve` arguments that record into `c/` from the given `--upstream NAME=URL`.
+fn record_args(upstream: &str) -> [&str; 6] {
+    [
+        "--cassette-dir",
+        "c",
+        "--mode",
+        "record",
+        "--upstream",
+        upstream,
+    ]
+}
+
 fn init() -> reqwest::Client {
     // reqwest is built with rustls but no crypto provider: pick ring, as the daemon does.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -364,14 +376,7 @@ async fn two_daemons_recording_into_one_cassette_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start().await;
     let up = format!("openai={}", fake.url());
-    let args = [
-        "--cassette-dir",
-        "c",
-        "--mode",
-        "record",
-        "--upstream",
-        up.as_str(),
-    ];
+    let args = record_args(&up);
     let (a, b) = (
         Serve::start(dir.path(), &args),
         Serve::start(dir.path(), &args),
@@ -581,14 +586,7 @@ async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_repl
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start().await;
     let up = format!("openai={}", fake.url());
-    let args = [
-        "--cassette-dir",
-        "c",
-        "--mode",
-        "record",
-        "--upstream",
-        up.as_str(),
-    ];
+    let args = record_args(&up);
     let send = |base: String, prompt: &'static str| {
         let http = http.clone();
         async move {

@@ -277,6 +277,30 @@ struct Recording {
     request: RecordedRequest,
 }
 
+impl Recording {
+    fn log(
+        &self,
+        state: &State,
+        method: &Method,
+        route: &Route,
+        outcome: Outcome,
+        status: u16,
+        detail: Option<Detail>,
+    ) {
+        journal(
+            state,
+            &self.entry,
+            method,
+            route,
+            self.key.clone(),
+            self.ordinal,
+            outcome,
+            status,
+            detail,
+        );
+    }
+}
+
 async fn proxy(
     state: &Arc<State>,
     parts: &http::request::Parts,
@@ -326,14 +350,10 @@ async fn proxy(
                 message: Some(message.clone()),
                 ..Detail::default()
             };
-            let r = &recording;
-            journal(
+            recording.log(
                 state,
-                &r.entry,
                 &parts.method,
                 route,
-                r.key.clone(),
-                r.ordinal,
                 Outcome::Error,
                 502,
                 Some(detail),
@@ -360,14 +380,10 @@ async fn proxy(
     }
     // Rate limits and server errors reach the client but are never saved.
     if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-        let r = &recording;
-        journal(
+        recording.log(
             state,
-            &r.entry,
             &parts.method,
             route,
-            r.key.clone(),
-            r.ordinal,
             Outcome::Passthrough,
             status.as_u16(),
             None,

@@ -6,11 +6,19 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// Everything but unreserved URL characters is encoded, so `::`, `$` and `/` in a test id can
 /// never be read as path separators.
-const TEST_ID: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+const TEST_ID: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
 
 /// `<root>/t/<test id, percent-encoded>`: the value of `LLMREPLAY_BASE_URL` for one test.
 pub fn test_base_url(root: &str, test_id: &str) -> String {
-    format!("{}/t/{}", root.trim_end_matches('/'), utf8_percent_encode(test_id, TEST_ID))
+    format!(
+        "{}/t/{}",
+        root.trim_end_matches('/'),
+        utf8_percent_encode(test_id, TEST_ID)
+    )
 }
 
 #[cfg(test)]
