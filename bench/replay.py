@@ -65,8 +65,8 @@ def wrk(url, body, conns, secs, work):
         f.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = %s\n' % json.dumps(json.dumps(body)))
     out = subprocess.run(["wrk", "-t1", f"-c{conns}", f"-d{secs}s", "--latency", "-s", script, url], capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    p50 = to_ms(re.search(r"50%\s+(\S+)", out).group(1))
-    p99 = to_ms(re.search(r"99%\s+(\S+)", out).group(1))
+    p50 = to_ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+    p99 = to_ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     return {"rps": rps, "p50": p50, "p99": p99, "non2xx": int(bad.group(1)) if bad else 0, "socket_errors": errors.group(1) if errors else ""}
@@ -137,7 +137,7 @@ def main():
         for label, conns, r in rows:
             cell = lambda x: f"{x['rps']:,.0f} ({x['p50']:.2f}/{x['p99']:.2f})" + (f" {x['non2xx']} non-2xx" if x["non2xx"] else "") + (f" errors: {x['socket_errors']}" if x["socket_errors"] else "")
             print(f"| {label} | {conns} | {cell(r['floor'])} | {cell(r['llmreplay'])} | {cell(r['aimock'])} | {r['llmreplay']['rps'] / r['floor']['rps']:.2f} | {r['llmreplay']['rps'] / r['aimock']['rps']:.1f}x |")
-        print(f"\nllmreplay RSS: {rss_before / 1024:.1f} MiB after its first request, {rss_after / 1024:.1f} MiB after the runs (its journal keeps every request)")
+        print(f"\nllmreplay RSS: {rss_before / 1024:.1f} MiB after its first request, {rss_after / 1024:.1f} MiB after the runs (the journal keeps up to 100,000 hits one by one, then counts)")
 
         # Ready time and memory with 10,000 cassette folders: they must load lazily.
         big = os.path.join(tmp, "big")
