@@ -743,6 +743,53 @@ async fn realtime_replays_no_chunk_before_its_recorded_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recording_forwards_each_chunk_as_it_arrives() {
+    let http = init();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    *fake.state.hold.lock().unwrap() = Some(release.clone());
+    let up = format!("openai={}", fake.url());
+    let s = Serve::start(dir.path(), &record_args(&up));
+    let url = format!("{}/openai/v1/chat/completions", s.for_test("crate$live"));
+    let body = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "first then the rest"}]});
+    let mut stream = http
+        .post(&url)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    // The fake holds back everything after its first chunk: a daemon that buffered the stream
+    // until its end could never deliver this.
+    let first = tokio::time::timeout(std::time::Duration::from_secs(10), stream.next())
+        .await
+        .expect("the first chunk reaches the client while upstream is still streaming")
+        .unwrap()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&first).contains("You "),
+        "{first:?}"
+    );
+    assert!(
+        !dir.path().join("c/crate--live/openai.json").exists(),
+        "saved only at the end"
+    );
+    release.notify_one();
+    let mut rest = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        rest.extend_from_slice(&chunk.unwrap());
+    }
+    assert!(String::from_utf8_lossy(&rest).ends_with("data: [DONE]\n\n"));
+    s.stop();
+    let c = read_json(&dir.path().join("c/crate--live/openai.json"));
+    assert_eq!(
+        c["interactions"][0]["summary"]["text"],
+        "You said: first then the rest"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_refuses_record_modes_under_ci_and_explains_bad_flags() {
     let dir = tempfile::tempdir().unwrap();
     let err = Serve::try_start(dir.path(), &["--mode", "record"], &[("CI", "true")])

@@ -35,6 +35,8 @@ pub struct FakeState {
     pub suffix: Mutex<String>,
     /// Pause between stream chunks.
     pub chunk_gap: Mutex<Duration>,
+    /// When set, streams stop after their first chunk until this is notified.
+    pub hold: Mutex<Option<Arc<tokio::sync::Notify>>>,
 }
 
 /// A fake LLM provider on 127.0.0.1. Prompts steer it: `FAIL500` and `RATE429` answer those
@@ -157,6 +159,7 @@ async fn answer(
     let text = format!("You said: {prompt}{counted}{suffix}");
     let words: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
     let gap = *state.chunk_gap.lock().unwrap();
+    let hold = state.hold.lock().unwrap().clone();
     let breaks = prompt.contains("BREAK");
     let stream = body["stream"] == json!(true);
     let resp = if path == "/v1/chat/completions" {
@@ -168,7 +171,7 @@ async fn answer(
                 .collect();
             events.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": body["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
             events.push("data: [DONE]\n\n".into());
-            sse(events, gap, breaks, "text/event-stream")
+            sse(events, gap, breaks, "text/event-stream", hold.clone())
         } else {
             // OpenAI answers pretty-printed JSON with a final newline.
             let v = json!({"id": id, "object": "chat.completion", "created": n, "model": body["model"], "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": words.len(), "total_tokens": 5 + words.len()}});
@@ -211,7 +214,13 @@ async fn answer(
                 "event: message_stop\ndata: {}\n\n",
                 json!({"type": "message_stop"})
             ));
-            sse(events, gap, breaks, "text/event-stream; charset=utf-8")
+            sse(
+                events,
+                gap,
+                breaks,
+                "text/event-stream; charset=utf-8",
+                hold.clone(),
+            )
         } else {
             json_response(json!({"id": id, "type": "message", "role": "assistant", "model": body["model"], "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": words.len()}}).to_string(), &[])
         }
@@ -221,7 +230,7 @@ async fn answer(
             .iter()
             .map(|w| format!("data: {}\r\n\r\n", json!({"candidates": [{"content": {"parts": [{"text": w}], "role": "model"}, "index": 0}], "usageMetadata": {"promptTokenCount": 5}, "responseId": format!("r{n}")})))
             .collect();
-        sse(events, gap, breaks, "text/event-stream")
+        sse(events, gap, breaks, "text/event-stream", hold.clone())
     } else if path.contains(":generateContent") {
         json_response(json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 9}, "responseId": format!("r{n}")}).to_string(), &[])
     } else if path == "/api/chat" || path == "/api/generate" {
@@ -243,7 +252,7 @@ async fn answer(
         } else {
             let mut lines: Vec<String> = words.iter().map(|w| line(w, false)).collect();
             lines.push(line("", true));
-            sse(lines, gap, breaks, "application/x-ndjson")
+            sse(lines, gap, breaks, "application/x-ndjson", hold.clone())
         }
     } else if path == "/api/embed" {
         json_response(
@@ -273,7 +282,13 @@ fn json_response(body: String, extra: &[(&str, &str)]) -> Response<Body> {
     b.body(full(body)).unwrap()
 }
 
-fn sse(events: Vec<String>, gap: Duration, breaks: bool, content_type: &str) -> Response<Body> {
+fn sse(
+    events: Vec<String>,
+    gap: Duration,
+    breaks: bool,
+    content_type: &str,
+    hold: Option<Arc<tokio::sync::Notify>>,
+) -> Response<Body> {
     let take = if breaks { 2 } else { events.len() };
     let mut items: Vec<Result<Frame<Bytes>, std::io::Error>> = events
         .into_iter()
@@ -285,10 +300,16 @@ fn sse(events: Vec<String>, gap: Duration, breaks: bool, content_type: &str) -> 
             "connection reset by the fake provider",
         )));
     }
+    // The hold, if any, is taken by the second chunk only: it waits once, the rest flow.
     let stream = futures_util::stream::unfold(
-        (items.into_iter(), true),
-        move |(mut it, first)| async move {
+        (items.into_iter(), true, hold),
+        move |(mut it, first, mut hold)| async move {
             let item = it.next()?;
+            if !first {
+                if let Some(h) = hold.take() {
+                    h.notified().await;
+                }
+            }
             if !first && !gap.is_zero() {
                 tokio::time::sleep(gap).await;
             }
@@ -296,7 +317,7 @@ fn sse(events: Vec<String>, gap: Duration, breaks: bool, content_type: &str) -> 
                 // Let hyper flush what came before, as a connection reset mid-stream would.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            Some((item, (it, false)))
+            Some((item, (it, false, hold)))
         },
     );
     Response::builder()
