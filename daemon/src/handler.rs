@@ -3,14 +3,14 @@
 //! proxied call whose answer is forwarded as it arrives and recorded when it ends.
 
 use crate::config::Mode;
-use crate::journal::{Detail, Outcome, Record};
+use crate::journal::{Call, Detail, Outcome};
 use crate::providers::{ProviderKind, NOT_FORWARDED, NOT_RECORDED};
 use crate::route::{self, Route};
 use crate::State;
 use bytes::Bytes;
 use cassettes::{
-    Entry, Interaction, Key, Prepared, RecordOutcome, RecordedRequest, RecordedResponse,
-    StreamFormat, Summary, TestId, Timing,
+    Interaction, Key, Prepared, RecordOutcome, RecordedRequest, RecordedResponse, StreamFormat,
+    Summary, TestId, Timing,
 };
 use http::header::{ACCEPT_ENCODING, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -68,95 +68,42 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
             )
         }
     };
+    let mut call = Call {
+        entry,
+        method: parts.method.clone(),
+        path: route.upstream_path.clone(),
+        key,
+        ordinal: 0,
+    };
     if state.settings.mode == Mode::Passthrough {
-        let recording = Recording {
-            entry,
-            key,
-            ordinal: 0,
-            request,
-        };
+        let recording = Recording { call, request };
         return proxy(&state, &parts, &route, body, recording, false).await;
     }
-    let lookup = match entry.next(&key, state.settings.allow_repeats) {
+    let lookup = match call.entry.next(&call.key, state.settings.allow_repeats) {
         Ok(lookup) => lookup,
         Err(e) => {
             let message = e.to_string();
-            let detail = Detail {
-                message: Some(message.clone()),
-                ..Detail::default()
-            };
-            journal(
-                &state,
-                &entry,
-                &parts.method,
-                &route,
-                key,
-                0,
+            state.journal.log(
+                call,
                 Outcome::Error,
                 400,
-                Some(detail),
+                Some(Detail::message(message.clone())),
             );
             return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &message);
         }
     };
+    call.ordinal = lookup.ordinal;
     match (state.settings.mode, lookup.hit) {
         (Mode::Replay | Mode::RecordMissing, Some(prepared)) => {
-            journal(
-                &state,
-                &entry,
-                &parts.method,
-                &route,
-                key,
-                lookup.ordinal,
-                Outcome::Hit,
-                prepared.status,
-                None,
-            );
+            state.journal.log(call, Outcome::Hit, prepared.status, None);
             replay(prepared, state.settings.realtime).await
         }
-        (Mode::Replay, None) => miss(
-            &state,
-            &entry,
-            &parts.method,
-            &route,
-            request,
-            key,
-            lookup.ordinal,
-        ),
+        (Mode::Replay, None) => miss(&state, &route, call, request),
         _ => {
-            let recording = Recording {
-                entry,
-                key,
-                ordinal: lookup.ordinal,
-                request,
-            };
+            let recording = Recording { call, request };
             proxy(&state, &parts, &route, body, recording, true).await
         }
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn journal(
-    state: &State,
-    entry: &Arc<Entry>,
-    method: &Method,
-    route: &Route,
-    key: Key,
-    ordinal: usize,
-    outcome: Outcome,
-    status: u16,
-    detail: Option<Detail>,
-) {
-    state.journal.push(Record {
-        entry: entry.clone(),
-        method: method.clone(),
-        path: route.upstream_path.clone(),
-        key,
-        ordinal,
-        outcome,
-        status,
-        detail: detail.map(Box::new),
-    });
 }
 
 async fn replay(prepared: Arc<Prepared>, realtime: bool) -> Response<Body> {
@@ -192,16 +139,8 @@ fn paced(chunks: Vec<(Bytes, u64)>) -> Body {
     BodyExt::boxed_unsync(StreamBody::new(stream))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn miss(
-    state: &State,
-    entry: &Arc<Entry>,
-    method: &Method,
-    route: &Route,
-    request: RecordedRequest,
-    key: Key,
-    ordinal: usize,
-) -> Response<Body> {
+fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> Response<Body> {
+    let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
     let closest = entry.closest(&request);
     let model = request.model();
     let prompt = request
@@ -239,17 +178,7 @@ fn miss(
         closest: closest.map(|c| c.differing),
         message: Some(message.clone()),
     };
-    journal(
-        state,
-        entry,
-        method,
-        route,
-        key,
-        ordinal,
-        Outcome::Miss,
-        404,
-        Some(detail),
-    );
+    state.journal.log(call, Outcome::Miss, 404, Some(detail));
     provider_error(
         route.provider.kind,
         StatusCode::NOT_FOUND,
@@ -270,35 +199,10 @@ fn record_hint(test: &TestId) -> String {
     }
 }
 
+/// A request on its way upstream, and what will be recorded for it.
 struct Recording {
-    entry: Arc<Entry>,
-    key: Key,
-    ordinal: usize,
+    call: Call,
     request: RecordedRequest,
-}
-
-impl Recording {
-    fn log(
-        &self,
-        state: &State,
-        method: &Method,
-        route: &Route,
-        outcome: Outcome,
-        status: u16,
-        detail: Option<Detail>,
-    ) {
-        journal(
-            state,
-            &self.entry,
-            method,
-            route,
-            self.key.clone(),
-            self.ordinal,
-            outcome,
-            status,
-            detail,
-        );
-    }
 }
 
 async fn proxy(
@@ -346,18 +250,10 @@ async fn proxy(
                 "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
                 route.provider.name, route.provider.upstream, route.provider.name, route.provider.name
             );
-            let detail = Detail {
-                message: Some(message.clone()),
-                ..Detail::default()
-            };
-            recording.log(
-                state,
-                &parts.method,
-                route,
-                Outcome::Error,
-                502,
-                Some(detail),
-            );
+            let detail = Some(Detail::message(message.clone()));
+            state
+                .journal
+                .log(recording.call, Outcome::Error, 502, detail);
             return provider_error(
                 kind,
                 StatusCode::BAD_GATEWAY,
@@ -380,14 +276,9 @@ async fn proxy(
     }
     // Rate limits and server errors reach the client but are never saved.
     if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-        recording.log(
-            state,
-            &parts.method,
-            route,
-            Outcome::Passthrough,
-            status.as_u16(),
-            None,
-        );
+        state
+            .journal
+            .log(recording.call, Outcome::Passthrough, status.as_u16(), None);
         return response
             .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
             .expect("headers copied from a valid response");
@@ -415,8 +306,6 @@ async fn proxy(
     let capture = Capture {
         state: state.clone(),
         recording,
-        method: parts.method.clone(),
-        route_path: route.upstream_path.clone(),
         status: status.as_u16(),
         headers,
         format,
@@ -446,8 +335,6 @@ fn stream_format(content_type: Option<&http::HeaderValue>) -> Option<StreamForma
 struct Capture {
     state: Arc<State>,
     recording: Recording,
-    method: Method,
-    route_path: String,
     status: u16,
     headers: BTreeMap<String, String>,
     format: Option<StreamFormat>,
@@ -457,6 +344,15 @@ struct Capture {
 
 impl Capture {
     async fn run(self, mut body: Incoming, tx: mpsc::Sender<Result<Frame<Bytes>, io::Error>>) {
+        let Capture {
+            state,
+            recording: Recording { call, request },
+            status,
+            headers,
+            format,
+            started,
+            headers_at,
+        } = self;
         let mut frames: Vec<(Bytes, u64)> = Vec::new();
         loop {
             match body.frame().await {
@@ -464,86 +360,66 @@ impl Capture {
                     let Ok(data) = frame.into_data() else {
                         continue;
                     };
-                    frames.push((data.clone(), self.started.elapsed().as_millis() as u64));
+                    frames.push((data.clone(), started.elapsed().as_millis() as u64));
                     // A client that went away does not stop the recording of a complete answer.
                     let _ = tx.send(Ok(Frame::data(data))).await;
                 }
                 Some(Err(e)) => {
                     let message = format!("cargo-llmreplay: the upstream answer broke off: {e}; passed on broken and not saved");
-                    self.journal(Outcome::Broken, Some(message));
+                    state.journal.log(
+                        call,
+                        Outcome::Broken,
+                        status,
+                        Some(Detail::message(message)),
+                    );
                     let _ = tx.send(Err(io::Error::other(e))).await;
                     return;
                 }
                 None => break,
             }
         }
-        let total_ms = self.started.elapsed().as_millis() as u64;
+        let total_ms = started.elapsed().as_millis() as u64;
         let ttfb_ms = frames
             .first()
-            .map_or(self.headers_at.as_millis() as u64, |f| f.1);
-        let response = match self.format {
-            Some(format) => {
-                RecordedResponse::with_stream(self.status, self.headers.clone(), format, &frames)
-            }
+            .map_or(headers_at.as_millis() as u64, |f| f.1);
+        let response = match format {
+            Some(format) => RecordedResponse::with_stream(status, headers, format, &frames),
             None => {
                 let bytes: Vec<u8> = frames.iter().flat_map(|(b, _)| b.iter().copied()).collect();
-                RecordedResponse::with_body(self.status, self.headers.clone(), &bytes)
+                RecordedResponse::with_body(status, headers, &bytes)
             }
         };
         let interaction = Interaction {
-            key: self.recording.key.clone(),
-            request: self.recording.request.clone(),
+            key: call.key.clone(),
+            request,
             summary: Summary::of(&response),
             response,
             timing: Some(Timing { ttfb_ms, total_ms }),
         };
-        let entry = self.recording.entry.clone();
-        let ordinal = self.recording.ordinal;
+        let (entry, ordinal) = (call.entry.clone(), call.ordinal);
         let written = tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await;
-        match written {
-            Ok(Ok(outcome)) => self.journal(
-                match outcome {
+        let failure = match written {
+            Ok(Ok(outcome)) => {
+                let outcome = match outcome {
                     RecordOutcome::Appended => Outcome::Recorded,
                     RecordOutcome::Replaced => Outcome::Replaced,
                     RecordOutcome::Unchanged => Outcome::Unchanged,
-                },
-                None,
-            ),
-            Ok(Err(e)) => {
-                let message = format!("cargo-llmreplay: the answer was not saved: {e}");
-                tracing::error!("{message}");
-                self.journal(Outcome::Error, Some(message.clone()));
-                // Fail the client's read, so the test cannot pass on an unsaved recording.
-                let _ = tx.send(Err(io::Error::other(message))).await;
+                };
+                state.journal.log(call, outcome, status, None);
+                return;
             }
-            Err(e) => {
-                self.journal(
-                    Outcome::Error,
-                    Some(format!("cargo-llmreplay: recording task failed: {e}")),
-                );
-                let _ = tx
-                    .send(Err(io::Error::other("recording task failed")))
-                    .await;
-            }
-        }
-    }
-
-    fn journal(&self, outcome: Outcome, message: Option<String>) {
-        self.state.journal.push(Record {
-            entry: self.recording.entry.clone(),
-            method: self.method.clone(),
-            path: self.route_path.clone(),
-            key: self.recording.key.clone(),
-            ordinal: self.recording.ordinal,
-            outcome,
-            status: self.status,
-            detail: message.map(|m| {
-                Box::new(Detail {
-                    message: Some(m),
-                    ..Detail::default()
-                })
-            }),
-        });
+            Ok(Err(e)) => format!("cargo-llmreplay: the answer was not saved: {e}"),
+            Err(e) => format!("cargo-llmreplay: recording task failed: {e}"),
+        };
+        tracing::error!("{failure}");
+        state.journal.log(
+            call,
+            Outcome::Error,
+            status,
+            Some(Detail::message(failure.clone())),
+        );
+        // Fail the client's read, so the test cannot pass on an unsaved recording.
+        let _ = tx.send(Err(io::Error::other(failure))).await;
     }
 }
 

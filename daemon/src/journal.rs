@@ -32,6 +32,17 @@ pub enum Outcome {
     Error,
 }
 
+/// Which request a record is about: built once per request, consumed when it is logged.
+pub struct Call {
+    pub entry: Arc<Entry>,
+    pub method: http::Method,
+    /// The upstream path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    pub key: Key,
+    /// 0 for the first request with this key in its test, 1 for the second, ...
+    pub ordinal: usize,
+}
+
 /// Why a request missed or failed, for the report.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Detail {
@@ -45,15 +56,21 @@ pub struct Detail {
     pub message: Option<String>,
 }
 
-pub struct Record {
-    pub entry: Arc<Entry>,
-    pub method: http::Method,
-    pub path: String,
-    pub key: Key,
-    pub ordinal: usize,
-    pub outcome: Outcome,
-    pub status: u16,
-    pub detail: Option<Box<Detail>>,
+impl Detail {
+    /// A detail that is only a message.
+    pub fn message(message: String) -> Self {
+        Detail {
+            message: Some(message),
+            ..Detail::default()
+        }
+    }
+}
+
+struct Record {
+    call: Call,
+    outcome: Outcome,
+    status: u16,
+    detail: Option<Box<Detail>>,
 }
 
 /// One line of the journal as JSON.
@@ -95,7 +112,14 @@ pub struct Stats {
 }
 
 impl Journal {
-    pub fn push(&self, record: Record) {
+    /// Logs what became of `call`.
+    pub fn log(&self, call: Call, outcome: Outcome, status: u16, detail: Option<Detail>) {
+        let record = Record {
+            call,
+            outcome,
+            status,
+            detail: detail.map(Box::new),
+        };
         if record.outcome == Outcome::Hit
             && self.kept_hits.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_HITS
         {
@@ -134,14 +158,14 @@ impl Journal {
         let lines: Vec<JournalLine> = records
             .iter()
             .map(|r| JournalLine {
-                test: r.entry.test.as_str(),
-                slug: r.entry.slug.as_str(),
-                provider: r.entry.provider.as_str(),
-                cassette: r.entry.path.display().to_string(),
-                method: r.method.as_str(),
-                path: &r.path,
-                key: r.key.as_str(),
-                ordinal: r.ordinal,
+                test: r.call.entry.test.as_str(),
+                slug: r.call.entry.slug.as_str(),
+                provider: r.call.entry.provider.as_str(),
+                cassette: r.call.entry.path.display().to_string(),
+                method: r.call.method.as_str(),
+                path: &r.call.path,
+                key: r.call.key.as_str(),
+                ordinal: r.call.ordinal,
                 outcome: r.outcome,
                 status: r.status,
                 detail: r.detail.as_deref(),
@@ -158,8 +182,8 @@ impl Journal {
             .filter(|r| r.outcome == Outcome::Miss)
             .map(|r| {
                 (
-                    r.entry.test.to_string(),
-                    r.path.clone(),
+                    r.call.entry.test.to_string(),
+                    r.call.path.clone(),
                     r.detail.as_deref().cloned().unwrap_or_default(),
                 )
             })
