@@ -23,6 +23,13 @@ impl TestId {
     }
 }
 
+// Lets maps keyed by `TestId` be searched with a `&str`: same hash and equality as the string.
+impl std::borrow::Borrow<str> for TestId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for TestId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

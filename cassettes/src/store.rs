@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, RwLock};
 /// All cassettes of one cassette directory, loaded lazily.
 pub struct Store {
     dir: PathBuf,
-    entries: RwLock<HashMap<(TestId, ProviderName), Arc<Entry>>>,
+    /// A test's entries, one per provider it called: a handful, so a short list.
+    entries: RwLock<HashMap<TestId, Vec<Arc<Entry>>>>,
     slugs: Mutex<HashMap<Slug, TestId>>,
 }
 
@@ -100,9 +101,9 @@ impl Store {
 
     /// The entry of a test and provider. Two test ids that meet at one slug are an error.
     pub fn entry(&self, test: &TestId, provider: &ProviderName) -> Result<Arc<Entry>, Error> {
-        let key = (test.clone(), provider.clone());
-        if let Some(e) = self.entries.read().expect("store lock").get(&key) {
-            return Ok(e.clone());
+        // The hot path: a lookup by borrowed id, no allocation.
+        if let Some(e) = self.find(test.as_str(), provider) {
+            return Ok(e);
         }
         let slug = Slug::from_test_id(test);
         {
@@ -121,25 +122,36 @@ impl Store {
             .join(slug.as_str())
             .join(format!("{}.json", provider.as_str()));
         let mut entries = self.entries.write().expect("store lock");
-        let entry = entries.entry(key).or_insert_with(|| {
-            Arc::new(Entry {
-                test: test.clone(),
-                slug,
-                provider: provider.clone(),
-                path,
-                state: Mutex::default(),
-            })
+        let list = entries.entry(test.clone()).or_default();
+        // Another request of the same test may have added it since the read above.
+        if let Some(e) = list.iter().find(|e| &e.provider == provider) {
+            return Ok(e.clone());
+        }
+        let entry = Arc::new(Entry {
+            test: test.clone(),
+            slug,
+            provider: provider.clone(),
+            path,
+            state: Mutex::default(),
         });
-        Ok(entry.clone())
+        list.push(entry.clone());
+        Ok(entry)
+    }
+
+    fn find(&self, test: &str, provider: &ProviderName) -> Option<Arc<Entry>> {
+        let entries = self.entries.read().expect("store lock");
+        entries
+            .get(test)?
+            .iter()
+            .find(|e| &e.provider == provider)
+            .cloned()
     }
 
     /// Starts every cursor of a test afresh, e.g. for a retried attempt.
     pub fn reset_test(&self, test: &TestId) {
-        for entry in self.entries.read().expect("store lock").values() {
-            if &entry.test == test {
-                let mut state = entry.state.lock().expect("entry lock");
-                state.cursors.clear();
-            }
+        let entries = self.entries.read().expect("store lock");
+        for entry in entries.get(test.as_str()).into_iter().flatten() {
+            entry.state.lock().expect("entry lock").cursors.clear();
         }
     }
 
@@ -149,6 +161,7 @@ impl Store {
             .read()
             .expect("store lock")
             .values()
+            .flatten()
             .cloned()
             .collect()
     }
