@@ -30,6 +30,13 @@ fn record_args(upstream: &str) -> [&str; 6] {
     ]
 }
 
+/// A client, a temp dir, a fake provider, and the `--upstream openai=URL` that points at it.
+async fn setup() -> (reqwest::Client, tempfile::TempDir, FakeProvider, String) {
+    let fake = FakeProvider::start().await;
+    let upstream = format!("openai={}", fake.url());
+    (init(), tempfile::tempdir().unwrap(), fake, upstream)
+}
+
 fn init() -> reqwest::Client {
     // reqwest is built with rustls but no crypto provider: pick ring, as the daemon does.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -115,9 +122,7 @@ fn assert_no_secret(dir: &Path, secrets: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_openai_records_then_replays_offline_with_the_same_answers_and_chunks() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let mut fake = FakeProvider::start().await;
+    let (http, dir, mut fake, _) = setup().await;
     let upstream = format!("openai={}", fake.url());
     let test = "my-crate::chat$streams_reply";
 
@@ -217,9 +222,7 @@ async fn async_openai_records_then_replays_offline_with_the_same_answers_and_chu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_provider_wire_format_replays_byte_for_byte() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let mut fake = FakeProvider::start().await;
+    let (http, dir, mut fake, _) = setup().await;
     let ups: Vec<String> = ["openai", "anthropic", "gemini", "ollama"]
         .iter()
         .map(|p| format!("{p}={}", fake.url()))
@@ -305,10 +308,7 @@ async fn every_provider_wire_format_replays_byte_for_byte() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeated_identical_requests_replay_in_recorded_order() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let mut fake = FakeProvider::start().await;
-    let up = format!("openai={}", fake.url());
+    let (http, dir, mut fake, up) = setup().await;
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "COUNT"}]});
     let rec = Serve::start(
         dir.path(),
@@ -372,10 +372,7 @@ async fn repeated_identical_requests_replay_in_recorded_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_daemons_recording_into_one_cassette_lose_nothing() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start().await;
-    let up = format!("openai={}", fake.url());
+    let (http, dir, _fake, up) = setup().await;
     let args = record_args(&up);
     let (a, b) = (
         Serve::start(dir.path(), &args),
@@ -427,9 +424,7 @@ async fn two_daemons_recording_into_one_cassette_lose_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_cassette_is_named_with_its_line_and_left_untouched() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start().await;
+    let (http, dir, fake, _) = setup().await;
     let folder = dir.path().join("c/crate--broken");
     std::fs::create_dir_all(&folder).unwrap();
     let text =
@@ -471,10 +466,7 @@ async fn a_corrupt_cassette_is_named_with_its_line_and_left_untouched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_miss_names_the_test_the_differing_field_and_the_command() {
-    let _ = init();
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start().await;
-    let up = format!("openai={}", fake.url());
+    let (_, dir, fake, up) = setup().await;
     let test = "my-crate::chat$temperature";
     let rec = Serve::start(
         dir.path(),
@@ -537,10 +529,7 @@ async fn a_miss_names_the_test_the_differing_field_and_the_command() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_errors_and_broken_streams_reach_the_client_but_are_not_saved() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start().await;
-    let up = format!("openai={}", fake.url());
+    let (http, dir, _fake, up) = setup().await;
     let s = Serve::start(
         dir.path(),
         &["--cassette-dir", "c", "--mode", "record", "--upstream", &up],
@@ -582,10 +571,7 @@ async fn rate_limits_errors_and_broken_streams_reach_the_client_but_are_not_save
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_replaces_in_place() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start().await;
-    let up = format!("openai={}", fake.url());
+    let (http, dir, fake, up) = setup().await;
     let args = record_args(&up);
     let send = |base: String, prompt: &'static str| {
         let http = http.clone();
@@ -632,9 +618,7 @@ async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_repl
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn normalisation_rules_apply_and_a_bad_rule_fails_at_start_up() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let mut fake = FakeProvider::start().await;
+    let (http, dir, mut fake, _) = setup().await;
     std::fs::write(
         dir.path().join("llmreplay.toml"),
         format!(
@@ -698,9 +682,7 @@ async fn normalisation_rules_apply_and_a_bad_rule_fails_at_start_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn realtime_replays_no_chunk_before_its_recorded_time() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start().await;
+    let (http, dir, fake, _) = setup().await;
     *fake.state.chunk_gap.lock().unwrap() = std::time::Duration::from_millis(60);
     let up = format!("openai={}", fake.url());
     let body =
@@ -744,9 +726,7 @@ async fn realtime_replays_no_chunk_before_its_recorded_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recording_forwards_each_chunk_as_it_arrives() {
-    let http = init();
-    let dir = tempfile::tempdir().unwrap();
-    let fake = FakeProvider::start().await;
+    let (http, dir, fake, _) = setup().await;
     let release = std::sync::Arc::new(tokio::sync::Notify::new());
     *fake.state.hold.lock().unwrap() = Some(release.clone());
     let up = format!("openai={}", fake.url());

@@ -395,17 +395,9 @@ impl Serve {
         }
     }
 
-    /// The per-test base URL the runner injects: `<base>/t/<percent-encoded id>`.
+    /// The per-test base URL the runner injects, built by the runner's own code.
     pub fn for_test(&self, test_id: &str) -> String {
-        let mut enc = String::new();
-        for b in test_id.bytes() {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                enc.push(b as char);
-            } else {
-                enc.push_str(&format!("%{b:02X}"));
-            }
-        }
-        format!("{}/t/{enc}", self.base)
+        runner_plugin::test_base_url(&self.base, test_id)
     }
 
     /// SIGTERM, then waits for the summary and the exit status.
