@@ -475,8 +475,9 @@ impl Prepared {
         let body = match &chunks {
             Some(c) => c
                 .iter()
-                .flat_map(|(b, _)| b.iter().copied())
+                .map(|(b, _)| &b[..])
                 .collect::<Vec<_>>()
+                .concat()
                 .into(),
             None => response.body_bytes(),
         };

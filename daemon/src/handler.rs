@@ -385,7 +385,11 @@ impl Capture {
         let response = match format {
             Some(format) => RecordedResponse::with_stream(status, headers, format, &frames),
             None => {
-                let bytes: Vec<u8> = frames.iter().flat_map(|(b, _)| b.iter().copied()).collect();
+                let bytes = frames
+                    .iter()
+                    .map(|(b, _)| &b[..])
+                    .collect::<Vec<_>>()
+                    .concat();
                 RecordedResponse::with_body(status, headers, &bytes)
             }
         };
