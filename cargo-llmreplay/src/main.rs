@@ -1,7 +1,9 @@
 //! `cargo llmreplay`: the command line. It parses arguments, starts the daemon and prints what
 //! happened; the logic lives in the `daemon` and `cassettes` crates.
 
+mod report;
 mod serve;
+mod test_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -25,7 +27,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the crate's tests under cargo-nextest against a per-run daemon, then report
+    #[command(disable_help_flag = true)]
+    Test {
+        /// This command's flags and cargo nextest run's (see cargo llmreplay test --help)
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     Serve(serve::ServeArgs),
+}
+
+/// Modes that call real providers are refused under `CI`, unless forced.
+pub(crate) fn refuse_upstream_in_ci(mode: daemon::Mode, allowed: bool) -> Result<(), String> {
+    if mode.goes_upstream() && std::env::var_os("CI").is_some() && !allowed {
+        return Err(format!(
+            "mode {mode} calls real providers, and CI is set: CI replays only, so that a missing cassette fails \
+             instead of spending money. Record on a developer machine, or pass --allow-record-in-ci."
+        ));
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -33,6 +53,12 @@ fn main() -> ExitCode {
     // Cargo runs `cargo-llmreplay llmreplay <args>` for `cargo llmreplay <args>`.
     if args.get(1).is_some_and(|a| a == "llmreplay") {
         args.remove(1);
+    }
+    // The target runner, once per test process: before anything else, so it starts fast.
+    if args.get(1).is_some_and(|a| a == "__runner") {
+        let error = runner_plugin::run(args.split_off(2));
+        eprintln!("cargo-llmreplay __runner: {error}");
+        return ExitCode::from(101);
     }
     let cli = Cli::parse_from(args);
     tracing_subscriber::fmt()
@@ -43,6 +69,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
+        Command::Test { args } => test_cmd::run(args),
         Command::Serve(args) => serve::run(args),
     };
     match result {

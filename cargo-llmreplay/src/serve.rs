@@ -54,13 +54,7 @@ fn parse_mode(s: &str) -> Result<Mode, String> {
 }
 
 pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
-    if args.mode.goes_upstream() && std::env::var_os("CI").is_some() && !args.allow_record_in_ci {
-        return Err(format!(
-            "mode {} calls real providers, and CI is set: CI replays only, so that a missing cassette fails \
-             instead of spending money. Record on a developer machine, or pass --allow-record-in-ci.",
-            args.mode
-        ));
-    }
+    crate::refuse_upstream_in_ci(args.mode, args.allow_record_in_ci)?;
     let overrides = Overrides {
         mode: Some(args.mode),
         cassette_dir: args.cassette_dir,
@@ -100,8 +94,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             if stats.broken > 0 { format!(", {} broken streams", stats.broken) } else { String::new() },
             if stats.errors > 0 { format!(", {} errors", stats.errors) } else { String::new() },
         );
-        for (test, path, detail) in journal.misses() {
-            eprintln!("  missing: {test}: {path}{}", detail.prompt.map(|p| format!(" {p:?}")).unwrap_or_default());
+        for miss in journal.misses() {
+            let prompt = miss.detail.prompt.map(|p| format!(" {p:?}")).unwrap_or_default();
+            eprintln!("  missing: {}: {}{prompt}", miss.test, miss.path);
         }
         Ok(if stats.misses > 0 || stats.errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
     })

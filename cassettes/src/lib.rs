@@ -3,6 +3,7 @@
 //! async runtime, so every rule here is tested alone.
 
 mod format;
+pub mod git;
 mod id;
 mod key;
 mod store;
@@ -14,7 +15,7 @@ pub use format::{
 };
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
-pub use store::{Closest, Entry, Lookup, RecordOutcome, Store};
+pub use store::{read_cassette, Closest, Entry, Lookup, RecordOutcome, Store, Unused};
 
 use std::path::{Path, PathBuf};
 
@@ -36,6 +37,8 @@ pub enum Error {
     },
     #[error("bad rule in llmreplay.toml, {rule}: {reason}")]
     BadRule { rule: String, reason: String },
+    #[error("git: {0}")]
+    Git(String),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

@@ -79,6 +79,20 @@ pub enum RecordOutcome {
     Unchanged,
 }
 
+/// A recording that no request of this run replayed.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Unused {
+    pub test: String,
+    pub provider: String,
+    pub cassette: PathBuf,
+    pub key: Key,
+    /// Which recording of its key: 0 for the first.
+    pub ordinal: usize,
+    /// The start of the recorded answer, to recognise it by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+}
+
 /// The closest recording to a request that found none.
 #[derive(Clone, Debug)]
 pub struct Closest {
@@ -153,6 +167,64 @@ impl Store {
         for entry in entries.get(test.as_str()).into_iter().flatten() {
             entry.state.lock().expect("entry lock").cursors.clear();
         }
+    }
+
+    /// Every recording in `test`'s folder, for every provider, that this run did not replay:
+    /// also those of providers the test no longer calls.
+    pub fn unused_in(&self, test: &TestId) -> Result<Vec<Unused>, Error> {
+        let folder = self.dir.join(Slug::from_test_id(test).as_str());
+        let mut out = Vec::new();
+        for path in json_files(&folder)? {
+            let provider = path
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            let entry = ProviderName::new(&provider).and_then(|p| self.find(test.as_str(), &p));
+            let (cassette, used) = match &entry {
+                Some(e) => {
+                    let mut state = e.state.lock().expect("entry lock");
+                    let used = state.used.clone();
+                    (e.ensure_loaded(&mut state.loaded)?.cassette.clone(), used)
+                }
+                None => (read_cassette(&path)?, HashSet::new()),
+            };
+            let mut seen: HashMap<&Key, usize> = HashMap::new();
+            for (position, i) in cassette.interactions.iter().enumerate() {
+                let n = seen.entry(&i.key).or_insert(0);
+                if !used.contains(&position) {
+                    out.push(Unused {
+                        test: test.to_string(),
+                        provider: provider.clone(),
+                        cassette: path.clone(),
+                        key: i.key.clone(),
+                        ordinal: *n,
+                        answer: i
+                            .summary
+                            .as_ref()
+                            .map(|s| s.text.chars().take(80).collect()),
+                    });
+                }
+                *n += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The cassette folders present on disk (slugs), sorted.
+    pub fn folders(&self) -> Result<Vec<String>, Error> {
+        let read = match std::fs::read_dir(&self.dir) {
+            Ok(read) => read,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(&self.dir, e)),
+        };
+        let mut out: Vec<String> = read
+            .filter_map(Result::ok)
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        out.sort();
+        Ok(out)
     }
 
     /// Every entry touched in this run.
@@ -242,11 +314,23 @@ impl Entry {
     /// another run's interactions written meanwhile are kept.
     pub fn record(&self, ordinal: usize, interaction: Interaction) -> Result<RecordOutcome, Error> {
         let mut state = self.state.lock().expect("entry lock");
+        let key = interaction.key.clone();
         let mut outcome = RecordOutcome::Unchanged;
         let merged = self.write_locked(|cassette| {
             outcome = put(cassette, ordinal, interaction);
             outcome != RecordOutcome::Unchanged
         })?;
+        // What was just recorded was used by this run, wherever the merge put it.
+        if let Some(position) = merged
+            .interactions
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.key == key)
+            .nth(ordinal)
+            .map(|(p, _)| p)
+        {
+            state.used.insert(position);
+        }
         state.loaded = Some(Loaded::new(merged));
         Ok(outcome)
     }
@@ -298,6 +382,27 @@ impl Entry {
         }
         Ok(cassette)
     }
+}
+
+fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+    let read = match std::fs::read_dir(folder) {
+        Ok(read) => read,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(folder, e)),
+    };
+    let mut files: Vec<PathBuf> = read
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Reads and parses one cassette file.
+pub fn read_cassette(path: &Path) -> Result<Cassette, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    Cassette::parse(path, &text)
 }
 
 // The folder itself is the lock on Unix, so no lock file is left beside the cassettes.

@@ -458,6 +458,7 @@ fn control(state: &State, rest: &str, req: &Request<Incoming>) -> Response<Body>
             .expect("static headers"),
         (&Method::POST, "begin") => match test() {
             Some(t) => {
+                state.journal.begin(&t);
                 state.store.reset_test(&TestId::new(t));
                 json(serde_json::json!({ "status": "ok" }))
             }

@@ -93,8 +93,22 @@ pub struct JournalLine<'a> {
 #[derive(Default)]
 pub struct Journal {
     records: Mutex<Vec<Record>>,
+    /// Tests the runner announced, whether or not they made a request.
+    began: Mutex<std::collections::BTreeSet<String>>,
     kept_hits: AtomicUsize,
     counted_hits: AtomicUsize,
+}
+
+/// A request that found no recording.
+#[derive(Clone, Debug, Serialize)]
+pub struct Miss {
+    pub test: String,
+    pub provider: String,
+    pub method: String,
+    pub path: String,
+    pub cassette: String,
+    #[serde(flatten)]
+    pub detail: Detail,
 }
 
 /// Counts by outcome.
@@ -174,18 +188,36 @@ impl Journal {
         serde_json::to_vec_pretty(&lines).expect("journal serialises")
     }
 
-    /// The misses, each with its details, for the summary printed at the end.
-    pub fn misses(&self) -> Vec<(String, String, Detail)> {
+    /// Notes that a test started (the runner says so before it execs the test).
+    pub fn begin(&self, test: &str) {
+        self.began
+            .lock()
+            .expect("journal lock")
+            .insert(test.to_string());
+    }
+
+    /// Tests that started in this run, or made a request.
+    pub fn tests(&self) -> std::collections::BTreeSet<String> {
+        let mut tests = self.began.lock().expect("journal lock").clone();
+        for r in self.records.lock().expect("journal lock").iter() {
+            tests.insert(r.call.entry.test.to_string());
+        }
+        tests
+    }
+
+    /// The misses, in order, with what the report shows of each.
+    pub fn misses(&self) -> Vec<Miss> {
         let records = self.records.lock().expect("journal lock");
         records
             .iter()
             .filter(|r| r.outcome == Outcome::Miss)
-            .map(|r| {
-                (
-                    r.call.entry.test.to_string(),
-                    r.call.path.clone(),
-                    r.detail.as_deref().cloned().unwrap_or_default(),
-                )
+            .map(|r| Miss {
+                test: r.call.entry.test.to_string(),
+                provider: r.call.entry.provider.to_string(),
+                method: r.call.method.to_string(),
+                path: r.call.path.clone(),
+                cassette: r.call.entry.path.display().to_string(),
+                detail: r.detail.as_deref().cloned().unwrap_or_default(),
             })
             .collect()
     }

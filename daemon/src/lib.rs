@@ -11,7 +11,7 @@ mod route;
 mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
-pub use journal::{Journal, Outcome, Stats};
+pub use journal::{Journal, Miss, Outcome, Stats};
 
 use cassettes::Store;
 use hyper::server::conn::http1;
@@ -41,7 +41,7 @@ pub enum DaemonError {
 
 pub(crate) struct State {
     pub settings: Settings,
-    pub store: Store,
+    pub store: Arc<Store>,
     pub journal: Arc<Journal>,
     pub client: upstream::Client,
 }
@@ -59,7 +59,7 @@ impl Daemon {
             .map_err(|source| DaemonError::Bind { addr, source })?;
         let client = upstream::client().map_err(|e| DaemonError::Tls(e.to_string()))?;
         let state = Arc::new(State {
-            store: Store::new(settings.cassette_dir.clone()),
+            store: Arc::new(Store::new(settings.cassette_dir.clone())),
             settings,
             journal: Arc::default(),
             client,
@@ -75,6 +75,11 @@ impl Daemon {
 
     pub fn journal(&self) -> Arc<Journal> {
         self.state.journal.clone()
+    }
+
+    /// The cassettes as this run loaded and used them, for the report.
+    pub fn store(&self) -> Arc<Store> {
+        self.state.store.clone()
     }
 
     /// Serves until `shutdown` completes, then lets requests in flight finish (recordings are

@@ -1,0 +1,243 @@
+//! Cassette files new, modified or deleted against git HEAD, and for modified ones how many
+//! interactions were added, replaced, removed or left alone: what a pull request's reviewer
+//! will see, told before it is pushed.
+
+use crate::format::{Cassette, Interaction};
+use crate::key::Key;
+use crate::Error;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    New,
+    Modified,
+    Deleted,
+}
+
+/// One cassette file that differs from HEAD.
+#[derive(Clone, Debug, Serialize)]
+pub struct Change {
+    /// Relative to the repository's root.
+    pub path: PathBuf,
+    pub kind: ChangeKind,
+    pub added: usize,
+    pub replaced: usize,
+    pub removed: usize,
+    pub unchanged: usize,
+    /// Set when one side does not parse.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The changed cassette files under `cassette_dir`, or `None` when it is not inside a git
+/// repository.
+pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, Error> {
+    let git_err = |e: git2::Error| Error::Git(e.message().to_string());
+    let start = cassette_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(cassette_dir);
+    let repo = match git2::Repository::discover(start) {
+        Ok(repo) => repo,
+        Err(_) => return Ok(None),
+    };
+    let Some(workdir) = repo.workdir() else {
+        return Ok(None);
+    };
+    let workdir = workdir.canonicalize().map_err(|e| Error::io(workdir, e))?;
+    let dir = match cassette_dir.canonicalize() {
+        Ok(dir) => dir,
+        // No cassette folder yet: nothing new, but committed cassettes may have been deleted.
+        Err(_) => start
+            .canonicalize()
+            .map_err(|e| Error::io(start, e))?
+            .join(cassette_dir.strip_prefix(start).unwrap_or(Path::new(""))),
+    };
+    let Ok(rel) = dir.strip_prefix(&workdir) else {
+        return Ok(None);
+    };
+    let mut opts = git2::StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .pathspec(rel);
+    let statuses = repo.statuses(Some(&mut opts)).map_err(git_err)?;
+    let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
+    let mut out = Vec::new();
+    for entry in statuses.iter() {
+        let Ok(path) = entry.path().map(PathBuf::from) else {
+            continue;
+        };
+        if path.extension().is_none_or(|x| x != "json") {
+            continue;
+        }
+        let s = entry.status();
+        let kind = if s.is_wt_deleted() || s.is_index_deleted() {
+            ChangeKind::Deleted
+        } else if s.is_wt_new() || s.is_index_new() {
+            ChangeKind::New
+        } else if s.is_wt_modified()
+            || s.is_index_modified()
+            || s.is_wt_renamed()
+            || s.is_index_renamed()
+        {
+            ChangeKind::Modified
+        } else {
+            continue;
+        };
+        let old = head
+            .as_ref()
+            .and_then(|t| t.get_path(&path).ok())
+            .and_then(|e| e.to_object(&repo).ok())
+            .and_then(|o| o.peel_to_blob().ok())
+            .map(|b| String::from_utf8_lossy(b.content()).into_owned());
+        let new = std::fs::read_to_string(workdir.join(&path)).ok();
+        let parse = |text: &Option<String>| -> Result<Vec<Interaction>, Error> {
+            match text {
+                Some(t) => Ok(Cassette::parse(&path, t)?.interactions),
+                None => Ok(Vec::new()),
+            }
+        };
+        let mut change = Change {
+            path: path.clone(),
+            kind,
+            added: 0,
+            replaced: 0,
+            removed: 0,
+            unchanged: 0,
+            error: None,
+        };
+        match (parse(&old), parse(&new)) {
+            (Ok(old), Ok(new)) => count(&old, &new, &mut change),
+            (Err(e), _) | (_, Err(e)) => change.error = Some(e.to_string()),
+        }
+        out.push(change);
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Some(out))
+}
+
+/// Interactions are matched by key and ordinal, as replay matches them.
+fn count(old: &[Interaction], new: &[Interaction], change: &mut Change) {
+    let index = |list: &[Interaction]| -> HashMap<(Key, usize), usize> {
+        let mut seen: HashMap<&Key, usize> = HashMap::new();
+        list.iter()
+            .enumerate()
+            .map(|(i, x)| {
+                let n = seen.entry(&x.key).or_insert(0);
+                *n += 1;
+                ((x.key.clone(), *n - 1), i)
+            })
+            .collect()
+    };
+    let (old_index, new_index) = (index(old), index(new));
+    for (id, &i) in &new_index {
+        match old_index.get(id) {
+            None => change.added += 1,
+            Some(&j) if old[j] == new[i] => change.unchanged += 1,
+            Some(_) => change.replaced += 1,
+        }
+    }
+    change.removed = old_index
+        .keys()
+        .filter(|id| !new_index.contains_key(*id))
+        .count();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::RecordedResponse;
+    use crate::key::Normalizer;
+    use std::collections::BTreeMap;
+
+    fn interaction(prompt: &str, answer: &str) -> Interaction {
+        let body = format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
+        let request = Normalizer::default().request(
+            "POST",
+            "/v1/chat/completions",
+            None,
+            body.as_bytes(),
+            &[],
+        );
+        Interaction {
+            key: Key::of(&request),
+            request,
+            response: RecordedResponse::with_body(200, BTreeMap::new(), answer.as_bytes()),
+            timing: None,
+            summary: None,
+        }
+    }
+
+    fn write(path: &Path, interactions: Vec<Interaction>) {
+        let mut c = Cassette::new("t", "openai");
+        c.interactions = interactions;
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, c.to_bytes()).unwrap();
+    }
+
+    fn commit_all(repo: &git2::Repository) {
+        let mut index = repo.index().unwrap();
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .unwrap();
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &[])
+            .unwrap();
+    }
+
+    #[test]
+    fn new_modified_and_deleted_against_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let cas = dir.path().join("tests/cassettes");
+        write(
+            &cas.join("a/openai.json"),
+            vec![
+                interaction("x", "1"),
+                interaction("y", "2"),
+                interaction("z", "3"),
+            ],
+        );
+        write(&cas.join("gone/openai.json"), vec![interaction("g", "1")]);
+        commit_all(&repo);
+        assert!(changes_against_head(&cas).unwrap().unwrap().is_empty());
+
+        write(
+            &cas.join("a/openai.json"),
+            vec![
+                interaction("x", "1"),
+                interaction("y", "22"),
+                interaction("w", "4"),
+            ],
+        );
+        write(&cas.join("b/anthropic.json"), vec![interaction("n", "1")]);
+        std::fs::remove_dir_all(cas.join("gone")).unwrap();
+        let changes = changes_against_head(&cas).unwrap().unwrap();
+        let by = |p: &str| changes.iter().find(|c| c.path == Path::new(p)).unwrap();
+        let a = by("tests/cassettes/a/openai.json");
+        assert_eq!(
+            (a.kind, a.added, a.replaced, a.removed, a.unchanged),
+            (ChangeKind::Modified, 1, 1, 1, 1)
+        );
+        assert_eq!(by("tests/cassettes/b/anthropic.json").kind, ChangeKind::New);
+        assert_eq!(
+            by("tests/cassettes/gone/openai.json").kind,
+            ChangeKind::Deleted
+        );
+        assert_eq!(changes.len(), 3);
+    }
+
+    #[test]
+    fn outside_git_there_is_no_report() {
+        let dir = tempfile::tempdir().unwrap();
+        // A temp dir may sit inside some repository on a developer's machine; only check that
+        // it answers without failing.
+        assert!(changes_against_head(&dir.path().join("cas")).is_ok());
+    }
+}

@@ -1,0 +1,120 @@
+//! The nextest target runner. nextest calls `cargo-llmreplay __runner <test binary> <args>` for
+//! every test process; in the run phase this sets the per-test environment of SPEC (test id, base
+//! URLs, placeholder keys in replay) and execs the binary, or the user's own runner with it.
+//! It prints nothing on stdout: nextest parses the list phase's output.
+
+use crate::test_base_url;
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+/// The daemon's root URL, set by `cargo llmreplay test` for the runner.
+pub const DAEMON_URL_ENV: &str = "LLMREPLAY_DAEMON_URL";
+/// A user's own target runner to chain, its words separated by U+001F.
+pub const CHAIN_RUNNER_ENV: &str = "LLMREPLAY_CHAIN_RUNNER";
+/// What a key that is unset becomes in replay mode: the SDKs refuse to start without one.
+pub const PLACEHOLDER_KEY: &str = "llmreplay-replay-key";
+
+const KEY_VARS: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"];
+
+/// Runs the test binary in `args` (what follows `__runner`). Returns only when it could not be
+/// started; otherwise the process becomes the test (Unix) or exits with its status.
+pub fn run(args: Vec<OsString>) -> std::io::Error {
+    let Some((program, rest)) = args.split_first() else {
+        return std::io::Error::other(
+            "cargo-llmreplay __runner: no test binary given (nextest passes it)",
+        );
+    };
+    let chain: Vec<String> = std::env::var(CHAIN_RUNNER_ENV)
+        .map(|c| {
+            c.split('\u{1f}')
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut cmd = match chain.split_first() {
+        Some((runner, runner_args)) => {
+            let mut c = Command::new(runner);
+            c.args(runner_args).arg(program);
+            c
+        }
+        None => Command::new(program),
+    };
+    cmd.args(rest).env_remove(CHAIN_RUNNER_ENV);
+    if std::env::var_os("NEXTEST_TEST_PHASE").is_some_and(|p| p == "run") {
+        if let Ok(root) = std::env::var(DAEMON_URL_ENV) {
+            point_at_daemon(&mut cmd, &root);
+        }
+    }
+    exec(cmd)
+}
+
+fn point_at_daemon(cmd: &mut Command, root: &str) {
+    let binary = std::env::var("NEXTEST_BINARY_ID").unwrap_or_default();
+    let name = std::env::var("NEXTEST_TEST_NAME").unwrap_or_default();
+    let id = format!("{binary}${name}");
+    let base = test_base_url(root, &id);
+    cmd.env("LLMREPLAY_TEST_ID", &id)
+        .env("OPENAI_BASE_URL", format!("{base}/openai/v1"))
+        .env("ANTHROPIC_BASE_URL", format!("{base}/anthropic"))
+        .env("OLLAMA_HOST", format!("{base}/ollama"))
+        .env("OLLAMA_API_BASE_URL", format!("{base}/ollama"))
+        .env("GOOGLE_GEMINI_BASE_URL", format!("{base}/gemini"))
+        .env("LLMREPLAY_BASE_URL", base);
+    if std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay") {
+        for var in KEY_VARS {
+            if std::env::var_os(var).is_none() {
+                cmd.env(var, PLACEHOLDER_KEY);
+            }
+        }
+    }
+    // Tells the daemon this test runs (for the unused report) and, on a retry, that its
+    // sequence starts afresh.
+    let attempt = std::env::var("NEXTEST_ATTEMPT").unwrap_or_else(|_| "1".into());
+    if let Err(e) = begin(root, &id, &attempt) {
+        eprintln!("cargo-llmreplay: could not reach the daemon at {root} for {id}: {e}");
+    }
+}
+
+/// `POST /__llmreplay/begin` over a plain socket: a runtime or HTTP client would cost more to
+/// start than the request takes.
+fn begin(root: &str, id: &str, attempt: &str) -> std::io::Result<()> {
+    let addr = root
+        .strip_prefix("http://")
+        .ok_or_else(|| std::io::Error::other("the daemon URL is not http://"))?
+        .trim_end_matches('/');
+    let mut stream = TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let path = test_base_url("", id);
+    let encoded = path.trim_start_matches("/t/");
+    write!(
+        stream,
+        "POST /__llmreplay/begin?test={encoded}&attempt={attempt} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut status = [0u8; 12];
+    stream.read_exact(&mut status)?;
+    if &status[9..12] != b"200" {
+        return Err(std::io::Error::other(format!(
+            "the daemon answered {}",
+            String::from_utf8_lossy(&status)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn exec(mut cmd: Command) -> std::io::Error {
+    use std::os::unix::process::CommandExt;
+    cmd.exec()
+}
+
+#[cfg(not(unix))]
+fn exec(mut cmd: Command) -> std::io::Error {
+    match cmd.status() {
+        Ok(status) => std::process::exit(status.code().unwrap_or(1)),
+        Err(e) => e,
+    }
+}
