@@ -167,10 +167,13 @@ pub struct Inputs<'a> {
 
 impl Report {
     pub fn build(inputs: Inputs) -> Result<Report, cassettes::Error> {
+        // A retried test asks again for what it missed the first time: report it once.
+        let mut seen = BTreeSet::new();
         let missing = inputs
             .journal
             .misses()
             .into_iter()
+            .filter(|m| seen.insert((m.test.clone(), m.key.clone(), m.ordinal)))
             .map(|miss| Missing {
                 command: record_command(&miss.test),
                 miss,
@@ -305,14 +308,14 @@ impl Report {
             for ch in &self.changed {
                 let what = match ch.kind {
                     ChangeKind::New => format!(
-                        "new       {} ({} interactions)",
+                        "new       {} ({})",
                         ch.path.display(),
-                        ch.added
+                        interactions(ch.added)
                     ),
                     ChangeKind::Deleted => format!(
-                        "deleted   {} ({} interactions)",
+                        "deleted   {} ({})",
                         ch.path.display(),
-                        ch.removed
+                        interactions(ch.removed)
                     ),
                     ChangeKind::Modified => format!(
                         "modified  {}: {} added, {} replaced, {} removed, {} unchanged",
@@ -353,6 +356,10 @@ impl Report {
             ExitCode::SUCCESS
         }
     }
+}
+
+fn interactions(n: usize) -> String {
+    format!("{n} interaction{}", if n == 1 { "" } else { "s" })
 }
 
 /// The command that records a test's missing requests.

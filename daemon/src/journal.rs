@@ -107,6 +107,9 @@ pub struct Miss {
     pub method: String,
     pub path: String,
     pub cassette: String,
+    pub key: String,
+    /// Which request with this key in its test: 0 for the first.
+    pub ordinal: usize,
     #[serde(flatten)]
     pub detail: Detail,
 }
@@ -217,6 +220,8 @@ impl Journal {
                 method: r.call.method.to_string(),
                 path: r.call.path.clone(),
                 cassette: r.call.entry.path.display().to_string(),
+                key: r.call.key.to_string(),
+                ordinal: r.call.ordinal,
                 detail: r.detail.as_deref().cloned().unwrap_or_default(),
             })
             .collect()

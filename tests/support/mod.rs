@@ -451,3 +451,125 @@ pub fn all_files(dir: &Path) -> Vec<(PathBuf, String)> {
 pub fn read_json(path: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// A sample workspace (tests/fixtures/sample) in a temp dir, in its own git repository, run with
+/// the real `cargo llmreplay test` and real nextest. Its builds share one target dir.
+pub struct Sample {
+    dir: tempfile::TempDir,
+    pub root: PathBuf,
+}
+
+/// What one `cargo llmreplay test` printed and wrote.
+pub struct Run {
+    pub code: Option<i32>,
+    pub stderr: String,
+    pub report: Value,
+}
+
+impl Sample {
+    pub fn new() -> Sample {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("sample");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sample");
+        let runner = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../runner-plugin")
+            .canonicalize()
+            .unwrap();
+        for rel in ["src/lib.rs", "tests/chat.rs"] {
+            std::fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
+            std::fs::copy(fixture.join(rel), root.join(rel)).unwrap();
+        }
+        let manifest = std::fs::read_to_string(fixture.join("Cargo.toml.in")).unwrap();
+        std::fs::write(
+            root.join("Cargo.toml"),
+            manifest.replace("@RUNNER_PLUGIN@", &runner.display().to_string()),
+        )
+        .unwrap();
+        std::fs::write(root.join(".gitignore"), "/target\n").unwrap();
+        git2::Repository::init(&root).unwrap();
+        Sample { dir, root }
+    }
+
+    /// The target dir all samples share, so each builds only its own small crate.
+    pub fn target_dir() -> PathBuf {
+        binary()
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("llmreplay-samples")
+    }
+
+    /// Runs `cargo llmreplay test ARGS` in the sample, offline, in a clean environment.
+    pub fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let report = self.dir.path().join(format!(
+            "report-{}.json",
+            std::process::id() as u128 * 1000 + rand_suffix()
+        ));
+        let state = tempfile::tempdir().unwrap();
+        let mut cmd = self.command(binary());
+        cmd.args(["llmreplay", "test", "--report"])
+            .arg(&report)
+            .args(args);
+        cmd.env("SAMPLE_STATE_DIR", state.path());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let report = std::fs::read_to_string(&report)
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap_or(Value::Null);
+        Run {
+            code: out.status.code(),
+            stderr,
+            report,
+        }
+    }
+
+    /// A command in the sample's folder with none of the outer nextest's or CI's variables.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.current_dir(&self.root);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NEXTEST")
+                || k.starts_with("LLMREPLAY")
+                || k == "CI"
+                || k.starts_with("CARGO_TARGET_")
+            {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("CARGO_TARGET_DIR", Self::target_dir())
+            .env("CARGO_NET_OFFLINE", "true");
+        cmd
+    }
+
+    pub fn cassette(&self, slug: &str, provider: &str) -> PathBuf {
+        self.root
+            .join("tests/cassettes")
+            .join(slug)
+            .join(format!("{provider}.json"))
+    }
+
+    /// `git add -A && git commit`, with git2.
+    pub fn commit_all(&self) {
+        let repo = git2::Repository::open(&self.root).unwrap();
+        let mut index = repo.index().unwrap();
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .unwrap();
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("Test", "test@example.com").unwrap();
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &parents)
+            .unwrap();
+    }
+}
+
+fn rand_suffix() -> u128 {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    N.fetch_add(1, Ordering::SeqCst) as u128
+}

@@ -1,0 +1,368 @@
+//! End-to-end tests of `cargo llmreplay test`: the real binary runs real `cargo nextest` on a
+//! sample workspace in a temp git repository, against a loopback fake provider.
+
+mod support;
+
+use serde_json::Value;
+use support::{FakeProvider, Sample};
+
+fn upstreams(fake: &FakeProvider) -> Vec<String> {
+    vec![
+        "--upstream".into(),
+        format!("openai={}", fake.url()),
+        "--upstream".into(),
+        format!("anthropic={}", fake.url()),
+    ]
+}
+
+fn args<'a>(fixed: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
+    fixed
+        .iter()
+        .copied()
+        .chain(extra.iter().map(String::as_str))
+        .collect()
+}
+
+/// Records every test of the sample (the retried one needs `--retries 1`).
+async fn record(sample: &Sample, fake: &FakeProvider) -> support::Run {
+    let ups = upstreams(fake);
+    let run = sample.run(&args(&["--record", "--retries", "1"], &ups), &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    run
+}
+
+fn unused_folders(report: &Value) -> Vec<String> {
+    report["unused"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["kind"] == "folder")
+        .map(|u| u["folder"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_then_replays_offline_in_ci_with_the_same_answers() {
+    let mut fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    let recorded = record(&sample, &fake).await;
+    // answers_hello 1, answers_twice 2, asks_claude 1, retries_once 1 (twice: unchanged), plain 1.
+    assert_eq!(
+        recorded.report["counts"]["recorded"], 6,
+        "{}",
+        recorded.report
+    );
+    assert_eq!(
+        recorded.report["counts"]["unchanged"], 1,
+        "the retry re-records the same answer"
+    );
+    assert!(sample
+        .cassette("sample--chat--asks_claude", "anthropic")
+        .exists());
+    assert!(!sample
+        .root
+        .join("tests/cassettes/sample--chat--calls_nothing")
+        .exists());
+    let received = fake.received().len();
+    fake.stop();
+
+    let replay = sample.run(&["--retries", "1"], &[("CI", "true")]);
+    assert_eq!(replay.code, Some(0), "{}", replay.stderr);
+    assert_eq!(
+        replay.report["counts"]["hits"], 7,
+        "the retry replays its recording again: {}",
+        replay.report
+    );
+    assert_eq!(replay.report["missing"], Value::Array(vec![]));
+    assert_eq!(
+        replay.report["unused"],
+        Value::Array(vec![]),
+        "{}",
+        replay.report
+    );
+    assert!(
+        replay.stderr.contains("7 replayed, 0 missing"),
+        "{}",
+        replay.stderr
+    );
+    assert_eq!(
+        fake.received().len(),
+        received,
+        "nothing reached the provider"
+    );
+    // Never a key in a cassette: replay ran with the placeholder, recording with none.
+    for (path, text) in support::all_files(&sample.root.join("tests/cassettes")) {
+        assert!(!text.contains("llmreplay-replay-key"), "{}", path.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_cassette_fails_the_run_naming_the_test_and_the_command() {
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    record(&sample, &fake).await;
+    std::fs::remove_dir_all(
+        sample
+            .root
+            .join("tests/cassettes/sample--chat--answers_hello"),
+    )
+    .unwrap();
+    let run = sample.run(&["--retries", "1"], &[("CI", "true")]);
+    assert_eq!(
+        run.code,
+        Some(100),
+        "nextest's own status: the test failed\n{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("missing (1):"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("sample::chat$answers_hello"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("cargo llmreplay test --record-missing -E 'test(=answers_hello)'"),
+        "{}",
+        run.stderr
+    );
+    let missing = &run.report["missing"][0];
+    assert_eq!(missing["test"], "sample::chat$answers_hello");
+    assert_eq!(
+        (missing["provider"].as_str(), missing["model"].as_str()),
+        (Some("openai"), Some("gpt-4o-mini"))
+    );
+    assert_eq!(missing["prompt"], "Hello");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_changed() {
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    record(&sample, &fake).await;
+    sample.commit_all();
+    let orphan = sample
+        .root
+        .join("tests/cassettes/sample--chat--renamed_long_ago");
+    std::fs::create_dir_all(&orphan).unwrap();
+    std::fs::copy(
+        sample.cassette("sample--chat--answers_hello", "openai"),
+        orphan.join("openai.json"),
+    )
+    .unwrap();
+
+    let whole = sample.run(&["--retries", "1", "--deny", "unused"], &[]);
+    assert_eq!(
+        unused_folders(&whole.report),
+        vec![orphan.display().to_string()],
+        "{}",
+        whole.report
+    );
+    assert_eq!(
+        whole.code,
+        Some(1),
+        "--deny unused fails the run\n{}",
+        whole.stderr
+    );
+    assert!(
+        whole
+            .stderr
+            .contains("no test of the suite has this folder's slug"),
+        "{}",
+        whole.stderr
+    );
+    assert_eq!(
+        whole.report["changed"][0]["kind"], "new",
+        "the orphan is untracked: {}",
+        whole.report
+    );
+
+    let filtered = sample.run(&["-E", "test(=answers_hello)"], &[]);
+    assert_eq!(filtered.code, Some(0), "{}", filtered.stderr);
+    assert_eq!(
+        filtered.report["unused"],
+        Value::Array(vec![]),
+        "{}",
+        filtered.report
+    );
+    assert_eq!(filtered.report["scope"]["filtered"], true);
+
+    std::fs::remove_dir_all(&orphan).unwrap();
+    *fake.state.suffix.lock().unwrap() = " (a newer model)".into();
+    let ups = upstreams(&fake);
+    let rerecord = sample.run(
+        &args(
+            &[
+                "--record",
+                "-E",
+                "test(=answers_twice)",
+                "--deny",
+                "changed",
+            ],
+            &ups,
+        ),
+        &[],
+    );
+    assert_eq!(
+        rerecord.code,
+        Some(1),
+        "--deny changed fails the run\n{}",
+        rerecord.stderr
+    );
+    let changed = rerecord.report["changed"].as_array().unwrap();
+    assert_eq!(changed.len(), 1, "{}", rerecord.report);
+    assert_eq!(
+        changed[0]["path"],
+        "tests/cassettes/sample--chat--answers_twice/openai.json"
+    );
+    assert_eq!(
+        (
+            changed[0]["kind"].as_str(),
+            changed[0]["replaced"].as_u64(),
+            changed[0]["unchanged"].as_u64()
+        ),
+        (Some("modified"), Some(2), Some(0))
+    );
+    assert!(rerecord.stderr.contains("modified  tests/cassettes/sample--chat--answers_twice/openai.json: 0 added, 2 replaced"), "{}", rerecord.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_target_runner_still_runs() {
+    let sample = Sample::new();
+    let host = String::from_utf8(
+        std::process::Command::new("rustc")
+            .arg("-vV")
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let host = host
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .unwrap()
+        .to_string();
+    let marker = sample.root.join("runner-was-here");
+    let script = sample.root.join("my-runner.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\nexec \"$@\"\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .unwrap();
+    let var = format!(
+        "CARGO_TARGET_{}_RUNNER",
+        host.to_uppercase().replace('-', "_")
+    );
+    let run = sample.run(
+        &["-E", "test(=sees_its_own_base_url) | test(=calls_nothing)"],
+        &[(var.as_str(), script.to_str().unwrap())],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let calls = std::fs::read_to_string(&marker).expect("the user's runner ran");
+    assert!(calls.contains("sees_its_own_base_url"), "{calls}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_cargo_test_records_with_the_thread_name_helper_and_nextest_replays_it() {
+    let mut fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    let serve = support::Serve::start(
+        &sample.root,
+        &[
+            "--mode",
+            "record",
+            "--upstream",
+            &format!("openai={}", fake.url()),
+        ],
+    );
+    let out = sample
+        .command("cargo")
+        .args(["test", "--test", "chat", "plain_cargo_test"])
+        .env("LLMREPLAY_URL", &serve.base)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(serve.stop().stderr.contains("1 recorded"));
+    assert!(
+        sample
+            .cassette("sample--chat--plain_cargo_test", "openai")
+            .exists(),
+        "the same folder nextest uses"
+    );
+    fake.stop();
+    let run = sample.run(&["-E", "test(=plain_cargo_test)"], &[("CI", "true")]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(run.report["counts"]["hits"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preconditions_fail_with_clear_errors() {
+    let sample = Sample::new();
+    let outside = tempfile::tempdir().unwrap();
+    let out = sample
+        .command(support::binary())
+        .current_dir(outside.path())
+        .args(["llmreplay", "test"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("not inside a cargo workspace"), "{err}");
+
+    std::fs::write(
+        sample.root.join("llmreplay.toml"),
+        "cassette_dir = \"x\"\n[match]\nignore = 7\n",
+    )
+    .unwrap();
+    let run = sample.run(&[], &[]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("llmreplay.toml")
+            && run.stderr.contains("line 3")
+            && run.stderr.contains("ignore"),
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_file(sample.root.join("llmreplay.toml")).unwrap();
+
+    let run = sample.run(&["--record"], &[("CI", "1")]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("--allow-record-in-ci"),
+        "{}",
+        run.stderr
+    );
+
+    // A cargo whose nextest is missing: a stand-in `cargo` that knows no subcommand.
+    let fake_cargo = sample.root.join("fake-cargo.sh");
+    std::fs::write(
+        &fake_cargo,
+        "#!/bin/sh\necho 'error: no such command: nextest' >&2\nexit 101\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&fake_cargo)
+        .status()
+        .unwrap();
+    let run = sample.run(&[], &[("CARGO", fake_cargo.to_str().unwrap())]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("cargo-nextest is not installed")
+            && run.stderr.contains("cargo install --locked cargo-nextest"),
+        "{}",
+        run.stderr
+    );
+}
