@@ -124,8 +124,7 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         }
     };
     crate::refuse_upstream_in_ci(mode, args.allow_record_in_ci)?;
-    check_nextest()?;
-    let root = workspace_root()?;
+    let root = preconditions()?;
     let overrides = Overrides {
         mode: Some(mode),
         cassette_dir: args.cassette_dir.clone(),
@@ -136,12 +135,12 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     let settings = Settings::load(&root, None, &overrides).map_err(|e| e.to_string())?;
     let cassette_dir = settings.cassette_dir.clone();
     let (runner_key, chain) = user_runner(&root)?;
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
-    let runner = toml::Value::Array(vec![
-        toml::Value::String(exe.to_string_lossy().into_owned()),
-        toml::Value::String("__runner".into()),
-    ]);
+    let runner = toml::Value::Array(
+        runner_command()?
+            .into_iter()
+            .map(toml::Value::String)
+            .collect(),
+    );
     let scope = RunScope::of(&nextest_args);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -183,7 +182,14 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         .block_on(served)
         .map_err(|e| format!("the daemon failed: {e}"))?;
 
-    let listed = if scope.whole_suite() {
+    // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
+    // (a chained runner that swallowed the list, say).
+    let suite = journal.suite();
+    let listed = if !scope.whole_suite() {
+        None
+    } else if !suite.is_empty() {
+        Some(suite)
+    } else {
         match report::list_tests(&cargo, &scope) {
             Ok(tests) => Some(tests),
             Err(e) => {
@@ -193,8 +199,6 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
                 None
             }
         }
-    } else {
-        None
     };
     let report = report::Report::build(report::Inputs {
         mode,
@@ -215,13 +219,52 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     Ok(report.exit_code(status, &args.deny))
 }
 
-fn check_nextest() -> Result<(), String> {
-    let install = "install it with: cargo install --locked cargo-nextest (see https://nexte.st/docs/installation)";
+/// The nextest target runner: the small `cargo-llmreplay-runner` installed beside this program
+/// (it starts in about half the time), else this program's own `__runner`.
+fn runner_command() -> Result<Vec<String>, String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+    let small = exe.with_file_name(format!(
+        "cargo-llmreplay-runner{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    Ok(if small.is_file() {
+        vec![small.to_string_lossy().into_owned()]
+    } else {
+        vec![exe.to_string_lossy().into_owned(), "__runner".into()]
+    })
+}
+
+/// Checks nextest and finds the workspace root; both are cargo calls, so they run at once.
+fn preconditions() -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(&cargo)
-        .args(["nextest", "--version"])
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    let spawn = |args: &[&str]| {
+        Command::new(&cargo)
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run cargo: {e}"))
+    };
+    let version = spawn(&["nextest", "--version"])?;
+    let locate = spawn(&["locate-project", "--workspace", "--message-format", "plain"])?;
+    let (version, locate) = (
+        version.wait_with_output().map_err(|e| e.to_string())?,
+        locate.wait_with_output().map_err(|e| e.to_string())?,
+    );
+    check_nextest(&version)?;
+    if !locate.status.success() {
+        return Err(format!(
+            "not inside a cargo workspace ({}). Run cargo llmreplay test in your crate or workspace",
+            String::from_utf8_lossy(&locate.stderr).trim().trim_start_matches("error: ")
+        ));
+    }
+    let manifest = PathBuf::from(String::from_utf8_lossy(&locate.stdout).trim());
+    Ok(manifest.parent().map(Path::to_path_buf).unwrap_or(manifest))
+}
+
+fn check_nextest(out: &std::process::Output) -> Result<(), String> {
+    let install = "install it with: cargo install --locked cargo-nextest (see https://nexte.st/docs/installation)";
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() || !text.starts_with("cargo-nextest") {
         return Err(format!("cargo-nextest is not installed; {install}"));
@@ -238,22 +281,6 @@ fn check_nextest() -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn workspace_root() -> Result<PathBuf, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["locate-project", "--workspace", "--message-format", "plain"])
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "not inside a cargo workspace ({}). Run cargo llmreplay test in your crate or workspace",
-            String::from_utf8_lossy(&out.stderr).trim().trim_start_matches("error: ")
-        ));
-    }
-    let manifest = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    Ok(manifest.parent().map(Path::to_path_buf).unwrap_or(manifest))
 }
 
 fn target_dir(root: &Path) -> PathBuf {

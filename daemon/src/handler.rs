@@ -31,7 +31,7 @@ const PROMPT_PREVIEW: usize = 200;
 pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
         let rest = rest.to_string();
-        return control(&state, &rest, &req);
+        return control(&state, &rest, req).await;
     }
     let test_header = req.headers().get("x-test-id").and_then(|v| v.to_str().ok());
     let route = match route::resolve(req.uri().path(), test_header, &state.settings.providers) {
@@ -427,22 +427,27 @@ impl Capture {
     }
 }
 
-fn control(state: &State, rest: &str, req: &Request<Incoming>) -> Response<Body> {
-    let test = || {
+async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<Body> {
+    let param = |name: &str| {
         req.uri()
             .query()
-            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("test=")))
+            .and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            })
             .map(|v| {
                 percent_encoding::percent_decode_str(v)
                     .decode_utf8_lossy()
                     .into_owned()
             })
-            .or_else(|| {
-                req.headers()
-                    .get("x-test-id")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            })
+    };
+    let test = || {
+        param("test").or_else(|| {
+            req.headers()
+                .get("x-test-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
     };
     match (req.method(), rest) {
         (&Method::GET, "health") => json(serde_json::json!({
@@ -464,10 +469,21 @@ fn control(state: &State, rest: &str, req: &Request<Incoming>) -> Response<Body>
             }
             None => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin needs ?test=<test id> or an X-Test-Id header".into()),
         },
+        (&Method::POST, "listed") => {
+            let binary = param("binary").unwrap_or_default();
+            match req.into_body().collect().await {
+                Ok(body) => {
+                    let names = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+                    state.journal.listed(&binary, names.lines());
+                    json(serde_json::json!({ "status": "ok" }))
+                }
+                Err(e) => text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the list: {e}")),
+            }
+        }
         (&Method::POST, "end") => json(serde_json::json!({ "status": "ok" })),
         _ => text(
             StatusCode::NOT_FOUND,
-            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, end", req.method()),
+            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, listed, end", req.method()),
         ),
     }
 }

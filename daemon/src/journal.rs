@@ -95,6 +95,8 @@ pub struct Journal {
     records: Mutex<Vec<Record>>,
     /// Tests the runner announced, whether or not they made a request.
     began: Mutex<std::collections::BTreeSet<String>>,
+    /// Every test of the suite, as the runner saw nextest list them.
+    listed: Mutex<std::collections::BTreeSet<String>>,
     kept_hits: AtomicUsize,
     counted_hits: AtomicUsize,
 }
@@ -197,6 +199,21 @@ impl Journal {
             .lock()
             .expect("journal lock")
             .insert(test.to_string());
+    }
+
+    /// Notes the tests a test binary holds (`<binary id>$<name>` each).
+    pub fn listed<'a>(&self, binary: &str, names: impl Iterator<Item = &'a str>) {
+        let mut listed = self.listed.lock().expect("journal lock");
+        listed.extend(
+            names
+                .filter(|n| !n.is_empty())
+                .map(|n| format!("{binary}${n}")),
+        );
+    }
+
+    /// The suite as listed by nextest in this run, ignored tests included.
+    pub fn suite(&self) -> std::collections::BTreeSet<String> {
+        self.listed.lock().expect("journal lock").clone()
     }
 
     /// Tests that started in this run, or made a request.

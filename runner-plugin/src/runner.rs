@@ -44,12 +44,43 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
         None => Command::new(program),
     };
     cmd.args(rest).env_remove(CHAIN_RUNNER_ENV);
-    if std::env::var_os("NEXTEST_TEST_PHASE").is_some_and(|p| p == "run") {
-        if let Ok(root) = std::env::var(DAEMON_URL_ENV) {
-            point_at_daemon(&mut cmd, &root);
-        }
+    let phase = std::env::var("NEXTEST_TEST_PHASE").unwrap_or_default();
+    match (phase.as_str(), std::env::var(DAEMON_URL_ENV)) {
+        ("run", Ok(root)) => point_at_daemon(&mut cmd, &root),
+        ("list", Ok(root)) => return pass_list_on(cmd, &root),
+        _ => {}
     }
     exec(cmd)
+}
+
+/// The list phase: hands nextest the binary's list unchanged, and tells the daemon every test
+/// it holds (ignored ones too: nextest lists those in a second call), so the report knows the
+/// whole suite without running `cargo nextest list` again.
+fn pass_list_on(mut cmd: Command, root: &str) -> std::io::Error {
+    let output = match cmd.stderr(std::process::Stdio::inherit()).output() {
+        Ok(output) => output,
+        Err(e) => return e,
+    };
+    if let Err(e) = std::io::stdout().write_all(&output.stdout) {
+        return e;
+    }
+    if output.status.success() {
+        let names: String = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|l| l.strip_suffix(": test"))
+            .map(|name| format!("{name}\n"))
+            .collect();
+        let binary = std::env::var("NEXTEST_BINARY_ID").unwrap_or_default();
+        let query = format!("binary={}", encode(&binary));
+        if let Err(e) = control(root, "listed", &query, &names) {
+            eprintln!("cargo-llmreplay: could not reach the daemon at {root}: {e}");
+        }
+    }
+    std::process::exit(output.status.code().unwrap_or(101));
+}
+
+fn encode(s: &str) -> String {
+    test_base_url("", s).trim_start_matches("/t/").to_string()
 }
 
 fn point_at_daemon(cmd: &mut Command, root: &str) {
@@ -74,25 +105,25 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
     // Tells the daemon this test runs (for the unused report) and, on a retry, that its
     // sequence starts afresh.
     let attempt = std::env::var("NEXTEST_ATTEMPT").unwrap_or_else(|_| "1".into());
-    if let Err(e) = begin(root, &id, &attempt) {
+    let query = format!("test={}&attempt={attempt}", encode(&id));
+    if let Err(e) = control(root, "begin", &query, "") {
         eprintln!("cargo-llmreplay: could not reach the daemon at {root} for {id}: {e}");
     }
 }
 
-/// `POST /__llmreplay/begin` over a plain socket: a runtime or HTTP client would cost more to
-/// start than the request takes.
-fn begin(root: &str, id: &str, attempt: &str) -> std::io::Result<()> {
+/// `POST /__llmreplay/<route>?<query>` over a plain socket: a runtime or HTTP client would cost
+/// more to start than the request takes.
+fn control(root: &str, route: &str, query: &str, body: &str) -> std::io::Result<()> {
     let addr = root
         .strip_prefix("http://")
         .ok_or_else(|| std::io::Error::other("the daemon URL is not http://"))?
         .trim_end_matches('/');
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let path = test_base_url("", id);
-    let encoded = path.trim_start_matches("/t/");
     write!(
         stream,
-        "POST /__llmreplay/begin?test={encoded}&attempt={attempt} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        "POST /__llmreplay/{route}?{query} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )?;
     let mut status = [0u8; 12];
     stream.read_exact(&mut status)?;
