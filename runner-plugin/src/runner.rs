@@ -72,7 +72,7 @@ fn pass_list_on(mut cmd: Command, root: &str) -> std::io::Error {
             .collect();
         let binary = std::env::var("NEXTEST_BINARY_ID").unwrap_or_default();
         let query = format!("binary={}", encode(&binary));
-        if let Err(e) = control(root, "listed", &query, &names) {
+        if let Err(e) = control(root, "listed", &query, &names, true) {
             eprintln!("cargo-llmreplay: could not reach the daemon at {root}: {e}");
         }
     }
@@ -106,14 +106,16 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
     // sequence starts afresh.
     let attempt = std::env::var("NEXTEST_ATTEMPT").unwrap_or_else(|_| "1".into());
     let query = format!("test={}&attempt={attempt}", encode(&id));
-    if let Err(e) = control(root, "begin", &query, "") {
+    // A first attempt has no cursors to reset, so it need not wait for the answer; a retry must,
+    // or its first request could overtake the reset.
+    if let Err(e) = control(root, "begin", &query, "", attempt != "1") {
         eprintln!("cargo-llmreplay: could not reach the daemon at {root} for {id}: {e}");
     }
 }
 
 /// `POST /__llmreplay/<route>?<query>` over a plain socket: a runtime or HTTP client would cost
 /// more to start than the request takes.
-fn control(root: &str, route: &str, query: &str, body: &str) -> std::io::Result<()> {
+fn control(root: &str, route: &str, query: &str, body: &str, wait: bool) -> std::io::Result<()> {
     let addr = root
         .strip_prefix("http://")
         .ok_or_else(|| std::io::Error::other("the daemon URL is not http://"))?
@@ -125,6 +127,9 @@ fn control(root: &str, route: &str, query: &str, body: &str) -> std::io::Result<
         "POST /__llmreplay/{route}?{query} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
+    if !wait {
+        return Ok(());
+    }
     let mut status = [0u8; 12];
     stream.read_exact(&mut status)?;
     if &status[9..12] != b"200" {
