@@ -14,5 +14,5 @@ mkdir -p "$root/bench/out"
 exec python3 "$root/bench/overhead.py" \
   --llmreplay "$root/target/release/cargo-llmreplay" \
   --floor "$root/target/bench-floor/release/bench-floor" \
-  --client "$root/tests/fixtures/sample/src/lib.rs" \
+  --client "$root/examples/quickstart/src/lib.rs" \
   --runs "${1:-10}" --work "$root/bench/out"

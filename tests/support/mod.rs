@@ -475,9 +475,15 @@ impl Sample {
             .join("../runner-plugin")
             .canonicalize()
             .unwrap();
-        for rel in ["src/lib.rs", "tests/chat.rs"] {
+        // The client is the quickstart example's: one copy of it in the repository.
+        let client =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/quickstart/src/lib.rs");
+        for (from, rel) in [
+            (client, "src/lib.rs"),
+            (fixture.join("tests/chat.rs"), "tests/chat.rs"),
+        ] {
             std::fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
-            std::fs::copy(fixture.join(rel), root.join(rel)).unwrap();
+            std::fs::copy(from, root.join(rel)).unwrap();
         }
         let manifest = std::fs::read_to_string(fixture.join("Cargo.toml.in")).unwrap();
         std::fs::write(
