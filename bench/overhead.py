@@ -1,15 +1,9 @@
 """Drives bench/overhead.sh: generates the two workspaces, warms their builds, records the
 50x4 one through `cargo llmreplay test --record` against the floor server, then times plain
 nextest against `cargo llmreplay test` with hyperfine and prints the ratios."""
-import argparse, json, os, shutil, socket, subprocess, sys, tempfile, time
+import argparse, json, os, shutil, subprocess, tempfile
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from common import start_floor
 
 
 def workspace(path, name, tests, client):
@@ -41,15 +35,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="llmreplay-overhead-", dir=a.work)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXTEST", "LLMREPLAY")) and k != "CI"}
     env["CARGO_TARGET_DIR"] = os.path.join(tmp, "target")
-    fport = free_port()
-    floor = subprocess.Popen([a.floor, f"127.0.0.1:{fport}"], stderr=subprocess.DEVNULL)
+    floor, floor_url = start_floor(a.floor)
     try:
-        for _ in range(500):
-            try:
-                socket.create_connection(("127.0.0.1", fport), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.01)
         quiet = workspace(os.path.join(tmp, "quiet"), "quiet",
                           "".join(f"#[test]\nfn t{i}() {{ assert_eq!({i} + 1, {i + 1}); }}\n" for i in range(200)), a.client)
         calls = "".join(
@@ -65,10 +52,10 @@ def main():
         results["200 tests, no LLM call"] = hyperfine(q, a.runs, [("nextest", "cargo nextest run --cargo-quiet"), ("llmreplay", lr)], env)
         # 50 tests x 4 recordings: record once against the floor, then time replay.
         l = os.path.join(tmp, "llm")
-        rec = subprocess.run(a.llmreplay.split() + ["llmreplay", "test", "--record", "--upstream", f"openai=http://127.0.0.1:{fport}"],
+        rec = subprocess.run(a.llmreplay.split() + ["llmreplay", "test", "--record", "--upstream", f"openai={floor_url}"],
                              cwd=l, env=env, capture_output=True, text=True)
         assert rec.returncode == 0, rec.stderr[-2000:]
-        direct = dict(env, OPENAI_BASE_URL=f"http://127.0.0.1:{fport}/v1", OPENAI_API_KEY="x")
+        direct = dict(env, OPENAI_BASE_URL=f"{floor_url}/v1", OPENAI_API_KEY="x")
         base = hyperfine(l, a.runs, [("nextest", "cargo nextest run --cargo-quiet")], direct)
         results["50 tests x 4 recordings"] = {**base, **hyperfine(l, a.runs, [("llmreplay", lr + " --deny unused")], dict(env, CI="true"))}
         print(f"\nhyperfine, {a.runs} runs each after 2 warm-ups, builds warm; one run:\n")

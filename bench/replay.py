@@ -2,31 +2,12 @@
 wrk against the floor, `serve` in replay mode and aimock serving the same answers, and prints
 requests/s, p50/p99 and the ratios. Servers are found ready by polling their port, not by sleeping
 a fixed time."""
-import argparse, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time, urllib.request
+
+from common import free_port, start_floor, wait_port
 
 SHORT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "short"}]}
 STREAM = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "stream"}]}
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, proc, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"server exited early with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    sys.exit(f"nothing listened on {port} within {timeout}s")
 
 
 def post(url, body, headers=None):
@@ -81,11 +62,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="llmreplay-bench-", dir=a.work)
     procs = []
     try:
-        fport = free_port()
-        floor = subprocess.Popen([a.floor, f"127.0.0.1:{fport}"], stderr=subprocess.DEVNULL)
+        floor, floor_url = start_floor(a.floor)
         procs.append(floor)
-        wait_port(fport, floor)
-        floor_url = f"http://127.0.0.1:{fport}"
 
         # Record the floor's two answers, as a user would record a provider's.
         rec, base, _ = start_serve(a.llmreplay, ["--mode", "record", "--cassette-dir", "cas", "--upstream", f"openai={floor_url}"], tmp)

@@ -150,28 +150,7 @@ fn count(old: &[Interaction], new: &[Interaction], change: &mut Change) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::RecordedResponse;
-    use crate::key::Normalizer;
-    use std::collections::BTreeMap;
-
-    fn interaction(prompt: &str, answer: &str) -> Interaction {
-        let body = format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
-        let request = Normalizer::default().request(
-            "POST",
-            "/v1/chat/completions",
-            None,
-            body.as_bytes(),
-            &[],
-        );
-        Interaction {
-            key: Key::of(&request),
-            request,
-            response: RecordedResponse::with_body(200, BTreeMap::new(), answer.as_bytes()),
-            timing: None,
-            summary: None,
-        }
-    }
-
+    use crate::testing::interaction;
     fn write(path: &Path, interactions: Vec<Interaction>) {
         let mut c = Cassette::new("t", "openai");
         c.interactions = interactions;

@@ -8,6 +8,8 @@ mod id;
 mod key;
 mod store;
 mod summary;
+#[cfg(test)]
+mod testing;
 
 pub use format::{
     Cassette, Chunk, Interaction, Layout, Prepared, RecordedResponse, StreamFormat, Summary,

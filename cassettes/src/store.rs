@@ -457,26 +457,7 @@ fn request_value(r: &RecordedRequest) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::RecordedResponse;
-    use crate::key::Normalizer;
-    use std::collections::BTreeMap;
-
-    fn interaction(prompt: &str, answer: &str) -> Interaction {
-        let request = Normalizer::default().request(
-            "POST",
-            "/v1/chat/completions",
-            None,
-            format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}]}}"#).as_bytes(),
-            &[],
-        );
-        Interaction {
-            key: Key::of(&request),
-            request,
-            response: RecordedResponse::with_body(200, BTreeMap::new(), answer.as_bytes()),
-            timing: None,
-            summary: None,
-        }
-    }
+    use crate::testing::interaction;
 
     fn file_key(e: &Entry, i: usize) -> Key {
         let c: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();

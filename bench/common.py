@@ -1,0 +1,32 @@
+"""What the bench drivers share: free loopback ports, and starting the floor server (or any
+server) and waiting until it listens, by polling its port rather than sleeping a fixed time."""
+import socket, subprocess, sys, time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, proc, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"server exited early with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.01)
+    sys.exit(f"nothing listened on {port} within {timeout}s")
+
+
+def start_floor(binary):
+    """Starts bench-floor on a free port; returns the process and its http:// URL."""
+    port = free_port()
+    floor = subprocess.Popen([binary, f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
+    wait_port(port, floor)
+    return floor, f"http://127.0.0.1:{port}"
