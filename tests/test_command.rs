@@ -365,4 +365,25 @@ async fn preconditions_fail_with_clear_errors() {
         "{}",
         run.stderr
     );
+
+    // A nextest older than 0.9.116: everything else goes to the real cargo.
+    let real = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let old_cargo = sample.root.join("old-cargo.sh");
+    std::fs::write(
+        &old_cargo,
+        format!("#!/bin/sh\nif [ \"$1 $2\" = \"nextest --version\" ]; then echo 'cargo-nextest 0.9.100 (abc 2025-06-01)'; exit 0; fi\nexec '{real}' \"$@\"\n"),
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&old_cargo)
+        .status()
+        .unwrap();
+    let run = sample.run(&[], &[("CARGO", old_cargo.to_str().unwrap())]);
+    assert_eq!(run.code, Some(2));
+    assert!(
+        run.stderr.contains("cargo-nextest 0.9.100 is too old") && run.stderr.contains("0.9.116"),
+        "{}",
+        run.stderr
+    );
 }
