@@ -1,8 +1,11 @@
 //! `cargo llmreplay`: the command line. It parses arguments, starts the daemon and prints what
 //! happened; the logic lives in the `daemon` and `cassettes` crates.
 
+mod diff_cmd;
+mod prune;
 mod report;
 mod serve;
+mod status;
 mod test_cmd;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +38,48 @@ enum Command {
         args: Vec<std::ffi::OsString>,
     },
     Serve(serve::ServeArgs),
+    Status(status::StatusArgs),
+    Diff(diff_cmd::DiffArgs),
+    Prune(prune::PruneArgs),
+    /// Work with run reports (merge the reports of a sharded suite)
+    #[command(subcommand)]
+    Report(report::ReportCommand),
+}
+
+/// The workspace root (`cargo locate-project`) and the cassette folder: the flag, else
+/// `cassette_dir` of llmreplay.toml, else tests/cassettes.
+pub(crate) fn workspace(
+    cassette_dir: Option<std::path::PathBuf>,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["locate-project", "--workspace", "--message-format", "plain"])
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "not inside a cargo workspace ({}). Run cargo llmreplay in your crate or workspace",
+            String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .trim_start_matches("error: ")
+        ));
+    }
+    let manifest = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let root = manifest.parent().map(Into::into).unwrap_or(manifest);
+    let overrides = daemon::Overrides {
+        cassette_dir,
+        ..daemon::Overrides::default()
+    };
+    let settings = daemon::Settings::load(&root, None, &overrides).map_err(|e| e.to_string())?;
+    Ok((root, settings.cassette_dir))
+}
+
+/// `CARGO_TARGET_DIR`, else the workspace's `target`.
+pub(crate) fn target_dir(root: &std::path::Path) -> std::path::PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => std::env::current_dir().unwrap_or_default().join(dir),
+        None => root.join("target"),
+    }
 }
 
 /// Modes that call real providers are refused under `CI`, unless forced.
@@ -71,6 +116,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Test { args } => test_cmd::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Diff(args) => diff_cmd::run(args),
+        Command::Prune(args) => prune::run(args),
+        Command::Report(cmd) => report::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -185,7 +185,7 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
     // (a chained runner that swallowed the list, say).
     let suite = journal.suite();
-    let listed = if !scope.whole_suite() {
+    let listed = if scope.filtered {
         None
     } else if !suite.is_empty() {
         Some(suite)
@@ -208,15 +208,17 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         cassette_dir: &cassette_dir,
         scope: &scope,
         listed: listed.as_ref(),
+        tests_passed: status.success(),
     })
     .map_err(|e| e.to_string())?;
     let path = args
         .report
         .clone()
-        .unwrap_or_else(|| target_dir(&root).join("llmreplay/report.json"));
+        .unwrap_or_else(|| crate::target_dir(&root).join("llmreplay/report.json"));
     report.write(&path)?;
     report.print(&root, &path);
-    Ok(report.exit_code(status, &args.deny))
+    report.to_step_summary();
+    Ok(report.exit_code(Some(status), &args.deny))
 }
 
 /// The nextest target runner: the small `cargo-llmreplay-runner` installed beside this program
@@ -281,13 +283,6 @@ fn check_nextest(out: &std::process::Output) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => std::env::current_dir().unwrap_or_default().join(dir),
-        None => root.join("target"),
-    }
 }
 
 /// Which runner key to set, and the user's own runner to chain. A runner for the host triple

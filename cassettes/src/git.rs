@@ -4,12 +4,13 @@
 
 use crate::format::{Cassette, Interaction};
 use crate::key::Key;
+use crate::review::{diff_cassettes, InteractionDiff};
 use crate::Error;
-use serde::Serialize;
-use std::collections::HashMap;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ChangeKind {
     New,
@@ -18,7 +19,7 @@ pub enum ChangeKind {
 }
 
 /// One cassette file that differs from HEAD.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Change {
     /// Relative to the repository's root.
     pub path: PathBuf,
@@ -32,10 +33,13 @@ pub struct Change {
     pub error: Option<String>,
 }
 
-/// The changed cassette files under `cassette_dir`, or `None` when it is not inside a git
-/// repository.
-pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, Error> {
-    let git_err = |e: git2::Error| Error::Git(e.message().to_string());
+fn git_err(e: git2::Error) -> Error {
+    Error::Git(e.message().to_string())
+}
+
+/// The repository holding `cassette_dir`, its work tree, and the cassette folder relative to
+/// it; `None` outside a repository.
+fn open(cassette_dir: &Path) -> Result<Option<(git2::Repository, PathBuf, PathBuf)>, Error> {
     let start = cassette_dir
         .ancestors()
         .find(|p| p.exists())
@@ -56,14 +60,23 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
             .map_err(|e| Error::io(start, e))?
             .join(cassette_dir.strip_prefix(start).unwrap_or(Path::new(""))),
     };
-    let Ok(rel) = dir.strip_prefix(&workdir) else {
+    let Ok(rel) = dir.strip_prefix(&workdir).map(Path::to_path_buf) else {
+        return Ok(None);
+    };
+    Ok(Some((repo, workdir, rel)))
+}
+
+/// The changed cassette files under `cassette_dir`, or `None` when it is not inside a git
+/// repository.
+pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, Error> {
+    let Some((repo, workdir, rel)) = open(cassette_dir)? else {
         return Ok(None);
     };
     let mut opts = git2::StatusOptions::new();
     opts.include_untracked(true)
         .recurse_untracked_dirs(true)
         .include_ignored(false)
-        .pathspec(rel);
+        .pathspec(&rel);
     let statuses = repo.statuses(Some(&mut opts)).map_err(git_err)?;
     let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
     let mut out = Vec::new();
@@ -118,6 +131,195 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Some(out))
+}
+
+/// One cassette file that differs between the base and the work tree, told interaction by
+/// interaction.
+#[derive(Clone, Debug, Serialize)]
+pub struct FileDiff {
+    /// Relative to the repository's root.
+    pub path: PathBuf,
+    pub test: String,
+    pub provider: String,
+    pub kind: ChangeKind,
+    pub interactions: Vec<InteractionDiff>,
+    /// Set when one side does not parse.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Every changed cassette between a base commit and the work tree.
+#[derive(Clone, Debug, Serialize)]
+pub struct Diff {
+    /// What the work tree was compared with, e.g. `merge base of HEAD and main (1a2b3c4d)`.
+    pub base: String,
+    pub files: Vec<FileDiff>,
+}
+
+/// Compares the cassettes of the work tree with those of `base` (a revision such as
+/// `origin/main`); by default the merge base of HEAD with the default branch, else HEAD.
+/// `only` keeps the files under any of these paths (absolute, or relative to the work tree).
+pub fn diff_against(
+    cassette_dir: &Path,
+    base: Option<&str>,
+    only: &[PathBuf],
+) -> Result<Diff, Error> {
+    let Some((repo, workdir, rel)) = open(cassette_dir)? else {
+        return Err(Error::Git(format!(
+            "{} is not inside a git repository, so there is nothing to compare with; commit your cassettes first",
+            cassette_dir.display()
+        )));
+    };
+    let (commit, base) = resolve_base(&repo, base)?;
+    let mut old: BTreeMap<PathBuf, String> = BTreeMap::new();
+    if let Some(tree) = commit
+        .as_ref()
+        .map(|c| c.tree())
+        .transpose()
+        .map_err(git_err)?
+    {
+        let sub = match tree.get_path(&rel) {
+            Ok(entry) => Some(entry.to_object(&repo).map_err(git_err)?),
+            Err(_) => None,
+        };
+        if let Some(sub) = sub.as_ref().and_then(|o| o.as_tree()) {
+            sub.walk(git2::TreeWalkMode::PreOrder, |folder, entry| {
+                let name = entry.name().unwrap_or("");
+                if folder.matches('/').count() == 1 && name.ends_with(".json") {
+                    if let Ok(blob) = entry.to_object(&repo).and_then(|o| o.peel_to_blob()) {
+                        let text = String::from_utf8_lossy(blob.content()).into_owned();
+                        old.insert(rel.join(folder).join(name), text);
+                    }
+                }
+                git2::TreeWalkResult::Ok
+            })
+            .map_err(git_err)?;
+        }
+    }
+    let mut new: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let dir = workdir.join(&rel);
+    if dir.is_dir() {
+        for folder in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
+            let folder = folder.map_err(|e| Error::io(&dir, e))?.path();
+            if !folder.is_dir() {
+                continue;
+            }
+            for file in std::fs::read_dir(&folder).map_err(|e| Error::io(&folder, e))? {
+                let file = file.map_err(|e| Error::io(&folder, e))?.path();
+                if file.extension().is_some_and(|x| x == "json") {
+                    let text = std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
+                    let path = file.strip_prefix(&workdir).unwrap_or(&file).to_path_buf();
+                    new.insert(path, text);
+                }
+            }
+        }
+    }
+    let only: Vec<PathBuf> = only
+        .iter()
+        .map(|p| {
+            let abs = p.canonicalize().unwrap_or_else(|_| workdir.join(p));
+            abs.strip_prefix(&workdir)
+                .map(Path::to_path_buf)
+                .unwrap_or(abs)
+        })
+        .collect();
+    let mut paths: Vec<&PathBuf> = old.keys().chain(new.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    let mut files = Vec::new();
+    for path in paths {
+        if !only.is_empty() && !only.iter().any(|o| path.starts_with(o)) {
+            continue;
+        }
+        let (was, now) = (old.get(path), new.get(path));
+        if was == now {
+            continue;
+        }
+        let kind = match (was, now) {
+            (None, _) => ChangeKind::New,
+            (_, None) => ChangeKind::Deleted,
+            _ => ChangeKind::Modified,
+        };
+        let parse = |text: Option<&String>| -> Result<Option<Cassette>, Error> {
+            text.map(|t| Cassette::parse(path, t)).transpose()
+        };
+        let mut file = FileDiff {
+            path: path.clone(),
+            test: String::new(),
+            provider: String::new(),
+            kind,
+            interactions: Vec::new(),
+            error: None,
+        };
+        match (parse(was), parse(now)) {
+            (Ok(a), Ok(b)) => {
+                let named = b.as_ref().or(a.as_ref()).expect("one side exists");
+                file.test = named.test.clone();
+                file.provider = named.provider.clone();
+                file.interactions = diff_cassettes(a.as_ref(), b.as_ref());
+                if file.interactions.is_empty() {
+                    // Only ids, timestamps or layout moved: nothing for a reviewer.
+                    continue;
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => file.error = Some(e.to_string()),
+        }
+        files.push(file);
+    }
+    Ok(Diff { base, files })
+}
+
+/// The commit to compare with, and how to name it.
+fn resolve_base<'r>(
+    repo: &'r git2::Repository,
+    base: Option<&str>,
+) -> Result<(Option<git2::Commit<'r>>, String), Error> {
+    let short = |c: &git2::Commit| c.id().to_string()[..8].to_string();
+    if let Some(name) = base {
+        let commit = repo
+            .revparse_single(name)
+            .and_then(|o| o.peel_to_commit())
+            .map_err(|e| {
+                Error::Git(format!(
+                    "cannot find the base revision {name:?} ({}); fetch it first (git fetch origin {name}) or name another with --base",
+                    e.message()
+                ))
+            })?;
+        let label = format!("{name} ({})", short(&commit));
+        return Ok((Some(commit), label));
+    }
+    let Some(head) = repo.head().ok().and_then(|h| h.peel_to_commit().ok()) else {
+        return Ok((None, "an empty repository".into()));
+    };
+    for name in [
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+        "refs/remotes/origin/master",
+        "refs/heads/main",
+        "refs/heads/master",
+    ] {
+        let Some(target) = repo
+            .find_reference(name)
+            .and_then(|r| r.resolve())
+            .ok()
+            .and_then(|r| r.target())
+        else {
+            continue;
+        };
+        if let Ok(base) = repo
+            .merge_base(head.id(), target)
+            .and_then(|id| repo.find_commit(id))
+        {
+            let branch = name.rsplit_once("refs/").map_or(name, |(_, b)| b);
+            let branch = branch
+                .trim_start_matches("heads/")
+                .trim_start_matches("remotes/");
+            let label = format!("merge base of HEAD and {branch} ({})", short(&base));
+            return Ok((Some(base), label));
+        }
+    }
+    let label = format!("HEAD ({})", short(&head));
+    Ok((Some(head), label))
 }
 
 /// Interactions are matched by key and ordinal, as replay matches them.

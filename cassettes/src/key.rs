@@ -107,6 +107,16 @@ impl RecordedRequest {
         }
     }
 
+    /// The whole request as one JSON value, for naming the fields two requests differ in.
+    pub fn to_value(&self) -> Value {
+        serde_json::json!({
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "body": self.body_value(),
+        })
+    }
+
     /// `model` from the body, as SDKs send it (Gemini puts it in the path instead).
     pub fn model(&self) -> Option<String> {
         if let Some(m) = self

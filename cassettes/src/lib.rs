@@ -2,10 +2,12 @@
 //! cassette file format and the locked, atomic store. Plain types and functions: no HTTP, no
 //! async runtime, so every rule here is tested alone.
 
+pub mod audit;
 mod format;
 pub mod git;
 mod id;
 mod key;
+pub mod review;
 mod store;
 mod summary;
 #[cfg(test)]
@@ -17,7 +19,11 @@ pub use format::{
 };
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
-pub use store::{read_cassette, Closest, Entry, Lookup, RecordOutcome, Store, Unused};
+pub use store::{
+    read_cassette, remove_folder, remove_recordings, Closest, Entry, Lookup, RecordOutcome, Store,
+    Unused,
+};
+pub use summary::Tokens;
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +45,8 @@ pub enum Error {
     },
     #[error("bad rule in llmreplay.toml, {rule}: {reason}")]
     BadRule { rule: String, reason: String },
+    #[error("{path}: {what} is no longer there; the cassette changed since the report was written. Run the suite again first")]
+    Stale { path: PathBuf, what: String },
     #[error("git: {0}")]
     Git(String),
     #[error("{path}: {source}")]

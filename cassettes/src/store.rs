@@ -80,7 +80,7 @@ pub enum RecordOutcome {
 }
 
 /// A recording that no request of this run replayed.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unused {
     pub test: String,
     pub provider: String,
@@ -278,7 +278,7 @@ impl Entry {
     pub fn closest(&self, request: &RecordedRequest) -> Option<Closest> {
         let state = self.state.lock().expect("entry lock");
         let loaded = state.loaded.as_ref()?;
-        let wanted = request_value(request);
+        let wanted = request.to_value();
         loaded
             .cassette
             .interactions
@@ -286,7 +286,7 @@ impl Entry {
             .enumerate()
             .map(|(index, i)| Closest {
                 index,
-                differing: differing_fields(&request_value(&i.request), &wanted),
+                differing: differing_fields(&i.request.to_value(), &wanted),
             })
             .min_by_key(|c| c.differing.len())
     }
@@ -369,22 +369,92 @@ impl Entry {
         // Read under the lock: another run may have written since this one loaded the file.
         let mut cassette = self.read()?;
         if change(&mut cassette) {
-            let mut tmp = tempfile::Builder::new()
-                .prefix(".llmreplay-")
-                .suffix(".tmp")
-                .tempfile_in(dir)
-                .map_err(|e| Error::io(dir, e))?;
-            tmp.write_all(&cassette.to_bytes())
-                .and_then(|_| tmp.as_file().sync_all())
-                .map_err(|e| Error::io(tmp.path(), e))?;
-            tmp.persist(&self.path)
-                .map_err(|e| Error::io(&self.path, e.error))?;
+            write_atomic(&self.path, &cassette.to_bytes())?;
         }
         Ok(cassette)
     }
 }
 
-fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+/// Writes a temporary file beside `path` and renames it over: a crash leaves the old file or
+/// the new one, never half of either.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".llmreplay-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, e))?;
+    tmp.write_all(bytes)
+        .and_then(|_| tmp.as_file().sync_all())
+        .map_err(|e| Error::io(tmp.path(), e))?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
+}
+
+/// Removes recordings, each named by its key and which recording of that key it is, from one
+/// cassette under its folder's lock; deletes the file when none is left. Changes nothing and
+/// fails when one of them is no longer there (the file changed since it was judged unused).
+pub fn remove_recordings(path: &Path, which: &[(Key, usize)]) -> Result<usize, Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    let lock = lock_file(dir)?;
+    lock.lock().map_err(|e| Error::io(dir, e))?;
+    let mut cassette = read_cassette(path)?;
+    let mut seen: HashMap<Key, usize> = HashMap::new();
+    let positions: Vec<(Key, usize)> = cassette
+        .interactions
+        .iter()
+        .map(|x| {
+            let n = seen.entry(x.key.clone()).or_insert(0);
+            *n += 1;
+            (x.key.clone(), *n - 1)
+        })
+        .collect();
+    for id in which {
+        if !positions.contains(id) {
+            return Err(Error::Stale {
+                path: path.to_path_buf(),
+                what: format!("recording {} of key {}", id.1 + 1, id.0.as_str()),
+            });
+        }
+    }
+    let before = cassette.interactions.len();
+    let mut i = 0;
+    cassette.interactions.retain(|_| {
+        i += 1;
+        !which.contains(&positions[i - 1])
+    });
+    if cassette.interactions.is_empty() {
+        std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+    } else {
+        write_atomic(path, &cassette.to_bytes())?;
+    }
+    Ok(before - cassette.interactions.len())
+}
+
+/// Removes a cassette folder's cassettes, under its lock, and the folder once empty. Files
+/// that are not cassettes are left where they are, and returned.
+pub fn remove_folder(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+    let lock = lock_file(folder)?;
+    lock.lock().map_err(|e| Error::io(folder, e))?;
+    for file in json_files(folder)? {
+        if read_cassette(&file).is_ok() {
+            std::fs::remove_file(&file).map_err(|e| Error::io(&file, e))?;
+        }
+    }
+    drop(lock);
+    let left: Vec<PathBuf> = std::fs::read_dir(folder)
+        .map_err(|e| Error::io(folder, e))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_none_or(|n| n != ".llmreplay.lock"))
+        .collect();
+    if left.is_empty() {
+        std::fs::remove_dir_all(folder).map_err(|e| Error::io(folder, e))?;
+    }
+    Ok(left)
+}
+
+pub(crate) fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let read = match std::fs::read_dir(folder) {
         Ok(read) => read,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -443,15 +513,6 @@ fn put(cassette: &mut Cassette, ordinal: usize, new: Interaction) -> RecordOutco
             RecordOutcome::Appended
         }
     }
-}
-
-fn request_value(r: &RecordedRequest) -> serde_json::Value {
-    serde_json::json!({
-        "method": r.method,
-        "path": r.path,
-        "query": r.query,
-        "body": r.body_value(),
-    })
 }
 
 #[cfg(test)]
@@ -560,6 +621,34 @@ mod tests {
             std::fs::read_to_string(&e.path).unwrap(),
             "{\n  \"llmreplay\": 1,\n  oops\n"
         );
+    }
+
+    #[test]
+    fn removing_recordings_takes_exactly_those_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t/openai.json");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let mut c = Cassette::new("t", "openai");
+        c.interactions = vec![
+            interaction("a", "1"),
+            interaction("a", "2"),
+            interaction("b", "3"),
+        ];
+        std::fs::write(&path, c.to_bytes()).unwrap();
+        let a = c.interactions[0].key.clone();
+        let stale = remove_recordings(&path, &[(a.clone(), 0), (a.clone(), 5)]);
+        assert!(matches!(stale, Err(Error::Stale { .. })), "{stale:?}");
+        assert_eq!(
+            read_cassette(&path).unwrap(),
+            c,
+            "a stale removal changes nothing"
+        );
+        assert_eq!(remove_recordings(&path, &[(a.clone(), 1)]).unwrap(), 1);
+        let left = read_cassette(&path).unwrap().interactions;
+        assert_eq!(left, [c.interactions[0].clone(), c.interactions[2].clone()]);
+        let b = c.interactions[2].key.clone();
+        remove_recordings(&path, &[(a, 0), (b, 0)]).unwrap();
+        assert!(!path.exists(), "an empty cassette is deleted");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! responses), Anthropic messages, Gemini and Ollama, streamed or not.
 
 use crate::format::{RecordedResponse, Summary, ToolCall};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 impl Summary {
@@ -23,6 +24,64 @@ impl Summary {
             usage: acc.usage,
         };
         (!summary.text.is_empty() || !summary.tool_calls.is_empty()).then_some(summary)
+    }
+}
+
+/// Token counts read from any provider's usage object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl Tokens {
+    /// OpenAI (chat and responses), Anthropic, Gemini and Ollama name their counts apart.
+    pub fn of(usage: &Value) -> Option<Tokens> {
+        let n = |keys: &[&str]| {
+            keys.iter()
+                .find_map(|k| usage.get(*k).and_then(Value::as_u64))
+        };
+        let input = n(&[
+            "prompt_tokens",
+            "input_tokens",
+            "promptTokenCount",
+            "prompt_eval_count",
+        ]);
+        let output = n(&[
+            "completion_tokens",
+            "output_tokens",
+            "candidatesTokenCount",
+            "eval_count",
+        ]);
+        let total = n(&["total_tokens", "totalTokenCount"]);
+        if input.is_none() && output.is_none() && total.is_none() {
+            return None;
+        }
+        let input = input.unwrap_or(0);
+        let output = output.unwrap_or_else(|| total.unwrap_or(0).saturating_sub(input));
+        Some(Tokens { input, output })
+    }
+
+    pub fn total(&self) -> u64 {
+        self.input + self.output
+    }
+}
+
+impl Summary {
+    pub fn tokens(&self) -> Option<Tokens> {
+        self.usage.as_ref().and_then(Tokens::of)
+    }
+
+    /// The answer as reviewers read it: the text, then each tool call as `name(arguments)`.
+    pub fn answer_text(&self) -> String {
+        let mut out = self.text.clone();
+        for call in &self.tool_calls {
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&format!("tool call: {}({})", call.name, call.arguments));
+        }
+        out
     }
 }
 

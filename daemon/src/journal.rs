@@ -3,7 +3,7 @@
 //! and errors, and everything is rendered to JSON on demand.
 
 use cassettes::{Entry, Key};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -44,7 +44,7 @@ pub struct Call {
 }
 
 /// Why a request missed or failed, for the report.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Detail {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
@@ -102,7 +102,7 @@ pub struct Journal {
 }
 
 /// A request that found no recording.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Miss {
     pub test: String,
     pub provider: String,
@@ -117,7 +117,7 @@ pub struct Miss {
 }
 
 /// Counts by outcome.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Stats {
     pub requests: usize,
     pub hits: usize,
@@ -128,6 +128,21 @@ pub struct Stats {
     pub passthrough: usize,
     pub broken: usize,
     pub errors: usize,
+}
+
+/// Adds the counts of another run: a sharded suite's reports are merged this way.
+impl std::ops::AddAssign<&Stats> for Stats {
+    fn add_assign(&mut self, o: &Stats) {
+        self.requests += o.requests;
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.recorded += o.recorded;
+        self.replaced += o.replaced;
+        self.unchanged += o.unchanged;
+        self.passthrough += o.passthrough;
+        self.broken += o.broken;
+        self.errors += o.errors;
+    }
 }
 
 impl Journal {

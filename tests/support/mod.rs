@@ -464,6 +464,14 @@ pub struct Run {
     pub code: Option<i32>,
     pub stderr: String,
     pub report: Value,
+    pub report_path: PathBuf,
+}
+
+/// What one `cargo llmreplay <subcommand>` printed.
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Sample {
@@ -523,14 +531,52 @@ impl Sample {
         }
         let out = cmd.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        let report = std::fs::read_to_string(&report)
+        let report_path = report;
+        let report = std::fs::read_to_string(&report_path)
             .map(|t| serde_json::from_str(&t).unwrap())
             .unwrap_or(Value::Null);
         Run {
             code: out.status.code(),
             stderr,
             report,
+            report_path,
         }
+    }
+
+    /// Runs `cargo llmreplay ARGS` (status, diff, prune, report ...) in the sample.
+    pub fn llmreplay(&self, args: &[&str]) -> Output {
+        let out = self
+            .command(binary())
+            .arg("llmreplay")
+            .args(args)
+            .output()
+            .unwrap();
+        Output {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Gives this sample's package its own version. Samples share a target dir, and cargo names
+    /// a path package's build outputs by name, version and path relative to its workspace,
+    /// which is the same for every sample; a test that edits the sample's code must not
+    /// overwrite the binaries the others run.
+    pub fn own_build(&self, version: &str) {
+        let manifest = self.root.join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let edited = text.replacen(
+            "version = \"0.1.0\"",
+            &format!("version = \"{version}\""),
+            1,
+        );
+        assert_ne!(edited, text);
+        std::fs::write(manifest, edited).unwrap();
+    }
+
+    /// A scratch folder beside the sample, removed with it.
+    pub fn scratch(&self) -> &Path {
+        self.dir.path()
     }
 
     /// A command in the sample's folder with none of the outer nextest's or CI's variables.

@@ -1,0 +1,171 @@
+//! `cargo llmreplay prune`: removes what the last run over the whole suite found unused, the
+//! recordings no request replayed and the folders of no test, and nothing else. It trusts only
+//! a report that can tell: one from an unfiltered run (or merged partitions) whose tests
+//! passed, written after the cassettes last changed.
+
+use crate::report::{Report, Unused};
+use cassettes::Key;
+use clap::Args;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Args)]
+#[command(
+    about = "Remove the recordings and cassette folders the last full run found unused",
+    long_about = "Remove the recordings and cassette folders the last full run found unused.\n\n\
+        Reads the report of the last `cargo llmreplay test` (or of `cargo llmreplay report merge`). \
+        It refuses a report from a filtered or partitioned run (it cannot know what the other tests \
+        use), from a run where tests failed, from a passthrough run, or one older than the cassettes."
+)]
+pub struct PruneArgs {
+    /// Print what would be removed, and remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// The report to act on [default: <target dir>/llmreplay/report.json].
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
+    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
+    #[arg(long, value_name = "DIR")]
+    cassette_dir: Option<PathBuf>,
+}
+
+pub fn run(args: PruneArgs) -> Result<ExitCode, String> {
+    let (root, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
+    let path = args
+        .report
+        .clone()
+        .unwrap_or_else(|| crate::target_dir(&root).join("llmreplay/report.json"));
+    let report = Report::read(&path)?;
+    trust(&report, &path, &cassette_dir)?;
+    // The report may come from another machine: its paths are rebased on this cassette folder.
+    let local = |p: &Path| {
+        cassette_dir.join(
+            p.strip_prefix(&report.cassette_dir)
+                .unwrap_or(p.file_name().map(Path::new).unwrap_or(p)),
+        )
+    };
+    let mut recordings: BTreeMap<PathBuf, Vec<(Key, usize)>> = BTreeMap::new();
+    let mut folders = Vec::new();
+    for u in &report.unused {
+        match u {
+            Unused::Recording(r) => recordings
+                .entry(local(&r.cassette))
+                .or_default()
+                .push((r.key.clone(), r.ordinal)),
+            Unused::Folder { folder } => folders.push(local(Path::new(folder))),
+        }
+    }
+    let rel = |p: &Path| p.strip_prefix(&root).unwrap_or(p).display().to_string();
+    if recordings.is_empty() && folders.is_empty() {
+        eprintln!(
+            "nothing to prune: the report of {} found nothing unused",
+            rel(&path)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    for (file, which) in &recordings {
+        if !args.dry_run {
+            cassettes::remove_recordings(file, which).map_err(|e| e.to_string())?;
+        }
+        eprintln!(
+            "{verb} {} recording{} from {}",
+            which.len(),
+            if which.len() == 1 { "" } else { "s" },
+            rel(file)
+        );
+    }
+    for folder in &folders {
+        if !folder.is_dir() {
+            continue;
+        }
+        if args.dry_run {
+            eprintln!("{verb} {}/", rel(folder));
+            continue;
+        }
+        let left = cassettes::remove_folder(folder).map_err(|e| e.to_string())?;
+        if left.is_empty() {
+            eprintln!("{verb} {}/", rel(folder));
+        } else {
+            eprintln!(
+                "{verb} the cassettes of {}/ and left {} other file{} there",
+                rel(folder),
+                left.len(),
+                if left.len() == 1 { "" } else { "s" }
+            );
+        }
+    }
+    if args.dry_run {
+        eprintln!("(dry run: nothing was removed)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Why this report cannot be trusted to say what is unused, if it cannot.
+fn trust(report: &Report, path: &Path, cassette_dir: &Path) -> Result<(), String> {
+    let again = "Run `cargo llmreplay test` over the whole suite first";
+    if report.scope.filtered {
+        return Err(format!(
+            "{} comes from a filtered run (-E, -p or a test name): recordings of the tests it left out would look unused. {again}",
+            path.display()
+        ));
+    }
+    if let Some(p) = &report.scope.partition {
+        return Err(format!(
+            "{} comes from a partitioned run ({p}): merge every partition's report with `cargo llmreplay report merge` and prune with --report on the merged one",
+            path.display()
+        ));
+    }
+    if !report.tests_passed {
+        return Err(format!(
+            "tests failed in the run of {}: a failing test may stop before the calls it recorded, which would look unused. Fix them and run `cargo llmreplay test` again first",
+            path.display()
+        ));
+    }
+    if report.mode == "passthrough" {
+        return Err(format!(
+            "{} comes from a passthrough run, which replays nothing. {again}",
+            path.display()
+        ));
+    }
+    if let Some(newer) =
+        newest_cassette(cassette_dir).filter(|(ms, _)| *ms > report.generated_at_ms)
+    {
+        return Err(format!(
+            "{} changed after {} was written, so the report may be stale. {again}",
+            newer.1.display(),
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The most recently modified cassette file, as milliseconds since the Unix epoch.
+fn newest_cassette(dir: &Path) -> Option<(u64, PathBuf)> {
+    let mut newest: Option<(u64, PathBuf)> = None;
+    for folder in std::fs::read_dir(dir).ok()?.filter_map(Result::ok) {
+        let Ok(files) = std::fs::read_dir(folder.path()) else {
+            continue;
+        };
+        for file in files.filter_map(Result::ok) {
+            let Some(ms) = file
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as u64)
+            else {
+                continue;
+            };
+            if newest.as_ref().is_none_or(|(n, _)| ms > *n) {
+                newest = Some((ms, file.path()));
+            }
+        }
+    }
+    newest
+}

@@ -1,0 +1,152 @@
+//! `cargo llmreplay status`: the report of a run, without running anything. Cassettes changed
+//! against HEAD, folders of no test (from `cargo nextest list`), files that do not parse or
+//! whose summary disagrees with their answer. `--check` makes any of these fail, for CI.
+
+use crate::report::{list_tests, RunScope};
+use cassettes::audit::{audit, Finding, Problem};
+use cassettes::git::{changes_against_head, Change, ChangeKind};
+use cassettes::{Slug, TestId};
+use clap::Args;
+use serde::Serialize;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Args)]
+#[command(
+    about = "Report changed, orphaned and broken cassettes without running tests",
+    long_about = "Report changed, orphaned and broken cassettes without running tests.\n\n\
+        Lists cassette files new, modified or deleted against git HEAD; cassette folders whose slug \
+        matches no test of `cargo nextest list` (this builds the tests); cassette files that do not \
+        parse, sit where their test would not look them up, or whose summary no longer matches their \
+        answer. With --check, exits 1 when there is any of these."
+)]
+pub struct StatusArgs {
+    /// Exit with status 1 when anything is changed, orphaned or broken.
+    #[arg(long)]
+    check: bool,
+    /// Skip `cargo nextest list`, and so the orphan check.
+    #[arg(long)]
+    no_list: bool,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
+    #[arg(long, value_name = "DIR")]
+    cassette_dir: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Status {
+    changed: Vec<Change>,
+    /// False when the cassettes are not in a git repository.
+    git: bool,
+    orphans: Vec<String>,
+    /// False when the orphan check did not run.
+    listed: bool,
+    problems: Vec<Finding>,
+}
+
+pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
+    let (root, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
+    let changed = changes_against_head(&cassette_dir).map_err(|e| e.to_string())?;
+    let problems = audit(&cassette_dir).map_err(|e| e.to_string())?;
+    let mut orphans = Vec::new();
+    let mut listed = false;
+    if !args.no_list {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let suite = list_tests(&cargo, &RunScope::whole_workspace()).map_err(|e| {
+            format!("cargo nextest list failed, so cassette folders cannot be matched with tests: {e}\n(--no-list skips this check)")
+        })?;
+        let slugs: BTreeSet<String> = suite
+            .iter()
+            .map(|id| Slug::from_test_id(&TestId::new(id.as_str())).to_string())
+            .collect();
+        orphans = cassettes::Store::new(&cassette_dir)
+            .folders()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .filter(|f| !slugs.contains(f))
+            .collect();
+        listed = true;
+    }
+    let status = Status {
+        git: changed.is_some(),
+        changed: changed.unwrap_or_default(),
+        orphans,
+        listed,
+        problems,
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).expect("status serialises")
+        );
+    } else {
+        eprint!("{}", text(&status, &root, &cassette_dir));
+    }
+    let any =
+        !status.changed.is_empty() || !status.orphans.is_empty() || !status.problems.is_empty();
+    Ok(if args.check && any {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
+    let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
+    let mut out = String::new();
+    if !s.git {
+        out.push_str("not in a git repository: no changes to report\n");
+    }
+    if !s.changed.is_empty() {
+        out.push_str(&format!("changed against HEAD ({}):\n", s.changed.len()));
+        for c in &s.changed {
+            let kind = match c.kind {
+                ChangeKind::New => "new     ",
+                ChangeKind::Modified => "modified",
+                ChangeKind::Deleted => "deleted ",
+            };
+            out.push_str(&format!("  {kind}  {}\n", c.path.display()));
+        }
+    }
+    if !s.orphans.is_empty() {
+        out.push_str(&format!("orphaned ({}):\n", s.orphans.len()));
+        for o in &s.orphans {
+            out.push_str(&format!(
+                "  {}/  no test of `cargo nextest list` has this folder's slug (renamed or deleted test?)\n",
+                rel(&cassette_dir.join(o))
+            ));
+        }
+    }
+    if !s.problems.is_empty() {
+        out.push_str(&format!("broken ({}):\n", s.problems.len()));
+        for f in &s.problems {
+            let what = match &f.problem {
+                Problem::Corrupt { message } => message.clone(),
+                Problem::SummaryMismatch { index } => format!(
+                    "interaction {}: its summary does not match its answer (edited by hand?); re-record the test with --record",
+                    index + 1
+                ),
+                Problem::Misplaced { expected } => format!(
+                    "its test and provider are looked up in {}; move it there",
+                    rel(expected)
+                ),
+            };
+            out.push_str(&format!("  {}: {what}\n", rel(&f.path)));
+        }
+    }
+    if s.changed.is_empty() && s.orphans.is_empty() && s.problems.is_empty() {
+        out.push_str(&format!(
+            "cassettes in {} are clean{}\n",
+            rel(cassette_dir),
+            if s.listed {
+                ""
+            } else {
+                " (orphans not checked)"
+            }
+        ));
+    }
+    out
+}

@@ -1,0 +1,149 @@
+//! Checks every cassette file on disk without running a test: files that do not parse, stored
+//! summaries that no longer match the answer they summarise (a hand edit of the chunks, say),
+//! and cassettes in a folder or file their test and provider would not be looked up in.
+
+use crate::format::{Cassette, Summary};
+use crate::id::{Slug, TestId};
+use crate::store::json_files;
+use crate::Error;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "problem", rename_all = "snake_case")]
+pub enum Problem {
+    /// The file does not parse; the message names line and column.
+    Corrupt { message: String },
+    /// Interaction `index` (from 0) has a summary that its response would not give.
+    SummaryMismatch { index: usize },
+    /// Replay looks this test and provider up at `expected`, not here.
+    Misplaced { expected: PathBuf },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub path: PathBuf,
+    #[serde(flatten)]
+    pub problem: Problem,
+}
+
+/// Every problem of the cassettes under `dir`, in path order.
+pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
+    let mut out = Vec::new();
+    let read = match std::fs::read_dir(dir) {
+        Ok(read) => read,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut folders: Vec<PathBuf> = read
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    for folder in folders {
+        for path in json_files(&folder)? {
+            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+            let cassette = match Cassette::parse(&path, &text) {
+                Ok(c) => c,
+                Err(e) => {
+                    let message = e.to_string();
+                    out.push(Finding {
+                        path,
+                        problem: Problem::Corrupt { message },
+                    });
+                    continue;
+                }
+            };
+            out.extend(check(&path, dir, &cassette));
+        }
+    }
+    Ok(out)
+}
+
+fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let expected = dir
+        .join(Slug::from_test_id(&TestId::new(cassette.test.as_str())).as_str())
+        .join(format!("{}.json", cassette.provider));
+    if path != expected {
+        out.push(Finding {
+            path: path.to_path_buf(),
+            problem: Problem::Misplaced { expected },
+        });
+    }
+    for (index, x) in cassette.interactions.iter().enumerate() {
+        if x.summary != Summary::of(&x.response) {
+            out.push(Finding {
+                path: path.to_path_buf(),
+                problem: Problem::SummaryMismatch { index },
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::interaction;
+
+    #[test]
+    fn finds_corrupt_mismatched_and_misplaced_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |rel: &str, bytes: &[u8]| {
+            let p = dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        };
+        let answer = r#"{"choices":[{"message":{"content":"Hi"}}]}"#;
+        let mut good = Cassette::new("c::t$ok", "openai");
+        let mut x = interaction("q", answer);
+        x.summary = Summary::of(&x.response);
+        good.interactions.push(x.clone());
+        write("c--t--ok/openai.json", &good.to_bytes());
+        assert_eq!(audit(dir.path()).unwrap(), []);
+
+        let mut edited = good.clone();
+        edited.test = "c::t$edited".into();
+        edited.interactions[0].summary.as_mut().unwrap().text = "Hello".into();
+        write("c--t--edited/openai.json", &edited.to_bytes());
+        write("c--t--bad/openai.json", b"{\n  \"llmreplay\": 1,\n  oops");
+        write("elsewhere/openai.json", &good.to_bytes());
+        let found = audit(dir.path()).unwrap();
+        let names: Vec<(String, &str)> = found
+            .iter()
+            .map(|f| {
+                let rel = f
+                    .path
+                    .strip_prefix(dir.path())
+                    .unwrap()
+                    .display()
+                    .to_string();
+                let what = match &f.problem {
+                    Problem::Corrupt { message } => {
+                        assert!(message.contains(":3:"), "{message}");
+                        "corrupt"
+                    }
+                    Problem::SummaryMismatch { index } => {
+                        assert_eq!(*index, 0);
+                        "summary"
+                    }
+                    Problem::Misplaced { expected } => {
+                        assert!(expected.ends_with("c--t--ok/openai.json"));
+                        "misplaced"
+                    }
+                };
+                (rel, what)
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("c--t--bad/openai.json".to_string(), "corrupt"),
+                ("c--t--edited/openai.json".to_string(), "summary"),
+                ("elsewhere/openai.json".to_string(), "misplaced"),
+            ]
+        );
+    }
+}
