@@ -2,8 +2,10 @@
 //! happened; the logic lives in the `daemon` and `cassettes` crates.
 
 mod diff_cmd;
+mod filter;
 mod prune;
 mod report;
+mod rerun;
 mod serve;
 mod status;
 mod test_cmd;
@@ -41,6 +43,7 @@ enum Command {
     Status(status::StatusArgs),
     Diff(diff_cmd::DiffArgs),
     Prune(prune::PruneArgs),
+    Rerun(rerun::RerunArgs),
     /// Work with run reports (merge the reports of a sharded suite)
     #[command(subcommand)]
     Report(report::ReportCommand),
@@ -119,6 +122,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Diff(args) => diff_cmd::run(args),
         Command::Prune(args) => prune::run(args),
+        Command::Rerun(args) => rerun::run(args),
         Command::Report(cmd) => report::run(cmd),
     };
     match result {

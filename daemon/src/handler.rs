@@ -284,24 +284,7 @@ async fn proxy(
             .expect("headers copied from a valid response");
     }
     let format = stream_format(answer_parts.headers.get(CONTENT_TYPE));
-    let headers: BTreeMap<String, String> = answer_parts
-        .headers
-        .iter()
-        .filter(|(name, _)| {
-            !NOT_RECORDED.contains(&name.as_str())
-                && !state
-                    .settings
-                    .redact_headers
-                    .iter()
-                    .any(|r| r == name.as_str())
-        })
-        .map(|(name, value)| {
-            (
-                name.as_str().to_string(),
-                String::from_utf8_lossy(value.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
+    let headers = recordable_headers(&answer_parts.headers, &state.settings.redact_headers);
     let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
     let capture = Capture {
         state: state.clone(),
@@ -320,7 +303,46 @@ async fn proxy(
         .expect("headers copied from a valid response")
 }
 
-fn stream_format(content_type: Option<&http::HeaderValue>) -> Option<StreamFormat> {
+/// The response headers a cassette keeps: no secrets, cookies, account ids or transfer details.
+pub(crate) fn recordable_headers(
+    headers: &http::HeaderMap,
+    redact: &[String],
+) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            !NOT_RECORDED.contains(&name.as_str()) && !redact.iter().any(|r| r == name.as_str())
+        })
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The recorded form of a whole answer: a stream's events, or its body.
+pub(crate) fn recorded_response(
+    status: u16,
+    headers: BTreeMap<String, String>,
+    format: Option<StreamFormat>,
+    frames: &[(Bytes, u64)],
+) -> RecordedResponse {
+    match format {
+        Some(format) => RecordedResponse::with_stream(status, headers, format, frames),
+        None => {
+            let bytes = frames
+                .iter()
+                .map(|(b, _)| &b[..])
+                .collect::<Vec<_>>()
+                .concat();
+            RecordedResponse::with_body(status, headers, &bytes)
+        }
+    }
+}
+
+pub(crate) fn stream_format(content_type: Option<&http::HeaderValue>) -> Option<StreamFormat> {
     let ct = content_type?.to_str().ok()?.to_ascii_lowercase();
     if ct.starts_with("text/event-stream") {
         Some(StreamFormat::Sse)
@@ -382,17 +404,7 @@ impl Capture {
         let ttfb_ms = frames
             .first()
             .map_or(headers_at.as_millis() as u64, |f| f.1);
-        let response = match format {
-            Some(format) => RecordedResponse::with_stream(status, headers, format, &frames),
-            None => {
-                let bytes = frames
-                    .iter()
-                    .map(|(b, _)| &b[..])
-                    .collect::<Vec<_>>()
-                    .concat();
-                RecordedResponse::with_body(status, headers, &bytes)
-            }
-        };
+        let response = recorded_response(status, headers, format, &frames);
         let interaction = Interaction {
             key: call.key.clone(),
             request,

@@ -7,6 +7,7 @@ pub mod config;
 mod handler;
 pub mod journal;
 pub mod providers;
+pub mod resend;
 mod route;
 mod upstream;
 

@@ -104,6 +104,42 @@ impl Provider {
     }
 }
 
+impl Provider {
+    /// Environment variables that may hold this provider's key, in order: `<NAME>_API_KEY` for a
+    /// gateway of your own, then the family's usual one.
+    pub fn key_vars(&self) -> Vec<String> {
+        let mut vars = Vec::new();
+        if self.name.as_str() != self.kind.as_str() {
+            vars.push(format!(
+                "{}_API_KEY",
+                self.name.as_str().to_uppercase().replace('-', "_")
+            ));
+        }
+        vars.extend(
+            match self.kind {
+                ProviderKind::OpenAi => &["OPENAI_API_KEY"][..],
+                ProviderKind::Anthropic => &["ANTHROPIC_API_KEY"],
+                ProviderKind::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+                ProviderKind::Ollama => &["OLLAMA_API_KEY"],
+            }
+            .iter()
+            .map(|v| v.to_string()),
+        );
+        vars
+    }
+
+    /// The headers that carry `key` the way this family's API expects it.
+    pub fn auth_headers(&self, key: &str) -> Vec<(&'static str, String)> {
+        match self.kind {
+            ProviderKind::OpenAi | ProviderKind::Ollama => {
+                vec![("authorization", format!("Bearer {key}"))]
+            }
+            ProviderKind::Anthropic => vec![("x-api-key", key.to_string())],
+            ProviderKind::Gemini => vec![("x-goog-api-key", key.to_string())],
+        }
+    }
+}
+
 /// Request headers never forwarded as they came: hop-by-hop ones, and those the daemon sets.
 pub const NOT_FORWARDED: &[&str] = &[
     "host",

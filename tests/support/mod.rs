@@ -37,6 +37,48 @@ pub struct FakeState {
     pub chunk_gap: Mutex<Duration>,
     /// When set, streams stop after their first chunk until this is notified.
     pub hold: Mutex<Option<Arc<tokio::sync::Notify>>>,
+    /// Appended to the answers of prompts containing the first string: the provider changes its
+    /// mind about some requests only.
+    pub suffix_for: Mutex<Vec<(String, String)>>,
+    /// Prompts containing any of these get a 500.
+    pub fail_for: Mutex<Vec<String>>,
+    /// When set to n, requests wait until n are in flight (at most 10 s), so that a client
+    /// sending n at a time is seen doing so.
+    pub gate: Mutex<Option<usize>>,
+    gate_open: tokio::sync::Notify,
+    gate_opened: std::sync::atomic::AtomicBool,
+    in_flight: AtomicUsize,
+    /// The most requests in flight at once.
+    pub peak: AtomicUsize,
+}
+
+/// Counts a request out of flight when its answer is made.
+struct InFlight<'a>(&'a FakeState);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl FakeState {
+    async fn enter(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        let gate = *self.gate.lock().unwrap();
+        if let Some(n) = gate {
+            let opened = self.gate_open.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            if now >= n {
+                self.gate_opened.store(true, Ordering::SeqCst);
+                self.gate_open.notify_waiters();
+            } else if !self.gate_opened.load(Ordering::SeqCst) {
+                let _ = tokio::time::timeout(Duration::from_secs(10), opened).await;
+            }
+        }
+        InFlight(self)
+    }
 }
 
 /// A fake LLM provider on 127.0.0.1. Prompts steer it: `FAIL500` and `RATE429` answer those
@@ -94,6 +136,16 @@ impl FakeProvider {
 
 type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
 
+fn error_status(s: u16) -> Response<Body> {
+    Response::builder()
+        .status(s)
+        .header("content-type", "application/json")
+        .body(full(
+            json!({"error": {"message": format!("fake {s}"), "type": "server_error"}}).to_string(),
+        ))
+        .unwrap()
+}
+
 fn last_user_text(body: &Value) -> String {
     let from = |list: &Value| {
         list.as_array()?
@@ -132,25 +184,30 @@ async fn answer(
         headers,
         body: body.clone(),
     });
+    let _in_flight = state.enter().await;
     let n = state.calls.fetch_add(1, Ordering::SeqCst) + 1;
     let prompt = last_user_text(&body);
-    let status_for = |s: u16| {
-        Response::builder()
-            .status(s)
-            .header("content-type", "application/json")
-            .body(full(
-                json!({"error": {"message": format!("fake {s}"), "type": "server_error"}})
-                    .to_string(),
-            ))
-            .unwrap()
-    };
+    if state
+        .fail_for
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|f| prompt.contains(f.as_str()))
+    {
+        return Ok(error_status(500));
+    }
     if prompt.contains("FAIL500") {
-        return Ok(status_for(500));
+        return Ok(error_status(500));
     }
     if prompt.contains("RATE429") {
-        return Ok(status_for(429));
+        return Ok(error_status(429));
     }
-    let suffix = state.suffix.lock().unwrap().clone();
+    let mut suffix = state.suffix.lock().unwrap().clone();
+    for (when, extra) in state.suffix_for.lock().unwrap().iter() {
+        if prompt.contains(when.as_str()) {
+            suffix.push_str(extra);
+        }
+    }
     let counted = if prompt.contains("COUNT") {
         format!(" (call {n})")
     } else {

@@ -1,0 +1,737 @@
+//! `cargo llmreplay rerun`: sends what the tests recorded to the live provider again, with a
+//! model or parameters changed if asked, and compares the answers with the cassettes: text
+//! diffs, tokens and latency before and after. With `--save` the new answers go into the
+//! cassettes as a re-record would put them, for `cargo llmreplay diff` to show.
+
+use crate::diff_cmd::Format;
+use crate::filter::Filter;
+use cassettes::review::{answer_text, text_diff};
+use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
+use clap::Args;
+use daemon::providers::{Provider, ProviderKind};
+use daemon::resend::Resender;
+use daemon::{Overrides, Settings};
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Args)]
+#[command(
+    about = "Send the recorded requests to the live provider again and diff the answers",
+    long_about = "Send the recorded requests to the live provider again and diff the answers.\n\n\
+        Picks the interactions of the cassettes whose test matches FILTER (a substring of the test id) \
+        or -E (nextest's filter language over test ids: test(), package(), binary_id(), ...), sends each \
+        upstream with --model and --param applied (streams are sent streaming and assembled), with your \
+        key from the provider's usual variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, \
+        OLLAMA_API_KEY, or <NAME>_API_KEY for a gateway of llmreplay.toml). The key is only ever sent, \
+        never written.\n\n\
+        Each request gets a result: identical, changed (a diff of the answer's text, tool calls as \
+        name and arguments) or failed, with tokens and latency before and after. Exits 1 when any \
+        request failed, or with --fail-on-change when any answer changed.",
+    after_help = "Examples:\n  cargo llmreplay rerun                                   # every recording, as recorded\n  \
+        cargo llmreplay rerun chat --model gpt-4.1-mini          # tests whose id contains \"chat\", on another model\n  \
+        cargo llmreplay rerun -E 'test(=summarises)' --param temperature=0\n  \
+        cargo llmreplay rerun --fail-on-change --format markdown # a scheduled drift check"
+)]
+pub struct RerunArgs {
+    /// Only tests whose id contains this.
+    filter: Option<String>,
+    /// Only tests matching this filter expression, e.g. 'test(=name) | package(my-crate)'.
+    /// Repeatable (any of them).
+    #[arg(short = 'E', long = "filterset", value_name = "EXPR")]
+    exprs: Vec<String>,
+    /// Send every request with this model instead of the recorded one.
+    #[arg(long, value_name = "MODEL")]
+    model: Option<String>,
+    /// Set a body field: temperature=0, max_tokens=50, generationConfig.topK=1, or a JSON pointer
+    /// (/generationConfig/topK=1). The value is JSON when it parses as JSON, else a string.
+    #[arg(long = "param", value_name = "KEY=VALUE")]
+    params: Vec<String>,
+    /// Requests in flight at once.
+    #[arg(long, short = 'j', default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: u16,
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080. Repeatable.
+    #[arg(long, value_name = "NAME=URL")]
+    upstream: Vec<String>,
+    /// Write the new answers into the cassettes, as a re-record would.
+    #[arg(long)]
+    save: bool,
+    /// Exit 1 when any answer changed.
+    #[arg(long)]
+    fail_on_change: bool,
+    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
+    #[arg(long, value_name = "DIR")]
+    cassette_dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Identical,
+    Changed,
+    Failed,
+}
+
+/// What became of one recorded request.
+#[derive(Debug, Serialize)]
+pub struct RerunResult {
+    pub test: String,
+    pub provider: String,
+    pub cassette: PathBuf,
+    /// Position of the interaction in its cassette, from 1.
+    pub interaction: usize,
+    pub method: String,
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    pub verdict: Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_before: Option<Tokens>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_after: Option<Tokens>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens_delta: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_before: Option<Timing>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_after: Option<Timing>,
+    /// Total time after minus before, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_delta_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What `--save` did: recorded, replaced or unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saved: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Totals {
+    pub identical: usize,
+    pub changed: usize,
+    pub failed: usize,
+    pub tokens_before: u64,
+    pub tokens_after: u64,
+    pub latency_before_ms: u64,
+    pub latency_after_ms: u64,
+}
+
+/// One recorded request picked for the rerun.
+struct Item {
+    cassette: PathBuf,
+    test: String,
+    provider: String,
+    index: usize,
+    old: Interaction,
+}
+
+/// What one request got: the request as sent and the fresh answer, or why there is none.
+type Sent = Result<(Outgoing, daemon::resend::Resent), String>;
+
+/// The request as it will be sent, and as it would be recorded.
+struct Outgoing {
+    body: bytes::Bytes,
+    request: cassettes::RecordedRequest,
+}
+
+pub fn run(args: RerunArgs) -> Result<ExitCode, String> {
+    let (root, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
+    let overrides = Overrides {
+        cassette_dir: Some(cassette_dir.clone()),
+        upstreams: args.upstream.clone(),
+        ..Overrides::default()
+    };
+    let settings = Settings::load(&root, None, &overrides).map_err(|e| e.to_string())?;
+    let filters = args
+        .exprs
+        .iter()
+        .map(|e| Filter::parse(e))
+        .collect::<Result<Vec<_>, _>>()?;
+    let params = args
+        .params
+        .iter()
+        .map(|p| parse_param(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let selected = |test: &str| {
+        args.filter.as_deref().is_none_or(|f| test.contains(f))
+            && (filters.is_empty() || filters.iter().any(|f| f.matches(test)))
+    };
+    let (items, mut results) = pick(&cassette_dir, &root, selected)?;
+    if items.is_empty() && results.is_empty() {
+        return Err(format!(
+            "no recorded request matches{} in {}",
+            args.filter
+                .as_deref()
+                .map(|f| format!(" {f:?}"))
+                .unwrap_or_default(),
+            cassette_dir.display()
+        ));
+    }
+    let providers: HashMap<String, Arc<Provider>> = settings
+        .providers
+        .iter()
+        .map(|p| (p.name.as_str().to_string(), p.clone()))
+        .collect();
+    let used: std::collections::BTreeSet<&String> = items.iter().map(|i| &i.provider).collect();
+    for p in used.into_iter().filter_map(|name| providers.get(name)) {
+        if p.kind != ProviderKind::Ollama && key_for(p).is_none() {
+            eprintln!(
+                "cargo-llmreplay: warning: {} is not set; {} requests go without a key",
+                p.key_vars().join(" or "),
+                p.name
+            );
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let resender = Resender::new(&settings).map_err(|e| e.to_string())?;
+    let progress = indicatif::ProgressBar::new(items.len() as u64).with_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} requests {msg}")
+            .expect("a valid template"),
+    );
+    let model = args.model.as_deref();
+    let outcomes: Vec<(Item, Sent)> =
+        runtime.block_on(async {
+            futures_util::stream::iter(items)
+                .map(|item| {
+                    let (resender, providers, params, settings, progress) =
+                        (&resender, &providers, &params, &settings, &progress);
+                    async move {
+                        let outcome = async {
+                            let provider = providers.get(&item.provider).ok_or_else(|| {
+                                format!(
+                                    "no provider {:?} is configured; add [providers.{}] to llmreplay.toml or pass --upstream {}=URL",
+                                    item.provider, item.provider, item.provider
+                                )
+                            })?;
+                            let outgoing = outgoing(&item.old, provider, model, params, settings)?;
+                            let key = key_for(provider);
+                            let resent = resender
+                                .send(provider, &outgoing.request, outgoing.body.clone(), key.as_deref())
+                                .await?;
+                            Ok((outgoing, resent))
+                        }
+                        .await;
+                        progress.inc(1);
+                        (item, outcome)
+                    }
+                })
+                .buffer_unordered(args.jobs as usize)
+                .collect()
+                .await
+        });
+    progress.finish_and_clear();
+
+    let store = cassettes::Store::new(&cassette_dir);
+    let mut saves: Vec<(usize, Item, Interaction)> = Vec::new();
+    for (item, outcome) in outcomes {
+        let mut result = blank(&item, &root);
+        match outcome {
+            Err(e) => {
+                result.verdict = Verdict::Failed;
+                result.error = Some(e);
+            }
+            Ok((outgoing, resent)) => {
+                result.model = outgoing.request.model();
+                result.request_id = resent.request_id.clone();
+                result.latency_after = Some(resent.timing.clone());
+                result.latency_delta_ms = item
+                    .old
+                    .timing
+                    .as_ref()
+                    .map(|t| resent.timing.total_ms as i64 - t.total_ms as i64);
+                let summary = Summary::of(&resent.response);
+                result.tokens_after = summary.as_ref().and_then(Summary::tokens);
+                if let (Some(a), Some(b)) = (result.tokens_before, result.tokens_after) {
+                    result.tokens_delta = Some(b.total() as i64 - a.total() as i64);
+                }
+                let status = resent.response.status;
+                if status >= 400 {
+                    result.verdict = Verdict::Failed;
+                    let body = answer_text(&resent.response);
+                    result.error = Some(format!(
+                        "HTTP {status}: {}",
+                        body.chars().take(300).collect::<String>()
+                    ));
+                } else {
+                    result.diff = text_diff(
+                        &answer_text(&item.old.response),
+                        &answer_text(&resent.response),
+                    );
+                    result.verdict = if result.diff.is_some() {
+                        Verdict::Changed
+                    } else {
+                        Verdict::Identical
+                    };
+                    if args.save {
+                        let interaction = Interaction {
+                            key: Key::of(&outgoing.request),
+                            request: outgoing.request,
+                            summary,
+                            response: resent.response,
+                            timing: Some(resent.timing),
+                        };
+                        saves.push((results.len(), item, interaction));
+                    }
+                }
+            }
+        }
+        results.push(result);
+    }
+    if args.save {
+        save(&store, saves, &mut results)?;
+    }
+    results.sort_by(|a, b| (&a.cassette, a.interaction).cmp(&(&b.cassette, b.interaction)));
+    let totals = totals(&results);
+    let out = match args.format {
+        Format::Text => text(&results, &totals),
+        Format::Markdown => markdown(&results, &totals),
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(&serde_json::json!({
+                "llmreplay_rerun": 1,
+                "totals": totals,
+                "results": results,
+            }))
+            .expect("results serialise");
+            s.push('\n');
+            s
+        }
+    };
+    print!("{out}");
+    if args.format != Format::Text {
+        eprintln!("{}", totals_line(&totals));
+    }
+    Ok(
+        if totals.failed > 0 || (args.fail_on_change && totals.changed > 0) {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
+}
+
+/// The key from the first of the provider's variables that is set.
+fn key_for(provider: &Provider) -> Option<String> {
+    provider
+        .key_vars()
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|k| !k.is_empty()))
+}
+
+/// Every interaction of the matching tests' cassettes; a cassette that does not parse is a
+/// failed result of its own.
+fn pick(
+    dir: &Path,
+    root: &Path,
+    selected: impl Fn(&str) -> bool,
+) -> Result<(Vec<Item>, Vec<RerunResult>), String> {
+    let (mut items, mut broken) = (Vec::new(), Vec::new());
+    let store = cassettes::Store::new(dir);
+    for folder in store.folders().map_err(|e| e.to_string())? {
+        let Ok(files) = std::fs::read_dir(dir.join(&folder)) else {
+            continue;
+        };
+        let mut files: Vec<PathBuf> = files
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        files.sort();
+        for path in files {
+            match cassettes::read_cassette(&path) {
+                Ok(c) if selected(&c.test) => {
+                    for (index, old) in c.interactions.into_iter().enumerate() {
+                        items.push(Item {
+                            cassette: path.clone(),
+                            test: c.test.clone(),
+                            provider: c.provider.clone(),
+                            index,
+                            old,
+                        });
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => broken.push(RerunResult {
+                    verdict: Verdict::Failed,
+                    error: Some(e.to_string()),
+                    ..empty(path.strip_prefix(root).unwrap_or(&path).to_path_buf())
+                }),
+            }
+        }
+    }
+    Ok((items, broken))
+}
+
+fn empty(cassette: PathBuf) -> RerunResult {
+    RerunResult {
+        test: String::new(),
+        provider: String::new(),
+        cassette,
+        interaction: 0,
+        method: String::new(),
+        path: String::new(),
+        model: None,
+        prompt: None,
+        verdict: Verdict::Failed,
+        diff: None,
+        tokens_before: None,
+        tokens_after: None,
+        tokens_delta: None,
+        latency_before: None,
+        latency_after: None,
+        latency_delta_ms: None,
+        request_id: None,
+        error: None,
+        saved: None,
+    }
+}
+
+fn blank(item: &Item, root: &Path) -> RerunResult {
+    let cassette = item.cassette.strip_prefix(root).unwrap_or(&item.cassette);
+    RerunResult {
+        test: item.test.clone(),
+        provider: item.provider.clone(),
+        interaction: item.index + 1,
+        method: item.old.request.method.clone(),
+        path: item.old.request.path.clone(),
+        model: item.old.request.model(),
+        prompt: item.old.request.last_user_text(),
+        tokens_before: Summary::of(&item.old.response).and_then(|s| s.tokens()),
+        latency_before: item.old.timing.clone(),
+        ..empty(cassette.to_path_buf())
+    }
+}
+
+/// `KEY=VALUE` as a JSON pointer and a value: JSON when it parses, else a string.
+fn parse_param(p: &str) -> Result<(String, Value), String> {
+    let (key, value) = p
+        .split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "--param {p:?}: expected KEY=VALUE, e.g. temperature=0 or generationConfig.topK=1"
+            )
+        })?;
+    let pointer = if key.starts_with('/') {
+        key.to_string()
+    } else {
+        key.split('.')
+            .map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1")))
+            .collect()
+    };
+    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
+    Ok((pointer, value))
+}
+
+/// Sets `value` at `pointer`, making the objects on the way.
+fn set_at(target: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
+    let mut at = target;
+    let parts: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|p| p.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        at = match at {
+            Value::Object(map) => {
+                if last {
+                    map.insert(part.clone(), value);
+                    return Ok(());
+                }
+                map.entry(part.clone())
+                    .or_insert_with(|| Value::Object(Default::default()))
+            }
+            Value::Array(list) => {
+                let n: usize = part
+                    .parse()
+                    .ok()
+                    .filter(|n| *n < list.len())
+                    .ok_or_else(|| format!("--param {pointer}: no element {part} in the array"))?;
+                if last {
+                    list[n] = value;
+                    return Ok(());
+                }
+                &mut list[n]
+            }
+            _ => {
+                return Err(format!(
+                    "--param {pointer}: {part} is inside a value that is not an object"
+                ))
+            }
+        };
+    }
+    Err(format!("--param {pointer}: an empty key"))
+}
+
+fn outgoing(
+    old: &Interaction,
+    provider: &Provider,
+    model: Option<&str>,
+    params: &[(String, Value)],
+    settings: &Settings,
+) -> Result<Outgoing, String> {
+    let request = &old.request;
+    let mut path = request.path.clone();
+    let body: bytes::Bytes = match (&request.body, &request.body_text) {
+        (Some(body), _) => {
+            let mut body = body.clone();
+            if let Some(m) = model {
+                if provider.kind == ProviderKind::Gemini && body.get("model").is_none() {
+                    // Gemini names the model in the path: /v1beta/models/<model>:generateContent.
+                    if let Some((head, rest)) = path.split_once("/models/") {
+                        let tail = rest.find(':').map_or("", |i| &rest[i..]);
+                        path = format!("{head}/models/{m}{tail}");
+                    }
+                } else {
+                    set_at(&mut body, "/model", Value::String(m.to_string()))?;
+                }
+            }
+            for (pointer, value) in params {
+                set_at(&mut body, pointer, value.clone())?;
+            }
+            serde_json::to_vec(&body).expect("JSON serialises").into()
+        }
+        (None, Some(text)) if model.is_none() && params.is_empty() => text.clone().into(),
+        (None, Some(_)) => {
+            return Err("the recorded body is not JSON, so --model and --param cannot apply".into())
+        }
+        (None, None) if request.body_sha256.is_some() => {
+            return Err(
+                "the recorded body was not kept (not UTF-8), so it cannot be sent again".into(),
+            )
+        }
+        (None, None) => bytes::Bytes::new(),
+    };
+    let recorded = settings.normalizer.request(
+        &request.method,
+        &path,
+        request.query.as_deref(),
+        &body,
+        provider.kind.secret_params(),
+    );
+    Ok(Outgoing {
+        body,
+        request: recorded,
+    })
+}
+
+/// Writes the new answers as a re-record would: the n-th request with a key in a test is the
+/// n-th recording of that key, replaced in place, left alone when only ids moved, or appended.
+fn save(
+    store: &cassettes::Store,
+    mut saves: Vec<(usize, Item, Interaction)>,
+    results: &mut [RerunResult],
+) -> Result<(), String> {
+    saves.sort_by(|a, b| (&a.1.cassette, a.1.index).cmp(&(&b.1.cassette, b.1.index)));
+    let mut seen: HashMap<(PathBuf, Key), usize> = HashMap::new();
+    for (at, item, interaction) in saves {
+        let n = seen
+            .entry((item.cassette.clone(), interaction.key.clone()))
+            .or_insert(0);
+        let ordinal = *n;
+        *n += 1;
+        let provider = ProviderName::new(&item.provider).ok_or_else(|| {
+            format!(
+                "{}: bad provider name {:?}",
+                item.cassette.display(),
+                item.provider
+            )
+        })?;
+        let entry = store
+            .entry(&TestId::new(item.test.as_str()), &provider)
+            .map_err(|e| e.to_string())?;
+        let outcome = entry
+            .record(ordinal, interaction)
+            .map_err(|e| e.to_string())?;
+        results[at].saved = Some(
+            match outcome {
+                RecordOutcome::Appended => "recorded",
+                RecordOutcome::Replaced => "replaced",
+                RecordOutcome::Unchanged => "unchanged",
+            }
+            .into(),
+        );
+    }
+    Ok(())
+}
+
+fn totals(results: &[RerunResult]) -> Totals {
+    let mut t = Totals::default();
+    for r in results {
+        match r.verdict {
+            Verdict::Identical => t.identical += 1,
+            Verdict::Changed => t.changed += 1,
+            Verdict::Failed => t.failed += 1,
+        }
+        if r.verdict != Verdict::Failed {
+            t.tokens_before += r.tokens_before.map_or(0, |x| x.total());
+            t.tokens_after += r.tokens_after.map_or(0, |x| x.total());
+            t.latency_before_ms += r.latency_before.as_ref().map_or(0, |x| x.total_ms);
+            t.latency_after_ms += r.latency_after.as_ref().map_or(0, |x| x.total_ms);
+        }
+    }
+    t
+}
+
+fn totals_line(t: &Totals) -> String {
+    format!(
+        "{} identical, {} changed, {} failed; tokens {} -> {} ({:+}); latency {} -> {} ms ({:+})",
+        t.identical,
+        t.changed,
+        t.failed,
+        t.tokens_before,
+        t.tokens_after,
+        t.tokens_after as i64 - t.tokens_before as i64,
+        t.latency_before_ms,
+        t.latency_after_ms,
+        t.latency_after_ms as i64 - t.latency_before_ms as i64
+    )
+}
+
+fn figures(r: &RerunResult) -> String {
+    let mut parts = Vec::new();
+    if let (Some(a), Some(b)) = (r.tokens_before, r.tokens_after) {
+        parts.push(format!(
+            "tokens {} -> {} ({:+})",
+            a.total(),
+            b.total(),
+            b.total() as i64 - a.total() as i64
+        ));
+    }
+    if let (Some(a), Some(b)) = (&r.latency_before, &r.latency_after) {
+        parts.push(format!(
+            "latency {} -> {} ms ({:+}), first byte {} -> {} ms",
+            a.total_ms,
+            b.total_ms,
+            b.total_ms as i64 - a.total_ms as i64,
+            a.ttfb_ms,
+            b.ttfb_ms
+        ));
+    }
+    if let Some(id) = &r.request_id {
+        parts.push(format!("request {id}"));
+    }
+    if let Some(s) = &r.saved {
+        parts.push(format!("saved: {s}"));
+    }
+    parts.join("; ")
+}
+
+fn verdict_word(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Identical => "identical",
+        Verdict::Changed => "changed",
+        Verdict::Failed => "failed",
+    }
+}
+
+fn text(results: &[RerunResult], totals: &Totals) -> String {
+    let mut out = String::new();
+    for r in results {
+        out.push_str(&format!(
+            "{:<9}  {} #{} ({} {} {})\n",
+            verdict_word(r.verdict),
+            if r.test.is_empty() {
+                r.cassette.display().to_string()
+            } else {
+                r.test.clone()
+            },
+            r.interaction,
+            r.provider,
+            r.method,
+            r.path
+        ));
+        let f = figures(r);
+        if !f.is_empty() {
+            out.push_str(&format!("           {f}\n"));
+        }
+        if let Some(e) = &r.error {
+            out.push_str(&format!("           {e}\n"));
+        }
+        for line in r.diff.iter().flat_map(|d| d.lines()) {
+            out.push_str(&format!("           {line}\n"));
+        }
+    }
+    out.push_str(&totals_line(totals));
+    out.push('\n');
+    out
+}
+
+fn markdown(results: &[RerunResult], totals: &Totals) -> String {
+    let mut out = format!(
+        "### cargo-llmreplay rerun\n\n**{}**\n\n| | test | request | tokens | latency (ms) |\n| --- | --- | --- | --- | --- |\n",
+        totals_line(totals)
+    );
+    for r in results {
+        let delta = |d: Option<i64>| d.map(|d| format!("{d:+}")).unwrap_or_default();
+        out.push_str(&format!(
+            "| {} | `{}` #{} | {} `{}` | {} | {} |\n",
+            verdict_word(r.verdict),
+            r.test.replace('|', "\\|"),
+            r.interaction,
+            r.provider,
+            r.path,
+            delta(r.tokens_delta),
+            delta(r.latency_delta_ms)
+        ));
+    }
+    for r in results
+        .iter()
+        .filter(|r| r.diff.is_some() || r.error.is_some())
+    {
+        out.push_str(&format!(
+            "\n<details>\n<summary>{} <code>{}</code> #{}</summary>\n\n```{}\n{}\n```\n\n</details>\n",
+            verdict_word(r.verdict),
+            r.test.replace('<', "&lt;"),
+            r.interaction,
+            if r.diff.is_some() { "diff" } else { "text" },
+            r.diff.as_deref().or(r.error.as_deref()).unwrap_or("").trim_end()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_become_pointers_and_values() {
+        assert_eq!(
+            parse_param("temperature=0").unwrap(),
+            ("/temperature".into(), serde_json::json!(0))
+        );
+        assert_eq!(
+            parse_param("generationConfig.topK=1").unwrap().0,
+            "/generationConfig/topK"
+        );
+        assert_eq!(
+            parse_param("user=alice").unwrap().1,
+            Value::String("alice".into())
+        );
+        assert!(parse_param("=1").is_err());
+        let mut body = serde_json::json!({"messages": [{"role": "user"}]});
+        set_at(&mut body, "/generationConfig/topK", serde_json::json!(1)).unwrap();
+        set_at(&mut body, "/messages/0/role", serde_json::json!("system")).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({"messages": [{"role": "system"}], "generationConfig": {"topK": 1}})
+        );
+        assert!(set_at(&mut body, "/messages/3/x", Value::Null).is_err());
+    }
+}

@@ -1,0 +1,116 @@
+//! Sends a recorded request to the real provider again, with the user's key from the
+//! provider's usual environment variable, and reads the whole answer into its recorded form:
+//! what `cargo llmreplay rerun` compares with the cassette. The key goes into the request's
+//! headers only; nothing here writes anything.
+
+use crate::handler::{recordable_headers, recorded_response, stream_format};
+use crate::providers::{Provider, ProviderKind};
+use crate::{upstream, DaemonError, Settings};
+use bytes::Bytes;
+use cassettes::{RecordedRequest, RecordedResponse, Timing};
+use http::header::{ACCEPT_ENCODING, CONTENT_TYPE};
+use http_body_util::{BodyExt, Full};
+use std::time::Instant;
+
+/// Anthropic's API refuses requests without a version; cassettes keep no request headers.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// A fresh answer to a recorded request.
+#[derive(Debug)]
+pub struct Resent {
+    pub response: RecordedResponse,
+    pub timing: Timing,
+    /// The provider's id for this request, from its response headers or body.
+    pub request_id: Option<String>,
+}
+
+/// Sends recorded requests upstream: one HTTP(S) client for every provider of the settings.
+pub struct Resender {
+    client: upstream::Client,
+    redact: Vec<String>,
+}
+
+impl Resender {
+    pub fn new(settings: &Settings) -> Result<Self, DaemonError> {
+        Ok(Resender {
+            client: upstream::client().map_err(|e| DaemonError::Tls(e.to_string()))?,
+            redact: settings.redact_headers.clone(),
+        })
+    }
+
+    /// Sends `request` (body as given in `body`) and waits for the whole answer. An answer with
+    /// any status is `Ok`; only a request that got no answer at all is an `Err`.
+    pub async fn send(
+        &self,
+        provider: &Provider,
+        request: &RecordedRequest,
+        body: Bytes,
+        key: Option<&str>,
+    ) -> Result<Resent, String> {
+        let query = request
+            .query
+            .as_deref()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        let url = format!("{}{}{query}", provider.upstream, request.path);
+        let mut builder = http::Request::builder()
+            .method(request.method.as_str())
+            .uri(&url)
+            .header(ACCEPT_ENCODING, "identity");
+        if request.body.is_some() {
+            builder = builder.header(CONTENT_TYPE, "application/json");
+        }
+        if provider.kind == ProviderKind::Anthropic {
+            builder = builder.header("anthropic-version", ANTHROPIC_VERSION);
+        }
+        for (name, value) in key.map(|k| provider.auth_headers(k)).unwrap_or_default() {
+            builder = builder.header(name, value);
+        }
+        let outgoing = builder
+            .body(Full::new(body))
+            .map_err(|e| format!("bad request to {url}: {e}"))?;
+        let started = Instant::now();
+        let answer = self
+            .client
+            .request(outgoing)
+            .await
+            .map_err(|e| format!("could not reach {url}: {e:?}"))?;
+        let headers_at = started.elapsed().as_millis() as u64;
+        let status = answer.status().as_u16();
+        let (parts, mut incoming) = answer.into_parts();
+        let mut frames: Vec<(Bytes, u64)> = Vec::new();
+        while let Some(frame) = incoming.frame().await {
+            let frame = frame.map_err(|e| format!("the answer from {url} broke off: {e}"))?;
+            if let Ok(data) = frame.into_data() {
+                frames.push((data, started.elapsed().as_millis() as u64));
+            }
+        }
+        let timing = Timing {
+            ttfb_ms: frames.first().map_or(headers_at, |f| f.1),
+            total_ms: started.elapsed().as_millis() as u64,
+        };
+        let format = stream_format(parts.headers.get(CONTENT_TYPE));
+        let headers = recordable_headers(&parts.headers, &self.redact);
+        let response = recorded_response(status, headers, format, &frames);
+        let request_id = request_id(&response);
+        Ok(Resent {
+            response,
+            timing,
+            request_id,
+        })
+    }
+}
+
+/// OpenAI and Anthropic name the request in a header; Gemini in `responseId`.
+fn request_id(response: &RecordedResponse) -> Option<String> {
+    for name in ["x-request-id", "request-id", "x-goog-request-id"] {
+        if let Some(v) = response.headers.get(name) {
+            return Some(v.clone());
+        }
+    }
+    response.payloads().iter().find_map(|p| {
+        p.get("responseId")
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    })
+}

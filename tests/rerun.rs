@@ -1,0 +1,370 @@
+//! End-to-end tests of `cargo llmreplay rerun`: cassettes recorded through the real daemon by
+//! real clients, then sent again by the real binary to the loopback fake provider, which
+//! answers some of them differently, fails one, and counts how many arrive at once.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use support::{all_files, binary, FakeProvider, Serve};
+
+const OPENAI_KEY: &str = "sk-rerun-secret-0001";
+const ANTHROPIC_KEY: &str = "sk-ant-rerun-secret-0002";
+
+/// A crate (for `cargo locate-project`) in its own git repository.
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"rr\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("src")).unwrap();
+    std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
+    git2::Repository::init(dir.path()).unwrap();
+    dir
+}
+
+fn commit_all(dir: &Path) {
+    let repo = git2::Repository::open(dir).unwrap();
+    let mut index = repo.index().unwrap();
+    index
+        .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+        .unwrap();
+    index.write().unwrap();
+    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("Test", "test@example.com").unwrap();
+    repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &[])
+        .unwrap();
+}
+
+fn ups(fake: &FakeProvider) -> Vec<String> {
+    ["openai", "anthropic"]
+        .iter()
+        .flat_map(|p| ["--upstream".to_string(), format!("{p}={}", fake.url())])
+        .collect()
+}
+
+/// Records, through the daemon: `alpha` a JSON answer and a stream, `beta` two JSON answers,
+/// `gamma` an Anthropic stream, and `other$delta` that the filter leaves out.
+async fn record(dir: &Path, fake: &FakeProvider) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut args = vec!["--mode".to_string(), "record".to_string()];
+    args.extend(ups(fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let serve = Serve::start(dir, &args);
+    let http = reqwest::Client::new();
+    let openai = |prompt: &str, stream: bool| json!({"model": "gpt-4o-mini", "stream": stream, "messages": [{"role": "user", "content": prompt}]});
+    let calls = [
+        (
+            "rr::chat$alpha",
+            "openai/v1/chat/completions",
+            openai("Steady answer", false),
+        ),
+        (
+            "rr::chat$alpha",
+            "openai/v1/chat/completions",
+            openai("Stream me", true),
+        ),
+        (
+            "rr::chat$beta",
+            "openai/v1/chat/completions",
+            openai("Drift please", false),
+        ),
+        (
+            "rr::chat$beta",
+            "openai/v1/chat/completions",
+            openai("Breaks later", false),
+        ),
+        (
+            "rr::chat$gamma",
+            "anthropic/v1/messages",
+            json!({"model": "claude-x", "max_tokens": 50, "stream": true, "messages": [{"role": "user", "content": "Bonjour claude"}]}),
+        ),
+        (
+            "other$delta",
+            "openai/v1/chat/completions",
+            openai("Left out", false),
+        ),
+    ];
+    for (test, path, body) in calls {
+        let answer = http
+            .post(format!("{}/{path}", serve.for_test(test)))
+            .header("authorization", "Bearer sk-recording-key")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        answer.text().await.unwrap();
+    }
+    let stopped = serve.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+}
+
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn llmreplay(dir: &Path, args: &[&str]) -> Out {
+    let out = std::process::Command::new(binary())
+        .arg("llmreplay")
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CI")
+        .env("OPENAI_API_KEY", OPENAI_KEY)
+        .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+        .output()
+        .unwrap();
+    Out {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reruns_with_overrides_four_at_a_time_and_marks_exactly_the_changed_and_the_failed() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    commit_all(dir.path());
+    let recorded = fake.received().len();
+
+    *fake.state.suffix_for.lock().unwrap() = vec![("Drift please".into(), " (new model)".into())];
+    *fake.state.fail_for.lock().unwrap() = vec!["Breaks later".into()];
+    *fake.state.gate.lock().unwrap() = Some(4);
+    let mut args: Vec<String> = [
+        "rerun",
+        "rr::",
+        "--jobs",
+        "4",
+        "--model",
+        "gpt-next",
+        "--param",
+        "temperature=0",
+        "--format",
+        "json",
+        "--save",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(ups(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = llmreplay(dir.path(), &args);
+    assert_eq!(
+        out.code,
+        Some(1),
+        "a failed request fails the command: {}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("3 identical, 1 changed, 1 failed"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        fake.state.peak.load(Ordering::SeqCst),
+        4,
+        "four requests in flight at once, never more"
+    );
+
+    let report: Value = serde_json::from_str(&out.stdout).unwrap();
+    let results = report["results"].as_array().unwrap();
+    let verdicts: Vec<(&str, u64, &str)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["test"].as_str().unwrap(),
+                r["interaction"].as_u64().unwrap(),
+                r["verdict"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            ("rr::chat$alpha", 1, "identical"),
+            ("rr::chat$alpha", 2, "identical"),
+            ("rr::chat$beta", 1, "changed"),
+            ("rr::chat$beta", 2, "failed"),
+            ("rr::chat$gamma", 1, "identical"),
+        ],
+        "the filter leaves other$delta out"
+    );
+    let drift = &results[2];
+    assert_eq!(
+        drift["diff"],
+        "-You said: Drift please\n+You said: Drift please (new model)\n"
+    );
+    // The fake counts a token a word.
+    assert_eq!(drift["tokens_before"]["output"], 4);
+    assert_eq!(drift["tokens_after"]["output"], 6);
+    assert_eq!(drift["tokens_delta"], 2);
+    assert_eq!(drift["model"], "gpt-next");
+    assert!(drift["latency_before"]["total_ms"].is_u64(), "{drift}");
+    assert!(drift["latency_after"]["ttfb_ms"].is_u64(), "{drift}");
+    assert!(drift["latency_delta_ms"].is_i64(), "{drift}");
+    assert!(drift["request_id"].as_str().unwrap().starts_with("req_"));
+    assert!(results[3]["error"]
+        .as_str()
+        .unwrap()
+        .starts_with("HTTP 500"));
+    assert!(results[3].get("saved").is_none(), "a failure is not saved");
+    assert_eq!(
+        results[4]["tokens_delta"], 0,
+        "the stream assembled: {}",
+        results[4]
+    );
+
+    // What reached the provider: the overrides, streaming kept, the user's keys.
+    let sent: Vec<_> = fake.received().into_iter().skip(recorded).collect();
+    assert_eq!(sent.len(), 5);
+    for r in &sent {
+        assert_eq!(r.body["model"], "gpt-next", "{:?}", r.body);
+        assert_eq!(r.body["temperature"], 0, "{:?}", r.body);
+        let header = |name: &str| {
+            r.headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        if r.path == "/v1/messages" {
+            assert_eq!(header("x-api-key"), Some(ANTHROPIC_KEY));
+            assert_eq!(header("anthropic-version"), Some("2023-06-01"));
+            assert_eq!(r.body["stream"], true);
+        } else {
+            assert_eq!(
+                header("authorization"),
+                Some(format!("Bearer {OPENAI_KEY}").as_str())
+            );
+        }
+    }
+    assert!(sent
+        .iter()
+        .any(|r| r.body["stream"] == true && r.path == "/v1/chat/completions"));
+
+    // --save appended the new answers (other model, other key); diff shows them for review.
+    let diff = llmreplay(dir.path(), &["diff", "--base", "HEAD", "--format", "json"]);
+    let diff: Value = serde_json::from_str(&diff.stdout).unwrap();
+    assert_eq!(diff["counts"]["added"], 4, "{diff}");
+    assert_eq!(diff["counts"]["removed"], 0);
+    let beta = diff["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["test"] == "rr::chat$beta")
+        .unwrap();
+    assert_eq!(
+        beta["interactions"][0]["answer_after"],
+        "You said: Drift please (new model)"
+    );
+
+    // The keys were sent, and written nowhere.
+    for (path, text) in all_files(dir.path()) {
+        if path.components().any(|c| c.as_os_str() == ".git") {
+            continue;
+        }
+        assert!(
+            !text.contains(OPENAI_KEY) && !text.contains(ANTHROPIC_KEY),
+            "{}",
+            path.display()
+        );
+    }
+    for text in [&out.stdout, &out.stderr] {
+        assert!(!text.contains(OPENAI_KEY) && !text.contains(ANTHROPIC_KEY));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drift_check_fails_on_change_and_save_replaces_in_place() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let cassette = dir
+        .path()
+        .join("tests/cassettes/rr--chat--alpha/openai.json");
+    let before: Value = serde_json::from_str(&std::fs::read_to_string(&cassette).unwrap()).unwrap();
+
+    let mut args = vec!["rerun".to_string(), "-E".into(), "test(=alpha)".into()];
+    args.extend(ups(&fake));
+    let steady: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = llmreplay(dir.path(), &steady);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("2 identical, 0 changed, 0 failed"),
+        "{}",
+        out.stdout
+    );
+    let check = [steady.clone(), vec!["--fail-on-change"]].concat();
+    assert_eq!(
+        llmreplay(dir.path(), &check).code,
+        Some(0),
+        "nothing changed yet"
+    );
+
+    *fake.state.suffix_for.lock().unwrap() = vec![("Steady".into(), "!".into())];
+    let out = llmreplay(dir.path(), &check);
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("-You said: Steady answer\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("+You said: Steady answer!\n"),
+        "{}",
+        out.stdout
+    );
+
+    let save = [steady.clone(), vec!["--save", "--format", "markdown"]].concat();
+    let out = llmreplay(dir.path(), &save);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout.starts_with("### cargo-llmreplay rerun"),
+        "{}",
+        out.stdout
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&cassette).unwrap()).unwrap();
+    let answers = |c: &Value| -> Vec<String> {
+        c["interactions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["summary"]["text"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(
+        answers(&before),
+        ["You said: Steady answer", "You said: Stream me"]
+    );
+    assert_eq!(
+        answers(&after),
+        ["You said: Steady answer!", "You said: Stream me"],
+        "the changed answer replaced in place, the same one left alone"
+    );
+    assert_eq!(
+        after["interactions"][0]["key"],
+        before["interactions"][0]["key"]
+    );
+    assert_eq!(after["interactions"][1], before["interactions"][1]);
+
+    let bad = llmreplay(dir.path(), &["rerun", "-E", "test(=alpha) |"]);
+    assert_eq!(bad.code, Some(2));
+    assert!(
+        bad.stderr.contains("expected a predicate"),
+        "{}",
+        bad.stderr
+    );
+    let none = llmreplay(dir.path(), &["rerun", "no-such-test"]);
+    assert_eq!(none.code, Some(2));
+    assert!(
+        none.stderr.contains("no recorded request matches"),
+        "{}",
+        none.stderr
+    );
+}
