@@ -7,7 +7,7 @@ mod support;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use support::{all_files, binary, FakeProvider, Serve};
+use support::{all_files, binary, commit_all, FakeProvider, Output, Serve};
 
 const OPENAI_KEY: &str = "sk-rerun-secret-0001";
 const ANTHROPIC_KEY: &str = "sk-ant-rerun-secret-0002";
@@ -24,19 +24,6 @@ fn workspace() -> tempfile::TempDir {
     std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
     git2::Repository::init(dir.path()).unwrap();
     dir
-}
-
-fn commit_all(dir: &Path) {
-    let repo = git2::Repository::open(dir).unwrap();
-    let mut index = repo.index().unwrap();
-    index
-        .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
-        .unwrap();
-    index.write().unwrap();
-    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
-    let sig = git2::Signature::now("Test", "test@example.com").unwrap();
-    repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &[])
-        .unwrap();
 }
 
 fn ups(fake: &FakeProvider) -> Vec<String> {
@@ -103,27 +90,16 @@ async fn record(dir: &Path, fake: &FakeProvider) {
     assert!(stopped.status.success(), "{}", stopped.stderr);
 }
 
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-fn llmreplay(dir: &Path, args: &[&str]) -> Out {
-    let out = std::process::Command::new(binary())
-        .arg("llmreplay")
-        .args(args)
-        .current_dir(dir)
-        .env_remove("CI")
-        .env("OPENAI_API_KEY", OPENAI_KEY)
-        .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
-        .output()
-        .unwrap();
-    Out {
-        code: out.status.code(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+fn llmreplay(dir: &Path, args: &[&str]) -> Output {
+    Output::of(
+        std::process::Command::new(binary())
+            .arg("llmreplay")
+            .args(args)
+            .current_dir(dir)
+            .env_remove("CI")
+            .env("OPENAI_API_KEY", OPENAI_KEY)
+            .env("ANTHROPIC_API_KEY", ANTHROPIC_KEY),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

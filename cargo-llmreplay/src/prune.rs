@@ -147,25 +147,16 @@ fn trust(report: &Report, path: &Path, cassette_dir: &Path) -> Result<(), String
 
 /// The most recently modified cassette file, as milliseconds since the Unix epoch.
 fn newest_cassette(dir: &Path) -> Option<(u64, PathBuf)> {
-    let mut newest: Option<(u64, PathBuf)> = None;
-    for folder in std::fs::read_dir(dir).ok()?.filter_map(Result::ok) {
-        let Ok(files) = std::fs::read_dir(folder.path()) else {
-            continue;
-        };
-        for file in files.filter_map(Result::ok) {
-            let Some(ms) = file
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as u64)
-            else {
-                continue;
-            };
-            if newest.as_ref().is_none_or(|(n, _)| ms > *n) {
-                newest = Some((ms, file.path()));
-            }
-        }
-    }
-    newest
+    cassettes::cassette_files(dir)
+        .ok()?
+        .into_iter()
+        .filter_map(|file| {
+            let modified = std::fs::metadata(&file).and_then(|m| m.modified()).ok()?;
+            let ms = modified
+                .duration_since(std::time::UNIX_EPOCH)
+                .ok()?
+                .as_millis() as u64;
+            Some((ms, file))
+        })
+        .max()
 }

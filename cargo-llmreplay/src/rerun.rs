@@ -340,37 +340,25 @@ fn pick(
     selected: impl Fn(&str) -> bool,
 ) -> Result<(Vec<Item>, Vec<RerunResult>), String> {
     let (mut items, mut broken) = (Vec::new(), Vec::new());
-    let store = cassettes::Store::new(dir);
-    for folder in store.folders().map_err(|e| e.to_string())? {
-        let Ok(files) = std::fs::read_dir(dir.join(&folder)) else {
-            continue;
-        };
-        let mut files: Vec<PathBuf> = files
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .collect();
-        files.sort();
-        for path in files {
-            match cassettes::read_cassette(&path) {
-                Ok(c) if selected(&c.test) => {
-                    for (index, old) in c.interactions.into_iter().enumerate() {
-                        items.push(Item {
-                            cassette: path.clone(),
-                            test: c.test.clone(),
-                            provider: c.provider.clone(),
-                            index,
-                            old,
-                        });
-                    }
+    for path in cassettes::cassette_files(dir).map_err(|e| e.to_string())? {
+        match cassettes::read_cassette(&path) {
+            Ok(c) if selected(&c.test) => {
+                for (index, old) in c.interactions.into_iter().enumerate() {
+                    items.push(Item {
+                        cassette: path.clone(),
+                        test: c.test.clone(),
+                        provider: c.provider.clone(),
+                        index,
+                        old,
+                    });
                 }
-                Ok(_) => {}
-                Err(e) => broken.push(RerunResult {
-                    verdict: Verdict::Failed,
-                    error: Some(e.to_string()),
-                    ..empty(path.strip_prefix(root).unwrap_or(&path).to_path_buf())
-                }),
             }
+            Ok(_) => {}
+            Err(e) => broken.push(RerunResult {
+                verdict: Verdict::Failed,
+                error: Some(e.to_string()),
+                ..empty(path.strip_prefix(root).unwrap_or(&path).to_path_buf())
+            }),
         }
     }
     Ok((items, broken))

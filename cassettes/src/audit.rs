@@ -4,7 +4,7 @@
 
 use crate::format::{Cassette, Summary};
 use crate::id::{Slug, TestId};
-use crate::store::json_files;
+use crate::store::cassette_files;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -30,32 +30,16 @@ pub struct Finding {
 /// Every problem of the cassettes under `dir`, in path order.
 pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
     let mut out = Vec::new();
-    let read = match std::fs::read_dir(dir) {
-        Ok(read) => read,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    let mut folders: Vec<PathBuf> = read
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
-        .collect();
-    folders.sort();
-    for folder in folders {
-        for path in json_files(&folder)? {
-            let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-            let cassette = match Cassette::parse(&path, &text) {
-                Ok(c) => c,
-                Err(e) => {
-                    let message = e.to_string();
-                    out.push(Finding {
-                        path,
-                        problem: Problem::Corrupt { message },
-                    });
-                    continue;
-                }
-            };
-            out.extend(check(&path, dir, &cassette));
+    for path in cassette_files(dir)? {
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        match Cassette::parse(&path, &text) {
+            Ok(cassette) => out.extend(check(&path, dir, &cassette)),
+            Err(e) => out.push(Finding {
+                problem: Problem::Corrupt {
+                    message: e.to_string(),
+                },
+                path,
+            }),
         }
     }
     Ok(out)

@@ -5,6 +5,7 @@
 use crate::format::{Cassette, Interaction};
 use crate::key::Key;
 use crate::review::{diff_cassettes, InteractionDiff};
+use crate::store::cassette_files;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -197,22 +198,12 @@ pub fn diff_against(
         }
     }
     let mut new: BTreeMap<PathBuf, String> = BTreeMap::new();
-    let dir = workdir.join(&rel);
-    if dir.is_dir() {
-        for folder in std::fs::read_dir(&dir).map_err(|e| Error::io(&dir, e))? {
-            let folder = folder.map_err(|e| Error::io(&dir, e))?.path();
-            if !folder.is_dir() {
-                continue;
-            }
-            for file in std::fs::read_dir(&folder).map_err(|e| Error::io(&folder, e))? {
-                let file = file.map_err(|e| Error::io(&folder, e))?.path();
-                if file.extension().is_some_and(|x| x == "json") {
-                    let text = std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
-                    let path = file.strip_prefix(&workdir).unwrap_or(&file).to_path_buf();
-                    new.insert(path, text);
-                }
-            }
-        }
+    for file in cassette_files(&workdir.join(&rel))? {
+        let text = std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
+        new.insert(
+            file.strip_prefix(&workdir).unwrap_or(&file).to_path_buf(),
+            text,
+        );
     }
     let only: Vec<PathBuf> = only
         .iter()

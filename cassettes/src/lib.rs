@@ -20,8 +20,8 @@ pub use format::{
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
 pub use store::{
-    read_cassette, remove_folder, remove_recordings, Closest, Entry, Lookup, RecordOutcome, Store,
-    Unused,
+    cassette_files, read_cassette, remove_folder, remove_recordings, Closest, Entry, Lookup,
+    RecordOutcome, Store, Unused,
 };
 pub use summary::Tokens;
 

@@ -454,7 +454,7 @@ pub fn remove_folder(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(left)
 }
 
-pub(crate) fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let read = match std::fs::read_dir(folder) {
         Ok(read) => read,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -465,6 +465,23 @@ pub(crate) fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Every cassette file under `dir` (`<dir>/<folder>/<provider>.json`), sorted.
+pub fn cassette_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let read = match std::fs::read_dir(dir) {
+        Ok(read) => read,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut files = Vec::new();
+    for folder in read.filter_map(Result::ok).map(|e| e.path()) {
+        if folder.is_dir() {
+            files.extend(json_files(&folder)?);
+        }
+    }
     files.sort();
     Ok(files)
 }

@@ -531,6 +531,18 @@ pub struct Output {
     pub stderr: String,
 }
 
+impl Output {
+    /// Runs `cmd` to its end.
+    pub fn of(cmd: &mut Command) -> Output {
+        let out = cmd.output().unwrap();
+        Output {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
 impl Sample {
     pub fn new() -> Sample {
         let dir = tempfile::tempdir().unwrap();
@@ -602,17 +614,7 @@ impl Sample {
 
     /// Runs `cargo llmreplay ARGS` (status, diff, prune, report ...) in the sample.
     pub fn llmreplay(&self, args: &[&str]) -> Output {
-        let out = self
-            .command(binary())
-            .arg("llmreplay")
-            .args(args)
-            .output()
-            .unwrap();
-        Output {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        Output::of(self.command(binary()).arg("llmreplay").args(args))
     }
 
     /// Gives this sample's package its own version. Samples share a target dir, and cargo names
@@ -663,19 +665,24 @@ impl Sample {
 
     /// `git add -A && git commit`, with git2.
     pub fn commit_all(&self) {
-        let repo = git2::Repository::open(&self.root).unwrap();
-        let mut index = repo.index().unwrap();
-        index
-            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
-            .unwrap();
-        index.write().unwrap();
-        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
-        let sig = git2::Signature::now("Test", "test@example.com").unwrap();
-        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-        let parents: Vec<&git2::Commit> = parent.iter().collect();
-        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &parents)
-            .unwrap();
+        commit_all(&self.root);
     }
+}
+
+/// `git add -A && git commit` in the repository at `dir`, with git2.
+pub fn commit_all(dir: &Path) {
+    let repo = git2::Repository::open(dir).unwrap();
+    let mut index = repo.index().unwrap();
+    index
+        .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+        .unwrap();
+    index.write().unwrap();
+    let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+    let sig = git2::Signature::now("Test", "test@example.com").unwrap();
+    let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+    let parents: Vec<&git2::Commit> = parent.iter().collect();
+    repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &parents)
+        .unwrap();
 }
 
 fn rand_suffix() -> u128 {
