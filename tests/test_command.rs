@@ -387,3 +387,67 @@ async fn preconditions_fail_with_clear_errors() {
         run.stderr
     );
 }
+
+/// Ctrl-C in a terminal reaches the whole foreground process group: nextest stops its tests,
+/// and `cargo llmreplay test` must end too, its daemon with it, after saying what it saw.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_ends_the_run_and_its_daemon() {
+    use std::os::unix::process::CommandExt;
+    let sample = Sample::new();
+    let state = tempfile::tempdir().unwrap();
+    let report = state.path().join("report.json");
+    let mut child = sample
+        .command(support::binary())
+        .args(["llmreplay", "test", "--report"])
+        .arg(&report)
+        .args(["-E", "test(=waits_when_told)"])
+        .env("SAMPLE_BLOCK", state.path())
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ready when the test has written where its daemon is (a rename, so never half-written).
+    let started = state.path().join("started");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while !started.exists() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before the test started"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the test never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let base = std::fs::read_to_string(&started).unwrap();
+    let addr = base
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(
+        std::net::TcpStream::connect(&addr).is_ok(),
+        "the daemon serves while tests run"
+    );
+
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "an interrupted run does not pass: {stderr}"
+    );
+    assert!(report.exists(), "the report is still written: {stderr}");
+    assert!(
+        std::net::TcpStream::connect(&addr).is_err(),
+        "the daemon is gone with the command"
+    );
+}
