@@ -3,6 +3,7 @@
 
 mod diff_cmd;
 mod filter;
+mod locate;
 mod prune;
 mod report;
 mod rerun;
@@ -54,21 +55,7 @@ enum Command {
 pub(crate) fn workspace(
     cassette_dir: Option<std::path::PathBuf>,
 ) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["locate-project", "--workspace", "--message-format", "plain"])
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "not inside a cargo workspace ({}). Run cargo llmreplay in your crate or workspace",
-            String::from_utf8_lossy(&out.stderr)
-                .trim()
-                .trim_start_matches("error: ")
-        ));
-    }
-    let manifest = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let root = manifest.parent().map(Into::into).unwrap_or(manifest);
+    let root = locate::workspace_root()?;
     let overrides = daemon::Overrides {
         cassette_dir,
         ..daemon::Overrides::default()

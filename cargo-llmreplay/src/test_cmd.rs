@@ -9,9 +9,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// The oldest nextest that sets every variable the runner reads.
-const MIN_NEXTEST: (u64, u64, u64) = (0, 9, 116);
-
 #[derive(Parser, Debug)]
 #[command(
     name = "cargo llmreplay test",
@@ -237,52 +234,11 @@ fn runner_command() -> Result<Vec<String>, String> {
     })
 }
 
-/// Checks nextest and finds the workspace root; both are cargo calls, so they run at once.
+/// Finds the workspace root and checks nextest: usually without a cargo call (see `locate`).
 fn preconditions() -> Result<PathBuf, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let spawn = |args: &[&str]| {
-        Command::new(&cargo)
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run cargo: {e}"))
-    };
-    let version = spawn(&["nextest", "--version"])?;
-    let locate = spawn(&["locate-project", "--workspace", "--message-format", "plain"])?;
-    let (version, locate) = (
-        version.wait_with_output().map_err(|e| e.to_string())?,
-        locate.wait_with_output().map_err(|e| e.to_string())?,
-    );
-    check_nextest(&version)?;
-    if !locate.status.success() {
-        return Err(format!(
-            "not inside a cargo workspace ({}). Run cargo llmreplay test in your crate or workspace",
-            String::from_utf8_lossy(&locate.stderr).trim().trim_start_matches("error: ")
-        ));
-    }
-    let manifest = PathBuf::from(String::from_utf8_lossy(&locate.stdout).trim());
-    Ok(manifest.parent().map(Path::to_path_buf).unwrap_or(manifest))
-}
-
-fn check_nextest(out: &std::process::Output) -> Result<(), String> {
-    let install = "install it with: cargo install --locked cargo-nextest (see https://nexte.st/docs/installation)";
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() || !text.starts_with("cargo-nextest") {
-        return Err(format!("cargo-nextest is not installed; {install}"));
-    }
-    let version = text.split_whitespace().nth(1).unwrap_or("");
-    let parts: Vec<u64> = version
-        .split(['.', '-'])
-        .take(3)
-        .filter_map(|p| p.parse().ok())
-        .collect();
-    if parts.len() == 3 && (parts[0], parts[1], parts[2]) < MIN_NEXTEST {
-        return Err(format!(
-            "cargo-nextest {version} is too old: cargo llmreplay needs 0.9.116 or newer; {install}"
-        ));
-    }
-    Ok(())
+    let root = crate::locate::workspace_root()?;
+    crate::locate::check_nextest(&crate::target_dir(&root))?;
+    Ok(root)
 }
 
 /// Which runner key to set, and the user's own runner to chain. A runner for the host triple

@@ -1,0 +1,278 @@
+//! Finding the workspace root and checking cargo-nextest without a cargo call where that is
+//! safe: each cargo call costs a few tens of milliseconds before the tests even start, on
+//! every run. When the manifests leave any doubt, cargo itself is asked.
+
+use regex::Regex;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The oldest nextest that sets every variable the runner reads.
+const MIN_NEXTEST: (u64, u64, u64) = (0, 9, 116);
+
+fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// The root of the workspace the current directory is in.
+pub fn workspace_root() -> Result<PathBuf, String> {
+    if let Some(root) = std::env::current_dir()
+        .ok()
+        .and_then(|d| root_from_manifests(&d))
+    {
+        return Ok(root);
+    }
+    let out = Command::new(cargo())
+        .args(["locate-project", "--workspace", "--message-format", "plain"])
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "not inside a cargo workspace ({}). Run cargo llmreplay in your crate or workspace",
+            String::from_utf8_lossy(&out.stderr)
+                .trim()
+                .trim_start_matches("error: ")
+        ));
+    }
+    let manifest = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    Ok(manifest.parent().map(Into::into).unwrap_or(manifest))
+}
+
+fn read_manifest(dir: &Path) -> Option<toml::Table> {
+    let text = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+    toml::from_str(&text).ok()
+}
+
+/// Cargo's rule, for the layouts it is sure of: the nearest manifest is the root if it has a
+/// `[workspace]`; else the first ancestor with one, if it lists the package among its members
+/// (or excludes it: then the package is its own root); else the package alone. `None` when
+/// a manifest does not parse, names its workspace by path, or the ancestor's members do not
+/// say (a path dependency is a member too): cargo decides those.
+pub fn root_from_manifests(start: &Path) -> Option<PathBuf> {
+    let package = start.ancestors().find(|d| d.join("Cargo.toml").is_file())?;
+    let manifest = read_manifest(package)?;
+    if manifest.contains_key("workspace") {
+        return Some(package.to_path_buf());
+    }
+    if manifest
+        .get("package")
+        .and_then(|p| p.get("workspace"))
+        .is_some()
+    {
+        return None;
+    }
+    for dir in package.ancestors().skip(1) {
+        if !dir.join("Cargo.toml").is_file() {
+            continue;
+        }
+        let outer = read_manifest(dir)?;
+        let Some(ws) = outer.get("workspace") else {
+            continue;
+        };
+        let rel = package
+            .strip_prefix(dir)
+            .ok()?
+            .to_string_lossy()
+            .replace('\\', "/");
+        let listed = |key: &str| -> Vec<String> {
+            ws.get(key)
+                .and_then(|v| v.as_array())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str())
+                        .map(|s| s.trim_end_matches('/').to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        if listed("exclude")
+            .iter()
+            .any(|e| rel == *e || rel.starts_with(&format!("{e}/")))
+        {
+            return Some(package.to_path_buf());
+        }
+        return listed("members")
+            .iter()
+            .any(|m| glob(m).is_some_and(|g| g.is_match(&rel)))
+            .then(|| dir.to_path_buf());
+    }
+    Some(package.to_path_buf())
+}
+
+fn glob(pattern: &str) -> Option<Regex> {
+    let mut re = String::from("^");
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                re.push_str(".*");
+            }
+            '*' => re.push_str("[^/]*"),
+            '?' => re.push_str("[^/]"),
+            c => re.push_str(&regex::escape(&c.to_string())),
+        }
+    }
+    re.push('$');
+    Regex::new(&re).ok()
+}
+
+/// Checks that cargo-nextest is installed and new enough. A version once found good is kept
+/// in `<target dir>/llmreplay/`, named by the binary's path, size and time, so later runs do
+/// not ask again until nextest changes.
+pub fn check_nextest(target_dir: &Path) -> Result<(), String> {
+    let stamp = nextest_binary().and_then(|bin| {
+        let meta = std::fs::metadata(&bin).ok()?;
+        let modified = meta
+            .modified()
+            .ok()?
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?;
+        // The cargo that runs it is part of the name: a different cargo may find another.
+        Some(format!(
+            "{} {} {} {}",
+            cargo().to_string_lossy(),
+            bin.display(),
+            meta.len(),
+            modified.as_nanos()
+        ))
+    });
+    let cache = target_dir.join("llmreplay/nextest-checked");
+    if let Some(stamp) = &stamp {
+        if std::fs::read_to_string(&cache).is_ok_and(|c| c == *stamp) {
+            return Ok(());
+        }
+    }
+    let out = Command::new(cargo())
+        .args(["nextest", "--version"])
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    check_version(&out)?;
+    if let Some(stamp) = stamp {
+        // Only a cache: a run that cannot write it checks again next time.
+        let _ = std::fs::create_dir_all(target_dir.join("llmreplay"))
+            .and_then(|_| std::fs::write(&cache, stamp));
+    }
+    Ok(())
+}
+
+/// The `cargo-nextest` that `cargo nextest` runs: the first on PATH, as cargo looks for it.
+fn nextest_binary() -> Option<PathBuf> {
+    let name = format!("cargo-nextest{}", std::env::consts::EXE_SUFFIX);
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    // cargo searches $CARGO_HOME/bin (by default ~/.cargo/bin) before PATH.
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    if let Some(home) = home {
+        dirs.insert(0, home.join("bin"));
+    }
+    dirs.into_iter()
+        .map(|d| d.join(&name))
+        .find(|p| p.is_file())
+        .and_then(|p| p.canonicalize().ok())
+}
+
+pub fn check_version(out: &std::process::Output) -> Result<(), String> {
+    let install = "install it with: cargo install --locked cargo-nextest (see https://nexte.st/docs/installation)";
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || !text.starts_with("cargo-nextest") {
+        return Err(format!("cargo-nextest is not installed; {install}"));
+    }
+    let version = text.split_whitespace().nth(1).unwrap_or("");
+    let parts: Vec<u64> = version
+        .split(['.', '-'])
+        .take(3)
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    if parts.len() == 3 && (parts[0], parts[1], parts[2]) < MIN_NEXTEST {
+        return Err(format!(
+            "cargo-nextest {version} is too old: cargo llmreplay needs 0.9.116 or newer; {install}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn cargo_says(dir: &Path) -> PathBuf {
+        let out = Command::new(cargo())
+            .args(["locate-project", "--workspace", "--message-format", "plain"])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+            .parent()
+            .unwrap()
+            .to_path_buf()
+    }
+
+    /// Every layout where the fast answer is given must agree with cargo's own.
+    #[test]
+    fn agrees_with_cargo_locate_project() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = tmp.path().canonicalize().unwrap();
+        let pkg = |name: &str| format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\n");
+        write(
+            &t,
+            "ws/Cargo.toml",
+            "[workspace]\nmembers = [\"crates/*\"]\nexclude = [\"crates/out\"]\n",
+        );
+        write(&t, "ws/crates/a/Cargo.toml", &pkg("a"));
+        write(&t, "ws/crates/a/src/lib.rs", "");
+        write(&t, "ws/crates/out/Cargo.toml", &pkg("out"));
+        write(&t, "ws/crates/out/src/lib.rs", "");
+        write(&t, "alone/Cargo.toml", &pkg("alone"));
+        write(&t, "alone/src/lib.rs", "");
+        write(
+            &t,
+            "rooted/Cargo.toml",
+            &format!("{}\n[workspace]\n", pkg("rooted")),
+        );
+        write(&t, "rooted/src/lib.rs", "");
+        for dir in [
+            "ws",
+            "ws/crates/a/src",
+            "ws/crates/out",
+            "alone/src",
+            "rooted",
+        ] {
+            let dir = t.join(dir);
+            let fast = root_from_manifests(&dir).expect("a layout cargo leaves no doubt about");
+            assert_eq!(fast, cargo_says(&dir), "in {}", dir.display());
+        }
+        // A member only by being a path dependency: cargo decides.
+        write(
+            &t,
+            "dep/Cargo.toml",
+            &format!(
+                "{}\n[workspace]\n[dependencies]\nd = {{ path = \"d\" }}\n",
+                pkg("top")
+            ),
+        );
+        write(&t, "dep/d/Cargo.toml", &pkg("d"));
+        assert_eq!(root_from_manifests(&t.join("dep/d")), None);
+    }
+
+    #[test]
+    fn members_globs() {
+        assert!(glob("crates/*").unwrap().is_match("crates/a"));
+        assert!(!glob("crates/*").unwrap().is_match("crates/a/b"));
+        assert!(glob("crates/**").unwrap().is_match("crates/a/b"));
+        assert!(glob("tool?").unwrap().is_match("tool1"));
+    }
+}
