@@ -187,6 +187,21 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
     );
     assert_eq!(filtered.report["scope"]["filtered"], true);
 
+    // A test that ran and made no request: its recording is unused, filtered run or not.
+    let quiet = sample.cassette("sample--chat--calls_nothing", "openai");
+    let mut cassette =
+        support::read_json(&sample.cassette("sample--chat--answers_hello", "openai"));
+    cassette["test"] = "sample::chat$calls_nothing".into();
+    std::fs::create_dir_all(quiet.parent().unwrap()).unwrap();
+    std::fs::write(&quiet, serde_json::to_string_pretty(&cassette).unwrap()).unwrap();
+    let ran = sample.run(&["-E", "test(=calls_nothing)"], &[]);
+    assert_eq!(ran.code, Some(0), "{}", ran.stderr);
+    let unused = ran.report["unused"].as_array().unwrap();
+    assert_eq!(unused.len(), 1, "{}", ran.report);
+    assert_eq!(unused[0]["kind"], "recording");
+    assert_eq!(unused[0]["test"], "sample::chat$calls_nothing");
+    std::fs::remove_dir_all(quiet.parent().unwrap()).unwrap();
+
     std::fs::remove_dir_all(&orphan).unwrap();
     *fake.state.suffix.lock().unwrap() = " (a newer model)".into();
     let ups = upstreams(&fake);

@@ -699,6 +699,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_gemini_model_goes_into_the_path_and_params_into_the_body() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Settings::load(dir.path(), None, &Overrides::default()).unwrap();
+        let body = r#"{"contents":[{"role":"user","parts":[{"text":"Hi"}]}]}"#;
+        let request = settings.normalizer.request(
+            "POST",
+            "/v1beta/models/gemini-1.5-flash:streamGenerateContent",
+            Some("alt=sse"),
+            body.as_bytes(),
+            &[],
+        );
+        let old = Interaction {
+            key: Key::of(&request),
+            request,
+            response: cassettes::RecordedResponse::with_body(200, Default::default(), b"{}"),
+            timing: None,
+            summary: None,
+        };
+        let gemini = Provider::builtin(ProviderKind::Gemini);
+        let params = [parse_param("generationConfig.temperature=0").unwrap()];
+        let out = outgoing(&old, &gemini, Some("gemini-2.5-pro"), &params, &settings).unwrap();
+        assert_eq!(
+            out.request.path,
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+        );
+        assert_eq!(out.request.query.as_deref(), Some("alt=sse"));
+        let sent: Value = serde_json::from_slice(&out.body).unwrap();
+        assert_eq!(sent["generationConfig"]["temperature"], 0);
+        assert!(sent.get("model").is_none());
+        assert_ne!(Key::of(&out.request), old.key);
+        let same = outgoing(&old, &gemini, None, &[], &settings).unwrap();
+        assert_eq!(Key::of(&same.request), old.key, "no override, the same key");
+    }
+
+    #[test]
     fn params_become_pointers_and_values() {
         assert_eq!(
             parse_param("temperature=0").unwrap(),

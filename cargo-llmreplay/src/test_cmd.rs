@@ -4,7 +4,7 @@
 use crate::report::{self, Deny, RunScope};
 use clap::Parser;
 use daemon::{Daemon, Mode, Overrides, Settings};
-use runner_plugin::{CHAIN_RUNNER_ENV, DAEMON_URL_ENV};
+use runner_plugin::{CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -161,12 +161,17 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let ran = tempfile::Builder::new()
+        .prefix("llmreplay-ran-")
+        .tempfile()
+        .map_err(|e| format!("cannot make a temporary file: {e}"))?;
     let mut nextest = Command::new(&cargo);
     nextest
         .args(["nextest", "run", "--config"])
         .arg(format!("{runner_key}={runner}"))
         .args(&nextest_args)
         .env(DAEMON_URL_ENV, &url)
+        .env(RAN_FILE_ENV, ran.path())
         .env("LLMREPLAY_MODE", mode.as_str());
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
@@ -174,6 +179,13 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     let status = nextest
         .status()
         .map_err(|e| format!("cannot run cargo nextest: {e}"))?;
+    for test in std::fs::read_to_string(ran.path())
+        .unwrap_or_default()
+        .lines()
+    {
+        journal.begin(test);
+    }
+    drop(ran);
     let _ = stop.send(());
     let stats = runtime
         .block_on(served)

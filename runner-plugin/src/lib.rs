@@ -4,7 +4,7 @@
 
 mod runner;
 
-pub use runner::{run, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, PLACEHOLDER_KEY};
+pub use runner::{run, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, PLACEHOLDER_KEY, RAN_FILE_ENV};
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 

@@ -12,6 +12,10 @@ use std::time::Duration;
 
 /// The daemon's root URL, set by `cargo llmreplay test` for the runner.
 pub const DAEMON_URL_ENV: &str = "LLMREPLAY_DAEMON_URL";
+/// A file the runner appends each started test's id to, one a line, on a first attempt:
+/// `cargo llmreplay test` reads it after the run. An append costs far less than a request to
+/// the daemon, and this runs once per test.
+pub const RAN_FILE_ENV: &str = "LLMREPLAY_RAN_FILE";
 /// A user's own target runner to chain, its words separated by U+001F.
 pub const CHAIN_RUNNER_ENV: &str = "LLMREPLAY_CHAIN_RUNNER";
 /// What a key that is unset becomes in replay mode: the SDKs refuse to start without one.
@@ -103,14 +107,30 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
         }
     }
     // Tells the daemon this test runs (for the unused report) and, on a retry, that its
-    // sequence starts afresh.
+    // sequence starts afresh. A first attempt has no cursors to reset, so a line in the ran
+    // file says enough; a retry waits for the daemon's answer, or its first request could
+    // overtake the reset.
     let attempt = std::env::var("NEXTEST_ATTEMPT").unwrap_or_else(|_| "1".into());
+    if attempt == "1" {
+        if let Some(file) = std::env::var_os(RAN_FILE_ENV) {
+            if note_ran(&file, &id).is_ok() {
+                return;
+            }
+        }
+    }
     let query = format!("test={}&attempt={attempt}", encode(&id));
-    // A first attempt has no cursors to reset, so it need not wait for the answer; a retry must,
-    // or its first request could overtake the reset.
     if let Err(e) = control(root, "begin", &query, "", attempt != "1") {
         eprintln!("cargo-llmreplay: could not reach the daemon at {root} for {id}: {e}");
     }
+}
+
+/// One write with O_APPEND: lines of parallel tests never interleave.
+fn note_ran(file: &std::ffi::OsStr, id: &str) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(file)?
+        .write_all(format!("{id}\n").as_bytes())
 }
 
 /// `POST /__llmreplay/<route>?<query>` over a plain socket: a runtime or HTTP client would cost
