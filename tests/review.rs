@@ -386,8 +386,18 @@ async fn merged_partition_reports_find_an_orphan_neither_partition_could() {
         serde_json::json!(["slice:1/2", "slice:2/2"])
     );
     assert!(merged["scope"]["partition"].is_null());
-    // The merged report is one prune trusts.
-    let pruned = sample.llmreplay(&["prune", "--report", merged_path.to_str().unwrap()]);
+    // The merged report is one prune trusts, even written on other machines (as CI shards
+    // are): its paths are rebased on this checkout's cassette folder.
+    let root = sample.root.display().to_string();
+    let elsewhere = std::fs::read_to_string(&merged_path)
+        .unwrap()
+        .replace(&root, "/home/runner/work/sample");
+    assert!(
+        elsewhere.contains("/home/runner/work/sample/tests/cassettes/sample--chat--renamed_away")
+    );
+    let elsewhere_path = sample.scratch().join("merged-elsewhere.json");
+    std::fs::write(&elsewhere_path, elsewhere).unwrap();
+    let pruned = sample.llmreplay(&["prune", "--report", elsewhere_path.to_str().unwrap()]);
     assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
     assert!(!sample
         .root

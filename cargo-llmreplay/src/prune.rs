@@ -38,22 +38,27 @@ pub fn run(args: PruneArgs) -> Result<ExitCode, String> {
         .unwrap_or_else(|| crate::target_dir(&root).join("llmreplay/report.json"));
     let report = Report::read(&path)?;
     trust(&report, &path, &cassette_dir)?;
-    // The report may come from another machine: its paths are rebased on this cassette folder.
-    let local = |p: &Path| {
-        cassette_dir.join(
-            p.strip_prefix(&report.cassette_dir)
-                .unwrap_or(p.file_name().map(Path::new).unwrap_or(p)),
-        )
+    // The report may come from another machine: its paths are rebased on this cassette
+    // folder, keeping `<slug>/<provider>.json` (or `<slug>`) when the prefix differs.
+    let local = |p: &Path, depth: usize| -> PathBuf {
+        match p.strip_prefix(&report.cassette_dir) {
+            Ok(rel) => cassette_dir.join(rel),
+            Err(_) => {
+                let parts: Vec<_> = p.components().collect();
+                let tail = &parts[parts.len().saturating_sub(depth)..];
+                cassette_dir.join(tail.iter().collect::<PathBuf>())
+            }
+        }
     };
     let mut recordings: BTreeMap<PathBuf, Vec<(Key, usize)>> = BTreeMap::new();
     let mut folders = Vec::new();
     for u in &report.unused {
         match u {
             Unused::Recording(r) => recordings
-                .entry(local(&r.cassette))
+                .entry(local(&r.cassette, 2))
                 .or_default()
                 .push((r.key.clone(), r.ordinal)),
-            Unused::Folder { folder } => folders.push(local(Path::new(folder))),
+            Unused::Folder { folder } => folders.push(local(Path::new(folder), 1)),
         }
     }
     let rel = |p: &Path| p.strip_prefix(&root).unwrap_or(p).display().to_string();

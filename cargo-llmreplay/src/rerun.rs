@@ -32,8 +32,8 @@ use std::sync::Arc;
         Each request gets a result: identical, changed (a diff of the answer's text, tool calls as \
         name and arguments) or failed, with tokens and latency before and after. Exits 1 when any \
         request failed, or with --fail-on-change when any answer changed.",
-    after_help = "Examples:\n  cargo llmreplay rerun                                   # every recording, as recorded\n  \
-        cargo llmreplay rerun chat --model gpt-4.1-mini          # tests whose id contains \"chat\", on another model\n  \
+    after_help = "Examples:\n  cargo llmreplay rerun                                    # every recording, as recorded\n  \
+        cargo llmreplay rerun chat --model gpt-4.1-mini         # tests whose id contains \"chat\", on another model\n  \
         cargo llmreplay rerun -E 'test(=summarises)' --param temperature=0\n  \
         cargo llmreplay rerun --fail-on-change --format markdown # a scheduled drift check"
 )]
