@@ -283,6 +283,22 @@ async fn a_user_target_runner_still_runs() {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     let calls = std::fs::read_to_string(&marker).expect("the user's runner ran");
     assert!(calls.contains("sees_its_own_base_url"), "{calls}");
+
+    // The same runner named in .cargo/config.toml instead.
+    std::fs::remove_file(&marker).unwrap();
+    std::fs::create_dir_all(sample.root.join(".cargo")).unwrap();
+    std::fs::write(
+        sample.root.join(".cargo/config.toml"),
+        format!(
+            "[target.{host}]\nrunner = [{:?}]\n",
+            script.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = sample.run(&["-E", "test(=sees_its_own_base_url)"], &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let calls = std::fs::read_to_string(&marker).expect("the configured runner ran");
+    assert!(calls.contains("sees_its_own_base_url"), "{calls}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
