@@ -482,3 +482,33 @@ async fn ctrl_c_ends_the_run_and_its_daemon() {
         "the daemon is gone with the command"
     );
 }
+
+/// The summary is painted only for a terminal, and never under NO_COLOR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_has_colour_on_a_terminal_only() {
+    let sample = Sample::new();
+    let command = format!(
+        "{} llmreplay test -E 'test(=answers_hello)'",
+        support::binary().display()
+    );
+    // `script` gives the command a terminal, as a developer's shell would.
+    let on_terminal = |no_color: bool| {
+        let mut cmd = sample.command("script");
+        cmd.args(["-qec", &command, "/dev/null"]);
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        } else {
+            cmd.env_remove("NO_COLOR");
+        }
+        let out = cmd.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let painted = on_terminal(false);
+    assert!(painted.contains("\x1b[1;31mmissing (1):"), "{painted}");
+    let plain = on_terminal(true);
+    assert!(plain.contains("missing (1):"), "{plain}");
+    assert!(!plain.contains("\x1b[1;31m"), "{plain}");
+    let piped = sample.run(&["-E", "test(=answers_hello)"], &[]);
+    assert!(piped.stderr.contains("missing (1):"));
+    assert!(!piped.stderr.contains("\x1b["), "{}", piped.stderr);
+}
