@@ -1,7 +1,13 @@
 """Drives bench/overhead.sh: generates the two workspaces, warms their builds, records the
 50x4 one through `cargo llmreplay test --record` against the floor server, then times plain
-nextest against `cargo llmreplay test` with hyperfine and prints the ratios."""
-import argparse, json, os, shutil, subprocess, tempfile
+nextest against `cargo llmreplay test`.
+
+The commands are run in turn, round after round, and compared by their medians: a shared
+machine drifts over a minute by more than the overhead measured, and timing every run of one
+command before the next (as hyperfine does) would charge that drift to one side. A third
+variant, nextest with only our target runner, shows how much of the overhead is the runner's
+exec alone."""
+import argparse, os, shutil, statistics, subprocess, tempfile, time
 
 from common import start_floor
 
@@ -17,54 +23,65 @@ def workspace(path, name, tests, client):
     subprocess.run(["git", "init", "-q", path], check=True)
 
 
-def hyperfine(cwd, runs, commands, env):
-    out = os.path.join(cwd, "hyperfine.json")
-    cmd = ["hyperfine", "--warmup", "2", "--runs", str(runs), "--export-json", out, "--style", "basic"]
-    for name, c in commands:
-        cmd += ["-n", name, c]
-    subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    return {r["command"]: r for r in json.load(open(out))["results"]}
+def interleaved(cwd, rounds, commands):
+    """{name: [seconds]} for `commands` ([(name, argv, env)]), each run once a round."""
+    times = {name: [] for name, _, _ in commands}
+    for r in range(rounds + 2):
+        for name, argv, env in commands:
+            t = time.perf_counter()
+            subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            if r >= 2:  # two warm-up rounds
+                times[name].append(time.perf_counter() - t)
+    return times
 
 
 def main():
     ap = argparse.ArgumentParser()
-    for a in ("llmreplay", "floor", "client", "work"):
+    for a in ("llmreplay", "runner", "floor", "client", "work"):
         ap.add_argument("--" + a, required=True)
-    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=20)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="llmreplay-overhead-", dir=a.work)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXTEST", "LLMREPLAY")) and k != "CI"}
     env["CARGO_TARGET_DIR"] = os.path.join(tmp, "target")
     floor, floor_url = start_floor(a.floor)
+    nextest = ["cargo", "nextest", "run", "--cargo-quiet"]
+    runner_only = nextest + ["--config", f"target.'cfg(all())'.runner=['{a.runner}']"]
+    lr = [a.llmreplay, "llmreplay", "test", "--cargo-quiet"]
     try:
-        quiet = workspace(os.path.join(tmp, "quiet"), "quiet",
-                          "".join(f"#[test]\nfn t{i}() {{ assert_eq!({i} + 1, {i + 1}); }}\n" for i in range(200)), a.client)
+        workspace(os.path.join(tmp, "quiet"), "quiet",
+                  "".join(f"#[test]\nfn t{i}() {{ assert_eq!({i} + 1, {i + 1}); }}\n" for i in range(200)), a.client)
         calls = "".join(
             f"#[test]\nfn t{i}() {{\n    let base = std::env::var(\"OPENAI_BASE_URL\").unwrap();\n"
             + "".join(f"    assert!(!llm::ask_openai(&base, \"test {i} question {q}\").is_empty());\n" for q in range(4))
             + "}\n" for i in range(50))
         workspace(os.path.join(tmp, "llm"), "llm", calls, a.client)
-        lr = f"{a.llmreplay} llmreplay test --cargo-quiet"
         results = {}
         # 200 tests, no LLM call.
         q = os.path.join(tmp, "quiet")
-        subprocess.run(["cargo", "nextest", "run", "--cargo-quiet"], cwd=q, env=env, check=True, capture_output=True)
-        results["200 tests, no LLM call"] = hyperfine(q, a.runs, [("nextest", "cargo nextest run --cargo-quiet"), ("llmreplay", lr)], env)
+        subprocess.run(nextest, cwd=q, env=env, check=True, capture_output=True)
+        results["200 tests, no LLM call"] = interleaved(q, a.runs, [
+            ("nextest", nextest, env), ("runner", runner_only, env), ("llmreplay", lr, env)])
         # 50 tests x 4 recordings: record once against the floor, then time replay.
         l = os.path.join(tmp, "llm")
-        rec = subprocess.run(a.llmreplay.split() + ["llmreplay", "test", "--record", "--upstream", f"openai={floor_url}"],
+        rec = subprocess.run(lr + ["--record", "--upstream", f"openai={floor_url}"],
                              cwd=l, env=env, capture_output=True, text=True)
         assert rec.returncode == 0, rec.stderr[-2000:]
         direct = dict(env, OPENAI_BASE_URL=f"{floor_url}/v1", OPENAI_API_KEY="x")
-        base = hyperfine(l, a.runs, [("nextest", "cargo nextest run --cargo-quiet")], direct)
-        results["50 tests x 4 recordings"] = {**base, **hyperfine(l, a.runs, [("llmreplay", lr + " --deny unused")], dict(env, CI="true"))}
-        print(f"\nhyperfine, {a.runs} runs each after 2 warm-ups, builds warm; one run:\n")
-        print("| workspace | plain cargo nextest run (mean ± sd) | cargo llmreplay test (mean ± sd) | overhead |")
-        print("|---|---|---|---|")
-        for name, r in results.items():
-            n, l_ = r["nextest"], r["llmreplay"]
-            print(f"| {name} | {n['mean'] * 1000:.0f} ± {n['stddev'] * 1000:.0f} ms | {l_['mean'] * 1000:.0f} ± {l_['stddev'] * 1000:.0f} ms | {(l_['mean'] / n['mean'] - 1) * 100:+.1f}% |")
-        print("\n(50 x 4: the baseline's tests call the floor server directly; llmreplay replays the same answers from cassettes, with CI=true and --deny unused)")
+        results["50 tests x 4 recordings"] = interleaved(l, a.runs, [
+            ("nextest", nextest, direct), ("runner", runner_only, direct),
+            ("llmreplay", lr + ["--deny", "unused"], dict(env, CI="true"))])
+        ms = lambda v: f"{statistics.median(v) * 1000:.0f} ms"
+        print(f"\n{a.runs} rounds after 2 warm-up rounds, commands in turn, builds warm; medians:\n")
+        print("| workspace | plain cargo nextest run | nextest + our runner only | cargo llmreplay test | overhead | of which the runner |")
+        print("|---|---|---|---|---|---|")
+        for name, t in results.items():
+            base = statistics.median(t["nextest"])
+            pct = lambda k: (statistics.median(t[k]) / base - 1) * 100
+            print(f"| {name} | {ms(t['nextest'])} | {ms(t['runner'])} | {ms(t['llmreplay'])} | {pct('llmreplay'):+.1f}% | {pct('runner'):+.1f}% |")
+        print("\n(50 x 4: the baseline's tests call the floor server directly; llmreplay replays the same answers"
+              " from cassettes, with CI=true and --deny unused. 'our runner only' runs nextest with the target"
+              " runner and no daemon, so the runner just execs each test.)")
     finally:
         floor.kill()
         shutil.rmtree(tmp, ignore_errors=True)
