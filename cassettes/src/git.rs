@@ -359,7 +359,9 @@ mod tests {
         index.write().unwrap();
         let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
         let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &[])
+        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &parents)
             .unwrap();
     }
 
@@ -403,6 +405,48 @@ mod tests {
             ChangeKind::Deleted
         );
         assert_eq!(changes.len(), 3);
+    }
+
+    /// A pull request's branch: by default the diff is against where it left the default
+    /// branch, so the branch's own commits count.
+    #[test]
+    fn diff_defaults_to_the_merge_base_with_the_default_branch() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let cas = dir.path().join("tests/cassettes");
+        let cassette = |answer: &str| {
+            let mut c = Cassette::new("c::t$a", "openai");
+            c.interactions = vec![interaction("q", answer)];
+            c
+        };
+        let write = |c: &Cassette| {
+            std::fs::create_dir_all(cas.join("c--t--a")).unwrap();
+            std::fs::write(cas.join("c--t--a/openai.json"), c.to_bytes()).unwrap();
+        };
+        write(&cassette(r#"{"v":1}"#));
+        commit_all(&repo);
+        let main = repo.head().unwrap().name().unwrap().to_string();
+        let base = repo.head().unwrap().peel_to_commit().unwrap();
+        repo.branch("feature", &base, false).unwrap();
+        repo.set_head("refs/heads/feature").unwrap();
+        write(&cassette(r#"{"v":2}"#));
+        commit_all(&repo);
+        let diff = diff_against(&cas, None, &[]).unwrap();
+        assert!(
+            diff.base.starts_with("merge base of HEAD and"),
+            "{}",
+            diff.base
+        );
+        assert_eq!(diff.files.len(), 1, "the branch's own commit counts");
+        assert_eq!(diff.files[0].kind, ChangeKind::Modified);
+        // Against HEAD, the committed change is gone.
+        assert!(diff_against(&cas, Some("HEAD"), &[])
+            .unwrap()
+            .files
+            .is_empty());
+        assert!(diff_against(&cas, Some(&main), &[]).unwrap().files.len() == 1);
+        let missing = diff_against(&cas, Some("origin/nope"), &[]).unwrap_err();
+        assert!(missing.to_string().contains("git fetch"), "{missing}");
     }
 
     #[test]
