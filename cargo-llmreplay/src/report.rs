@@ -465,19 +465,22 @@ impl Report {
     }
 }
 
-/// Cassette folders whose slug matches no test of `suite`.
+/// The cassette folders (slugs) that match no test of `suite`.
+pub fn orphan_folders(suite: &BTreeSet<String>, folders: &BTreeSet<String>) -> Vec<String> {
+    let slugs: BTreeSet<String> = suite
+        .iter()
+        .map(|id| Slug::from_test_id(&TestId::new(id.as_str())).to_string())
+        .collect();
+    folders.difference(&slugs).cloned().collect()
+}
+
 fn orphans(
     cassette_dir: &Path,
     suite: &BTreeSet<String>,
     folders: &BTreeSet<String>,
 ) -> Vec<Unused> {
-    let slugs: BTreeSet<String> = suite
-        .iter()
-        .map(|id| Slug::from_test_id(&TestId::new(id.as_str())).to_string())
-        .collect();
-    folders
-        .iter()
-        .filter(|f| !slugs.contains(*f))
+    orphan_folders(suite, folders)
+        .into_iter()
         .map(|f| Unused::Folder {
             folder: cassette_dir.join(f).display().to_string(),
         })

@@ -2,10 +2,9 @@
 //! against HEAD, folders of no test (from `cargo nextest list`), files that do not parse or
 //! whose summary disagrees with their answer. `--check` makes any of these fail, for CI.
 
-use crate::report::{list_tests, RunScope};
+use crate::report::{list_tests, orphan_folders, RunScope};
 use cassettes::audit::{audit, Finding, Problem};
 use cassettes::git::{changes_against_head, Change, ChangeKind};
-use cassettes::{Slug, TestId};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -58,16 +57,12 @@ pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
         let suite = list_tests(&cargo, &RunScope::whole_workspace()).map_err(|e| {
             format!("cargo nextest list failed, so cassette folders cannot be matched with tests: {e}\n(--no-list skips this check)")
         })?;
-        let slugs: BTreeSet<String> = suite
-            .iter()
-            .map(|id| Slug::from_test_id(&TestId::new(id.as_str())).to_string())
-            .collect();
-        orphans = cassettes::Store::new(&cassette_dir)
+        let folders: BTreeSet<String> = cassettes::Store::new(&cassette_dir)
             .folders()
             .map_err(|e| e.to_string())?
             .into_iter()
-            .filter(|f| !slugs.contains(f))
             .collect();
+        orphans = orphan_folders(&suite, &folders);
         listed = true;
     }
     let status = Status {
