@@ -40,6 +40,7 @@ def main():
     for a in ("llmreplay", "runner", "floor", "client", "work"):
         ap.add_argument("--" + a, required=True)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--llmreplay-static", help="cargo-llmreplay with a statically linked runner beside it")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="llmreplay-overhead-", dir=a.work)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXTEST", "LLMREPLAY")) and k != "CI"}
@@ -48,6 +49,7 @@ def main():
     nextest = ["cargo", "nextest", "run", "--cargo-quiet"]
     runner_only = nextest + ["--config", f"target.'cfg(all())'.runner=['{a.runner}']"]
     lr = [a.llmreplay, "llmreplay", "test", "--cargo-quiet"]
+    lr_static = [a.llmreplay_static, "llmreplay", "test", "--cargo-quiet"] if a.llmreplay_static else None
     try:
         workspace(os.path.join(tmp, "quiet"), "quiet",
                   "".join(f"#[test]\nfn t{i}() {{ assert_eq!({i} + 1, {i + 1}); }}\n" for i in range(200)), a.client)
@@ -61,7 +63,8 @@ def main():
         q = os.path.join(tmp, "quiet")
         subprocess.run(nextest, cwd=q, env=env, check=True, capture_output=True)
         results["200 tests, no LLM call"] = interleaved(q, a.runs, [
-            ("nextest", nextest, env), ("runner", runner_only, env), ("llmreplay", lr, env)])
+            ("nextest", nextest, env), ("runner", runner_only, env), ("llmreplay", lr, env)]
+            + ([("static", lr_static, env)] if lr_static else []))
         # 50 tests x 4 recordings: record once against the floor, then time replay.
         l = os.path.join(tmp, "llm")
         rec = subprocess.run(lr + ["--record", "--upstream", f"openai={floor_url}"],
@@ -70,15 +73,17 @@ def main():
         direct = dict(env, OPENAI_BASE_URL=f"{floor_url}/v1", OPENAI_API_KEY="x")
         results["50 tests x 4 recordings"] = interleaved(l, a.runs, [
             ("nextest", nextest, direct), ("runner", runner_only, direct),
-            ("llmreplay", lr + ["--deny", "unused"], dict(env, CI="true"))])
+            ("llmreplay", lr + ["--deny", "unused"], dict(env, CI="true"))]
+            + ([("static", lr_static + ["--deny", "unused"], dict(env, CI="true"))] if lr_static else []))
         ms = lambda v: f"{statistics.median(v) * 1000:.0f} ms"
         print(f"\n{a.runs} rounds after 2 warm-up rounds, commands in turn, builds warm; medians:\n")
-        print("| workspace | plain cargo nextest run | nextest + our runner only | cargo llmreplay test | overhead | of which the runner |")
-        print("|---|---|---|---|---|---|")
+        print("| workspace | plain cargo nextest run | nextest + our runner only | cargo llmreplay test | overhead | of which the runner | with the static runner | overhead |")
+        print("|---|---|---|---|---|---|---|---|")
         for name, t in results.items():
             base = statistics.median(t["nextest"])
             pct = lambda k: (statistics.median(t[k]) / base - 1) * 100
-            print(f"| {name} | {ms(t['nextest'])} | {ms(t['runner'])} | {ms(t['llmreplay'])} | {pct('llmreplay'):+.1f}% | {pct('runner'):+.1f}% |")
+            static = f"{ms(t['static'])} | {pct('static'):+.1f}%" if "static" in t else "- | -"
+            print(f"| {name} | {ms(t['nextest'])} | {ms(t['runner'])} | {ms(t['llmreplay'])} | {pct('llmreplay'):+.1f}% | {pct('runner'):+.1f}% | {static} |")
         print("\n(50 x 4: the baseline's tests call the floor server directly; llmreplay replays the same answers"
               " from cassettes, with CI=true and --deny unused. 'our runner only' runs nextest with the target"
               " runner and no daemon, so the runner just execs each test.)")
