@@ -47,7 +47,7 @@ fn read_manifest(dir: &Path) -> Option<toml::Table> {
 /// (or excludes it: then the package is its own root); else the package alone. `None` when
 /// a manifest does not parse, names its workspace by path, or the ancestor's members do not
 /// say (a path dependency is a member too): cargo decides those.
-pub fn root_from_manifests(start: &Path) -> Option<PathBuf> {
+fn root_from_manifests(start: &Path) -> Option<PathBuf> {
     let package = start.ancestors().find(|d| d.join("Cargo.toml").is_file())?;
     let manifest = read_manifest(package)?;
     if manifest.contains_key("workspace") {
@@ -174,7 +174,7 @@ fn nextest_binary() -> Option<PathBuf> {
         .and_then(|p| p.canonicalize().ok())
 }
 
-pub fn check_version(out: &std::process::Output) -> Result<(), String> {
+fn check_version(out: &std::process::Output) -> Result<(), String> {
     let install = "install it with: cargo install --locked cargo-nextest (see https://nexte.st/docs/installation)";
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() || !text.starts_with("cargo-nextest") {

@@ -5,7 +5,7 @@
 
 use crate::diff_cmd::Format;
 use crate::filter::Filter;
-use cassettes::review::{answer_text, text_diff};
+use cassettes::review::{answer_text, text_diff, tokens};
 use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
 use clap::Args;
 use daemon::providers::{Provider, ProviderKind};
@@ -398,7 +398,7 @@ fn blank(item: &Item, root: &Path) -> RerunResult {
         path: item.old.request.path.clone(),
         model: item.old.request.model(),
         prompt: item.old.request.last_user_text(),
-        tokens_before: Summary::of(&item.old.response).and_then(|s| s.tokens()),
+        tokens_before: tokens(&item.old.response),
         latency_before: item.old.timing.clone(),
         ..empty(cassette.to_path_buf())
     }

@@ -104,6 +104,21 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// Each interaction's place among the recordings of its key: 0 for the first with that key,
+/// 1 for the second. The n-th request with a key replays the n-th recording, so (key, ordinal)
+/// names an interaction across runs, re-records and versions of a file.
+pub fn ordinals(interactions: &[Interaction]) -> Vec<usize> {
+    let mut seen: std::collections::HashMap<&Key, usize> = std::collections::HashMap::new();
+    interactions
+        .iter()
+        .map(|x| {
+            let n = seen.entry(&x.key).or_insert(0);
+            *n += 1;
+            *n - 1
+        })
+        .collect()
+}
+
 impl Cassette {
     pub fn new(test: &str, provider: &str) -> Self {
         Cassette {

@@ -2,7 +2,7 @@
 //! interactions were added, replaced, removed or left alone: what a pull request's reviewer
 //! will see, told before it is pushed.
 
-use crate::format::{Cassette, Interaction};
+use crate::format::{ordinals, Cassette, Interaction};
 use crate::key::Key;
 use crate::review::{diff_cassettes, InteractionDiff};
 use crate::store::cassette_files;
@@ -316,14 +316,10 @@ fn resolve_base<'r>(
 /// Interactions are matched by key and ordinal, as replay matches them.
 fn count(old: &[Interaction], new: &[Interaction], change: &mut Change) {
     let index = |list: &[Interaction]| -> HashMap<(Key, usize), usize> {
-        let mut seen: HashMap<&Key, usize> = HashMap::new();
         list.iter()
+            .zip(ordinals(list))
             .enumerate()
-            .map(|(i, x)| {
-                let n = seen.entry(&x.key).or_insert(0);
-                *n += 1;
-                ((x.key.clone(), *n - 1), i)
-            })
+            .map(|(i, (x, n))| ((x.key.clone(), n), i))
             .collect()
     };
     let (old_index, new_index) = (index(old), index(new));

@@ -3,7 +3,7 @@
 //! the answer's text as a line diff, and the token counts before and after. Ids, timestamps and
 //! headers alone are not a change, as for a re-record.
 
-use crate::format::{Cassette, Interaction, RecordedResponse, Summary};
+use crate::format::{ordinals, Cassette, Interaction, RecordedResponse, Summary};
 use crate::key::{differing_fields, Key};
 use crate::summary::Tokens;
 use serde::Serialize;
@@ -114,13 +114,9 @@ pub fn diff_cassettes(old: Option<&Cassette>, new: Option<&Cassette>) -> Vec<Int
     let new = new.map_or(&none, |c| &c.interactions);
     // First as replay matches: the n-th recording of a key with the n-th.
     let ids = |list: &[Interaction]| -> Vec<(Key, usize)> {
-        let mut seen: HashMap<&Key, usize> = HashMap::new();
         list.iter()
-            .map(|x| {
-                let n = seen.entry(&x.key).or_insert(0);
-                *n += 1;
-                (x.key.clone(), *n - 1)
-            })
+            .zip(ordinals(list))
+            .map(|(x, n)| (x.key.clone(), n))
             .collect()
     };
     let old_ids = ids(old);
@@ -181,7 +177,8 @@ fn blank(change: Change, x: &Interaction) -> InteractionDiff {
     }
 }
 
-fn tokens(response: &RecordedResponse) -> Option<Tokens> {
+/// The token counts of an answer, whichever provider's usage shape it has.
+pub fn tokens(response: &RecordedResponse) -> Option<Tokens> {
     Summary::of(response).and_then(|s| s.tokens())
 }
 

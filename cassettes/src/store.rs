@@ -3,7 +3,7 @@
 //! on disk under an exclusive lock and land by rename, so two recording runs never lose or tear
 //! each other's interactions.
 
-use crate::format::{Cassette, Interaction, Prepared};
+use crate::format::{ordinals, Cassette, Interaction, Prepared};
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::{differing_fields, Key, RecordedRequest};
 use crate::Error;
@@ -189,23 +189,21 @@ impl Store {
                 }
                 None => (read_cassette(&path)?, HashSet::new()),
             };
-            let mut seen: HashMap<&Key, usize> = HashMap::new();
+            let ords = ordinals(&cassette.interactions);
             for (position, i) in cassette.interactions.iter().enumerate() {
-                let n = seen.entry(&i.key).or_insert(0);
                 if !used.contains(&position) {
                     out.push(Unused {
                         test: test.to_string(),
                         provider: provider.clone(),
                         cassette: path.clone(),
                         key: i.key.clone(),
-                        ordinal: *n,
+                        ordinal: ords[position],
                         answer: i
                             .summary
                             .as_ref()
                             .map(|s| s.text.chars().take(80).collect()),
                     });
                 }
-                *n += 1;
             }
         }
         Ok(out)
@@ -297,16 +295,13 @@ impl Entry {
         let Some(loaded) = &state.loaded else {
             return Vec::new();
         };
-        let mut seen: HashMap<&Key, usize> = HashMap::new();
-        let mut out = Vec::new();
-        for (position, i) in loaded.cassette.interactions.iter().enumerate() {
-            let n = seen.entry(&i.key).or_insert(0);
-            if !state.used.contains(&position) {
-                out.push((i.key.clone(), *n));
-            }
-            *n += 1;
-        }
-        out
+        let list = &loaded.cassette.interactions;
+        list.iter()
+            .zip(ordinals(list))
+            .enumerate()
+            .filter(|(position, _)| !state.used.contains(position))
+            .map(|(_, (i, n))| (i.key.clone(), n))
+            .collect()
     }
 
     /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
@@ -399,15 +394,11 @@ pub fn remove_recordings(path: &Path, which: &[(Key, usize)]) -> Result<usize, E
     let lock = lock_file(dir)?;
     lock.lock().map_err(|e| Error::io(dir, e))?;
     let mut cassette = read_cassette(path)?;
-    let mut seen: HashMap<Key, usize> = HashMap::new();
     let positions: Vec<(Key, usize)> = cassette
         .interactions
         .iter()
-        .map(|x| {
-            let n = seen.entry(x.key.clone()).or_insert(0);
-            *n += 1;
-            (x.key.clone(), *n - 1)
-        })
+        .zip(ordinals(&cassette.interactions))
+        .map(|(x, n)| (x.key.clone(), n))
         .collect();
     for id in which {
         if !positions.contains(id) {
