@@ -345,20 +345,20 @@ pub fn markdown(diff: &Diff) -> String {
                     (None, Some(p)) => out.push_str(&format!("- prompt: {}\n", inline(p))),
                     _ => {}
                 }
+                let code = |fields: &[String]| -> String {
+                    let quoted: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
+                    quoted.join(", ")
+                };
                 if !d.request_fields.is_empty() {
-                    let fields: Vec<String> =
-                        d.request_fields.iter().map(|f| format!("`{f}`")).collect();
                     out.push_str(&format!(
                         "- request fields changed: {}\n",
-                        fields.join(", ")
+                        code(&d.request_fields)
                     ));
                 }
                 if !d.response_fields.is_empty() {
-                    let fields: Vec<String> =
-                        d.response_fields.iter().map(|f| format!("`{f}`")).collect();
                     out.push_str(&format!(
                         "- answer text unchanged; response fields changed: {}\n",
-                        fields.join(", ")
+                        code(&d.response_fields)
                     ));
                 }
                 if let Some(t) = tokens_line(d) {
