@@ -143,6 +143,8 @@ type Sent = Result<(Outgoing, daemon::resend::Resent), String>;
 /// The request as it will be sent, and as it would be recorded.
 struct Outgoing {
     body: bytes::Bytes,
+    /// For a multipart upload: its content type, with the fresh boundary of `body`.
+    content_type: Option<String>,
     request: cassettes::RecordedRequest,
 }
 
@@ -221,7 +223,7 @@ pub fn run(args: RerunArgs) -> Result<ExitCode, String> {
                             let outgoing = outgoing(&item.old, provider, model, params, settings)?;
                             let key = key_for(provider);
                             let resent = resender
-                                .send(provider, &outgoing.request, outgoing.body.clone(), key.as_deref())
+                                .send(provider, &outgoing.request, outgoing.body.clone(), outgoing.content_type.as_deref(), key.as_deref())
                                 .await?;
                             Ok((outgoing, resent))
                         }
@@ -341,7 +343,7 @@ fn pick(
 ) -> Result<(Vec<Item>, Vec<RerunResult>), String> {
     let (mut items, mut broken) = (Vec::new(), Vec::new());
     for path in cassettes::cassette_files(dir).map_err(|e| e.to_string())? {
-        match cassettes::read_cassette(&path) {
+        match cassettes::read_cassette_with_blobs(&path) {
             Ok(c) if selected(&c.test) => {
                 for (index, old) in c.interactions.into_iter().enumerate() {
                     items.push(Item {
@@ -475,8 +477,8 @@ fn outgoing(
 ) -> Result<Outgoing, String> {
     let request = &old.request;
     let mut path = request.path.clone();
-    let body: bytes::Bytes = match (&request.body, &request.body_text) {
-        (Some(body), _) => {
+    let (body, content_type) = match request.json() {
+        Some(body) => {
             let mut body = body.clone();
             if let Some(m) = model {
                 if provider.kind == ProviderKind::Gemini && body.get("model").is_none() {
@@ -492,28 +494,28 @@ fn outgoing(
             for (pointer, value) in params {
                 set_at(&mut body, pointer, value.clone())?;
             }
-            serde_json::to_vec(&body).expect("JSON serialises").into()
-        }
-        (None, Some(text)) if model.is_none() && params.is_empty() => text.clone().into(),
-        (None, Some(_)) => {
-            return Err("the recorded body is not JSON, so --model and --param cannot apply".into())
-        }
-        (None, None) if request.body_sha256.is_some() => {
-            return Err(
-                "the recorded body was not kept (not UTF-8), so it cannot be sent again".into(),
+            (
+                serde_json::to_vec(&body).expect("JSON serialises").into(),
+                None,
             )
         }
-        (None, None) => bytes::Bytes::new(),
+        None if model.is_some() || !params.is_empty() => {
+            return Err("the recorded body is not JSON, so --model and --param cannot apply".into())
+        }
+        // Multipart goes out with a fresh boundary; the key hashes the parts, so it is unchanged.
+        None => request.body.encode()?,
     };
     let recorded = settings.normalizer.request(
         &request.method,
         &path,
         request.query.as_deref(),
+        content_type.as_deref(),
         &body,
         provider.kind.secret_params(),
     );
     Ok(Outgoing {
         body,
+        content_type,
         request: recorded,
     })
 }
@@ -707,6 +709,7 @@ mod tests {
             "POST",
             "/v1beta/models/gemini-1.5-flash:streamGenerateContent",
             Some("alt=sse"),
+            None,
             body.as_bytes(),
             &[],
         );

@@ -1,7 +1,8 @@
 //! The cassette file: what one test exchanged with one provider, as pretty JSON that a reviewer
-//! can read in a pull request, and that replays byte for byte. Bodies and stream chunks are kept
-//! as JSON when re-serialising gives back exactly the bytes received; otherwise as raw text.
+//! can read in a pull request, and that replays byte for byte. An answer is one body (in the
+//! forms of `body.rs`) or a stream of events, each kept as JSON when that reproduces its bytes.
 
+use crate::body::{json_within_depth, Blob, Body, BodyFields};
 use crate::key::{Key, RecordedRequest};
 use crate::Error;
 use bytes::Bytes;
@@ -33,30 +34,79 @@ pub struct Interaction {
     pub summary: Option<Summary>,
 }
 
+/// A recorded answer: status, the headers worth keeping, and its body or stream.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawResponse", into = "RawResponse")]
 pub struct RecordedResponse {
     pub status: u16,
-    #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<Value>,
-    /// How `body` was laid out on the wire, when not compact.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_layout: Option<Layout>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_text: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stream: Option<StreamFormat>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chunks: Option<Vec<Chunk>>,
+    pub body: ResponseBody,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Layout {
-    CompactNewline,
-    Pretty,
-    PrettyNewline,
+/// An answer is one body, or a stream of events.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResponseBody {
+    Whole(Body),
+    Stream {
+        format: StreamFormat,
+        chunks: Vec<Chunk>,
+    },
+}
+
+/// The response as it stands in the file.
+#[derive(Serialize, Deserialize)]
+struct RawResponse {
+    status: u16,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(flatten)]
+    body: BodyFields,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    stream: Option<StreamFormat>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    chunks: Option<Vec<Chunk>>,
+}
+
+impl TryFrom<RawResponse> for RecordedResponse {
+    type Error = String;
+    fn try_from(raw: RawResponse) -> Result<Self, String> {
+        let body = match raw.chunks {
+            Some(chunks) => {
+                if Body::try_from(raw.body)? != Body::Empty {
+                    return Err("a response has chunks or a body, not both".into());
+                }
+                ResponseBody::Stream {
+                    // Cassettes written before NDJSON was told apart are all SSE.
+                    format: raw.stream.unwrap_or(StreamFormat::Sse),
+                    chunks,
+                }
+            }
+            None => ResponseBody::Whole(raw.body.try_into()?),
+        };
+        Ok(RecordedResponse {
+            status: raw.status,
+            headers: raw.headers,
+            body,
+        })
+    }
+}
+
+impl From<RecordedResponse> for RawResponse {
+    fn from(r: RecordedResponse) -> RawResponse {
+        let (body, stream, chunks) = match r.body {
+            ResponseBody::Whole(b) => (b.into(), None, None),
+            ResponseBody::Stream { format, chunks } => {
+                (BodyFields::default(), Some(format), Some(chunks))
+            }
+        };
+        RawResponse {
+            status: r.status,
+            headers: r.headers,
+            body,
+            stream,
+            chunks,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,18 +118,65 @@ pub enum StreamFormat {
     Ndjson,
 }
 
-/// One stream event: parsed (`event`, `data`) when that reproduces its bytes, else `raw`.
+/// One stream event and when it arrived.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawChunk", into = "RawChunk")]
 pub struct Chunk {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub event: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw: Option<String>,
+    pub content: ChunkContent,
     /// Milliseconds from sending the request to this chunk's arrival, for `--realtime`.
-    #[serde(default)]
     pub at_ms: u64,
+}
+
+/// Parsed (`event`, `data`) when that reproduces the event's bytes, else the raw text.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ChunkContent {
+    Event { event: Option<String>, data: Value },
+    Raw(String),
+}
+
+#[derive(Serialize, Deserialize)]
+struct RawChunk {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    event: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    raw: Option<String>,
+    #[serde(default)]
+    at_ms: u64,
+}
+
+impl TryFrom<RawChunk> for Chunk {
+    type Error = String;
+    fn try_from(c: RawChunk) -> Result<Chunk, String> {
+        let content = match (c.raw, c.event, c.data) {
+            (Some(raw), None, None) => ChunkContent::Raw(raw),
+            (Some(_), _, _) => return Err("a chunk has raw or event and data, not both".into()),
+            (None, event, data) => ChunkContent::Event {
+                event,
+                data: data.unwrap_or(Value::Null),
+            },
+        };
+        Ok(Chunk {
+            content,
+            at_ms: c.at_ms,
+        })
+    }
+}
+
+impl From<Chunk> for RawChunk {
+    fn from(c: Chunk) -> RawChunk {
+        let (event, data, raw) = match c.content {
+            ChunkContent::Event { event, data } => (event, Some(data), None),
+            ChunkContent::Raw(raw) => (None, None, Some(raw)),
+        };
+        RawChunk {
+            event,
+            data,
+            raw,
+            at_ms: c.at_ms,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -157,58 +254,79 @@ impl Cassette {
         out.push(b'\n');
         out
     }
-}
 
-impl RecordedResponse {
-    /// A non-streamed body, kept as JSON when that reproduces it exactly.
-    pub fn with_body(status: u16, headers: BTreeMap<String, String>, body: &[u8]) -> Self {
-        let mut response = RecordedResponse {
-            status,
-            headers,
-            body: None,
-            body_layout: None,
-            body_text: None,
-            stream: None,
-            chunks: None,
-        };
-        if let Ok(value) = serde_json::from_slice::<Value>(body) {
-            let layouts = [
-                None,
-                Some(Layout::CompactNewline),
-                Some(Layout::Pretty),
-                Some(Layout::PrettyNewline),
-            ];
-            for layout in layouts {
-                if render_json(&value, layout) == body {
-                    response.body = Some(value);
-                    response.body_layout = layout;
-                    return response;
+    /// The interactions (by position) whose stored key is not the key of their stored request:
+    /// edited by hand, and so never to be replayed as they stand.
+    pub fn key_mismatches(&self) -> Vec<usize> {
+        self.interactions
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| Key::of(&x.request) != x.key)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Every blob that requests and answers refer to.
+    pub fn blobs(&self) -> Vec<&Blob> {
+        self.interactions
+            .iter()
+            .flat_map(|x| {
+                let mut out = x.request.body.blobs();
+                if let Some(b) = x.response.whole() {
+                    out.extend(b.blobs());
+                }
+                out
+            })
+            .collect()
+    }
+
+    /// Reads every blob from `folder/blobs/`, checking its hash.
+    pub fn load_blobs(&mut self, folder: &Path) -> Result<(), Error> {
+        for x in &mut self.interactions {
+            for blob in x.request.body.blobs_mut() {
+                blob.load(folder)?;
+            }
+            if let ResponseBody::Whole(b) = &mut x.response.body {
+                for blob in b.blobs_mut() {
+                    blob.load(folder)?;
                 }
             }
         }
-        response.body_text = Some(String::from_utf8_lossy(body).into_owned());
-        response
+        Ok(())
+    }
+}
+
+impl RecordedResponse {
+    /// A non-streamed answer, in the form that gives back its bytes exactly.
+    pub fn with_body(status: u16, headers: BTreeMap<String, String>, body: &[u8]) -> Self {
+        RecordedResponse {
+            status,
+            headers,
+            body: ResponseBody::Whole(Body::exact(body)),
+        }
     }
 
     /// A stream, split into its events; each event is stamped with the arrival time of the
-    /// network frame that completed it.
+    /// network frame that completed it. A stream that is not UTF-8 text is kept whole, as bytes.
     pub fn with_stream(
         status: u16,
         headers: BTreeMap<String, String>,
         format: StreamFormat,
         frames: &[(Bytes, u64)],
     ) -> Self {
-        let mut text = Vec::new();
+        let mut bytes = Vec::new();
         let mut ends = Vec::with_capacity(frames.len());
         for (frame, at) in frames {
-            text.extend_from_slice(frame);
-            ends.push((text.len(), *at));
+            bytes.extend_from_slice(frame);
+            ends.push((bytes.len(), *at));
         }
-        let text = String::from_utf8_lossy(&text);
+        let Ok(text) = std::str::from_utf8(&bytes) else {
+            return RecordedResponse::with_body(status, headers, &bytes);
+        };
         let mut chunks = Vec::new();
         let mut start = 0;
         let mut frame = 0;
-        for piece in split_events(&text, format) {
+        for piece in split_events(text, format) {
             start += piece.len();
             while frame + 1 < ends.len() && ends[frame].0 < start {
                 frame += 1;
@@ -219,49 +337,51 @@ impl RecordedResponse {
         RecordedResponse {
             status,
             headers,
-            body: None,
-            body_layout: None,
-            body_text: None,
-            stream: Some(format),
-            chunks: Some(chunks),
+            body: ResponseBody::Stream { format, chunks },
         }
     }
 
-    /// The bytes of the body, as they came from upstream.
+    /// The recorded `content-encoding`, if the answer was sent compressed.
+    pub fn content_encoding(&self) -> Option<&str> {
+        self.headers.get("content-encoding").map(String::as_str)
+    }
+
+    /// The bytes of the body, as they came from upstream (a blob must have been read).
     pub fn body_bytes(&self) -> Bytes {
-        if let Some(chunks) = &self.chunks {
-            let format = self.stream.unwrap_or(StreamFormat::Sse);
-            let mut out = Vec::new();
-            for c in chunks {
-                out.extend_from_slice(c.to_text(format).as_bytes());
+        match &self.body {
+            ResponseBody::Stream { format, chunks } => {
+                let mut out = Vec::new();
+                for c in chunks {
+                    out.extend_from_slice(c.to_text(*format).as_bytes());
+                }
+                out.into()
             }
-            return out.into();
-        }
-        match (&self.body, &self.body_text) {
-            (Some(v), _) => render_json(v, self.body_layout).into(),
-            (None, Some(t)) => Bytes::from(t.clone()),
-            _ => Bytes::new(),
+            ResponseBody::Whole(body) => body.bytes().unwrap_or_default(),
         }
     }
 
     /// The response with ids, timestamps and headers set aside: what a re-record compares.
     pub fn comparable(&self) -> Value {
-        let mut body = match (&self.body, &self.body_text) {
-            (Some(v), _) => v.clone(),
-            (None, Some(t)) => serde_json::from_str(t).unwrap_or_else(|_| Value::String(t.clone())),
-            _ => Value::Null,
+        let (mut body, chunks) = match &self.body {
+            ResponseBody::Whole(b) => (
+                b.decoded(self.content_encoding())
+                    .or_else(|| b.sha256().map(Value::String))
+                    .unwrap_or(Value::Null),
+                Vec::new(),
+            ),
+            ResponseBody::Stream { format, chunks } => (
+                Value::Null,
+                chunks
+                    .iter()
+                    .map(|c| {
+                        let mut payload = c.payload(*format);
+                        blank_volatile(&mut payload);
+                        payload
+                    })
+                    .collect(),
+            ),
         };
         blank_volatile(&mut body);
-        let chunks: Vec<Value> = self
-            .chunks
-            .iter()
-            .flatten()
-            .map(|c| {
-                let mut payload = c.payload(self.stream.unwrap_or(StreamFormat::Sse));
-                blank_volatile(&mut payload);
-                payload
-            })
-            .collect();
         serde_json::json!({
             "status": self.status,
             "content_type": self.headers.get("content-type"),
@@ -270,25 +390,27 @@ impl RecordedResponse {
         })
     }
 
-    /// The parsed JSON payloads: the body, or each chunk's data.
+    /// The parsed JSON payloads: the body (decompressed), or each chunk's data.
     pub fn payloads(&self) -> Vec<Value> {
-        if let Some(chunks) = &self.chunks {
-            let format = self.stream.unwrap_or(StreamFormat::Sse);
-            return chunks
+        match &self.body {
+            ResponseBody::Stream { format, chunks } => chunks
                 .iter()
-                .map(|c| c.payload(format))
+                .map(|c| c.payload(*format))
                 .map(|p| p.get("data").cloned().unwrap_or(p))
-                .collect();
+                .collect(),
+            ResponseBody::Whole(b) => b.json(self.content_encoding()).into_iter().collect(),
         }
-        match (&self.body, &self.body_text) {
-            (Some(v), _) => vec![v.clone()],
-            (None, Some(t)) => serde_json::from_str(t).into_iter().collect(),
-            _ => Vec::new(),
+    }
+
+    /// The answer's body when it is one, not a stream.
+    pub fn whole(&self) -> Option<&Body> {
+        match &self.body {
+            ResponseBody::Whole(b) => Some(b),
+            ResponseBody::Stream { .. } => None,
         }
     }
 }
 
-/// Fields that differ on every call with the same answer: ids, timestamps, durations.
 const VOLATILE_FIELDS: &[&str] = &[
     "id",
     "created",
@@ -316,18 +438,6 @@ fn blank_volatile(value: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(blank_volatile),
         _ => {}
     }
-}
-
-fn render_json(value: &Value, layout: Option<Layout>) -> Vec<u8> {
-    let mut out = match layout {
-        None | Some(Layout::CompactNewline) => serde_json::to_vec(value),
-        Some(Layout::Pretty | Layout::PrettyNewline) => serde_json::to_vec_pretty(value),
-    }
-    .expect("JSON values serialise");
-    if matches!(layout, Some(Layout::CompactNewline | Layout::PrettyNewline)) {
-        out.push(b'\n');
-    }
-    out
 }
 
 /// Splits stream text after each event terminator (a blank line for SSE, a newline for NDJSON),
@@ -369,15 +479,13 @@ impl Chunk {
         let parsed = match format {
             StreamFormat::Ndjson => text
                 .strip_suffix('\n')
-                .and_then(|line| serde_json::from_str::<Value>(line).ok())
+                .and_then(|line| json_within_depth(line.as_bytes()))
                 .map(|data| (None, data)),
             StreamFormat::Sse => parse_simple_event(text),
         };
         if let Some((event, data)) = parsed {
             let chunk = Chunk {
-                event,
-                data: Some(data),
-                raw: None,
+                content: ChunkContent::Event { event, data },
                 at_ms,
             };
             if chunk.to_text(format) == text {
@@ -385,26 +493,21 @@ impl Chunk {
             }
         }
         Chunk {
-            event: None,
-            data: None,
-            raw: Some(text.to_string()),
+            content: ChunkContent::Raw(text.to_string()),
             at_ms,
         }
     }
 
     /// This chunk's exact bytes on the wire.
     pub fn to_text(&self, format: StreamFormat) -> String {
-        if let Some(raw) = &self.raw {
-            return raw.clone();
-        }
-        let data = self
-            .data
-            .as_ref()
-            .map(|d| serde_json::to_string(d).expect("JSON values serialise"))
-            .unwrap_or_default();
+        let (event, data) = match &self.content {
+            ChunkContent::Raw(raw) => return raw.clone(),
+            ChunkContent::Event { event, data } => (event, data),
+        };
+        let data = serde_json::to_string(data).expect("JSON values serialise");
         match format {
             StreamFormat::Ndjson => format!("{data}\n"),
-            StreamFormat::Sse => match &self.event {
+            StreamFormat::Sse => match event {
                 Some(e) => format!("event: {e}\ndata: {data}\n\n"),
                 None => format!("data: {data}\n\n"),
             },
@@ -413,18 +516,20 @@ impl Chunk {
 
     /// `{event, data}` with data parsed as JSON where it is JSON, whichever form is stored.
     pub fn payload(&self, format: StreamFormat) -> Value {
-        if self.raw.is_none() {
-            let mut out = serde_json::Map::new();
-            if let Some(e) = &self.event {
-                out.insert("event".into(), Value::String(e.clone()));
+        let raw = match &self.content {
+            ChunkContent::Event { event, data } => {
+                let mut out = serde_json::Map::new();
+                if let Some(e) = event {
+                    out.insert("event".into(), Value::String(e.clone()));
+                }
+                out.insert("data".into(), data.clone());
+                return Value::Object(out);
             }
-            out.insert("data".into(), self.data.clone().unwrap_or(Value::Null));
-            return Value::Object(out);
-        }
-        let raw = self.raw.as_deref().unwrap_or("");
+            ChunkContent::Raw(raw) => raw,
+        };
         if format == StreamFormat::Ndjson {
-            let data =
-                serde_json::from_str(raw.trim()).unwrap_or_else(|_| Value::String(raw.into()));
+            let data = json_within_depth(raw.trim().as_bytes())
+                .unwrap_or_else(|| Value::String(raw.clone()));
             return serde_json::json!({ "data": data });
         }
         let mut event = None;
@@ -439,7 +544,7 @@ impl Chunk {
                 data.push_str(d.strip_prefix(' ').unwrap_or(d));
             }
         }
-        let data = serde_json::from_str(&data).unwrap_or(Value::String(data));
+        let data = json_within_depth(data.as_bytes()).unwrap_or(Value::String(data));
         let mut out = serde_json::Map::new();
         if let Some(e) = event {
             out.insert("event".into(), Value::String(e));
@@ -461,7 +566,7 @@ fn parse_simple_event(text: &str) -> Option<(Option<String>, Value)> {
     if lines.next().is_some() {
         return None;
     }
-    let data = serde_json::from_str(data_line.strip_prefix("data: ")?).ok()?;
+    let data = json_within_depth(data_line.strip_prefix("data: ")?.as_bytes())?;
     Some((event, data))
 }
 
@@ -478,15 +583,18 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// The interaction's answer as bytes; its blobs must have been read.
     pub fn of(interaction: &Interaction) -> Prepared {
         let response = &interaction.response;
-        let chunks = response.chunks.as_ref().map(|chunks| {
-            let format = response.stream.unwrap_or(StreamFormat::Sse);
-            chunks
-                .iter()
-                .map(|c| (Bytes::from(c.to_text(format)), c.at_ms))
-                .collect::<Vec<_>>()
-        });
+        let chunks = match &response.body {
+            ResponseBody::Stream { format, chunks } => Some(
+                chunks
+                    .iter()
+                    .map(|c| (Bytes::from(c.to_text(*format)), c.at_ms))
+                    .collect::<Vec<_>>(),
+            ),
+            ResponseBody::Whole(_) => None,
+        };
         let body = match &chunks {
             Some(c) => c
                 .iter()
@@ -536,7 +644,7 @@ mod tests {
             assert_eq!(r.body_bytes(), body.as_bytes(), "{body}");
         }
         let r = RecordedResponse::with_body(200, BTreeMap::new(), br#"{"b":1,"a":2}"#);
-        assert!(r.body.is_some() && r.body_text.is_none());
+        assert!(matches!(r.whole(), Some(Body::Json { .. })));
     }
 
     #[test]
@@ -549,16 +657,23 @@ mod tests {
         ];
         let r =
             RecordedResponse::with_stream(200, BTreeMap::new(), StreamFormat::Sse, &frames(&parts));
-        let chunks = r.chunks.as_ref().unwrap();
+        let ResponseBody::Stream { chunks, .. } = &r.body else {
+            panic!("a stream")
+        };
         assert_eq!(chunks.len(), 3);
-        assert_eq!(chunks[0].event.as_deref(), Some("message_start"));
-        assert_eq!(chunks[1].data, Some(json!({"x": 1})));
+        assert!(matches!(&chunks[0].content,
+            ChunkContent::Event { event: Some(e), .. } if e == "message_start"));
+        assert!(matches!(&chunks[1].content,
+            ChunkContent::Event { data, .. } if *data == json!({"x": 1})));
         assert_eq!(chunks[1].at_ms, 10, "stamped when its last byte arrived");
-        assert_eq!(chunks[2].raw.as_deref(), Some("data: [DONE]\n\n"));
+        assert_eq!(
+            chunks[2].content,
+            ChunkContent::Raw("data: [DONE]\n\n".into())
+        );
         assert_eq!(r.body_bytes(), parts.concat().as_bytes());
         let p = Prepared::of(&Interaction {
-            key: Key::of(&crate::Normalizer::default().request("POST", "/", None, b"", &[])),
-            request: crate::Normalizer::default().request("POST", "/", None, b"", &[]),
+            key: Key::of(&crate::Normalizer::default().request("POST", "/", None, None, b"", &[])),
+            request: crate::Normalizer::default().request("POST", "/", None, None, b"", &[]),
             response: r,
             timing: None,
             summary: None,
@@ -585,7 +700,7 @@ mod tests {
             StreamFormat::Ndjson,
             &frames(&ollama),
         );
-        assert_eq!(r.chunks.as_ref().unwrap().len(), 2);
+        assert!(matches!(&r.body, ResponseBody::Stream { chunks, .. } if chunks.len() == 2));
         assert_eq!(r.body_bytes(), ollama.concat().as_bytes());
     }
 
@@ -608,6 +723,30 @@ mod tests {
         );
         assert_eq!(a.comparable(), b.comparable());
         assert_ne!(a.comparable(), c.comparable());
+    }
+
+    /// Files written by earlier versions: a fixture of every old form (its keys computed by an
+    /// independent implementation of the key rule) and the quickstart's real recordings.
+    #[test]
+    fn cassettes_written_before_keep_their_bytes_and_keys() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let quickstart = root.join("../examples/quickstart/tests/cassettes");
+        let mut files = vec![root.join("src/fixtures/legacy-v1.json")];
+        files.extend(crate::cassette_files(&quickstart).unwrap());
+        assert!(files.len() >= 3);
+        for path in files {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let cassette = Cassette::parse(&path, &text).unwrap();
+            assert_eq!(cassette.key_mismatches(), Vec::<usize>::new(), "{path:?}");
+            assert_eq!(
+                String::from_utf8(cassette.to_bytes()).unwrap(),
+                text,
+                "{path:?}"
+            );
+            for x in &cassette.interactions {
+                Prepared::of(x);
+            }
+        }
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! `[match] replace`) is applied once, here, so the key and the recorded request always agree and
 //! a key can be recomputed from a cassette alone.
 
+use crate::body::{json_within_depth, multipart_boundary, parse_multipart, Body, BodyFields};
 use crate::Error;
+use bytes::Bytes;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,16 +27,7 @@ impl Key {
         canonical.push(b'\n');
         canonical.extend_from_slice(request.query.as_deref().unwrap_or("").as_bytes());
         canonical.push(b'\n');
-        if let Some(body) = &request.body {
-            canonical.extend_from_slice(b"json:");
-            write_canonical(body, &mut canonical);
-        } else if let Some(text) = &request.body_text {
-            canonical.extend_from_slice(b"text:");
-            canonical.extend_from_slice(text.as_bytes());
-        } else if let Some(hash) = &request.body_sha256 {
-            canonical.extend_from_slice(b"sha256:");
-            canonical.extend_from_slice(hash.as_bytes());
-        }
+        request.body.write_key(&mut canonical);
         Key(format!("{:x}", Sha256::digest(&canonical)))
     }
 
@@ -82,29 +75,51 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 
 /// A request as stored in a cassette: normalised, with no secret in it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawRequest", into = "RawRequest")]
 pub struct RecordedRequest {
     pub method: String,
     pub path: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
+    pub body: Body,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RawRequest {
+    method: String,
+    path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_text: Option<String>,
-    /// For bodies that are not UTF-8 (uploads): matched by hash, not stored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub body_sha256: Option<String>,
+    query: Option<String>,
+    #[serde(flatten)]
+    body: BodyFields,
+}
+
+impl TryFrom<RawRequest> for RecordedRequest {
+    type Error = String;
+    fn try_from(r: RawRequest) -> Result<Self, String> {
+        Ok(RecordedRequest {
+            method: r.method,
+            path: r.path,
+            query: r.query,
+            body: r.body.try_into()?,
+        })
+    }
+}
+
+impl From<RecordedRequest> for RawRequest {
+    fn from(r: RecordedRequest) -> RawRequest {
+        RawRequest {
+            method: r.method,
+            path: r.path,
+            query: r.query,
+            body: r.body.into(),
+        }
+    }
 }
 
 impl RecordedRequest {
     /// The body as one JSON value for comparison, whatever its form.
     pub fn body_value(&self) -> Value {
-        match (&self.body, &self.body_text, &self.body_sha256) {
-            (Some(v), _, _) => v.clone(),
-            (None, Some(t), _) => Value::String(t.clone()),
-            (None, None, Some(h)) => Value::String(format!("sha256:{h}")),
-            _ => Value::Null,
-        }
+        self.body.to_value()
     }
 
     /// The whole request as one JSON value, for naming the fields two requests differ in.
@@ -117,15 +132,39 @@ impl RecordedRequest {
         })
     }
 
+    /// The JSON body, if the body is JSON.
+    pub fn json(&self) -> Option<&Value> {
+        match &self.body {
+            Body::Json { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// A text field of a multipart upload (`model`, `prompt`).
+    fn part_text(&self, name: &str) -> Option<String> {
+        let Body::Parts(parts) = &self.body else {
+            return None;
+        };
+        parts
+            .iter()
+            .find(|p| p.name == name)
+            .and_then(|p| match &p.body {
+                Body::Text(t) => Some(t.clone()),
+                _ => None,
+            })
+    }
+
     /// `model` from the body, as SDKs send it (Gemini puts it in the path instead).
     pub fn model(&self) -> Option<String> {
         if let Some(m) = self
-            .body
-            .as_ref()
+            .json()
             .and_then(|b| b.get("model"))
             .and_then(Value::as_str)
         {
             return Some(m.to_string());
+        }
+        if let Some(m) = self.part_text("model") {
+            return Some(m);
         }
         let rest = self.path.split("/models/").nth(1)?;
         Some(rest.split(':').next().unwrap_or(rest).to_string())
@@ -133,7 +172,9 @@ impl RecordedRequest {
 
     /// The text of the last user message, for error messages and reports.
     pub fn last_user_text(&self) -> Option<String> {
-        let body = self.body.as_ref()?;
+        let Some(body) = self.json() else {
+            return self.part_text("prompt");
+        };
         let from_messages = |list: &Value| -> Option<String> {
             let last = list
                 .as_array()?
@@ -215,13 +256,15 @@ impl Normalizer {
         Ok(Normalizer { ignore, replace })
     }
 
-    /// The request as it will be keyed and recorded: secret query parameters dropped, the rest
-    /// sorted, ignored JSON fields removed and replace rules applied to every string.
+    /// The request as it will be keyed and recorded: secret query parameters dropped (their
+    /// names percent-decoded first), the rest sorted, ignored JSON fields removed and replace
+    /// rules applied to every string; a multipart upload split into its parts.
     pub fn request(
         &self,
         method: &str,
         path: &str,
         query: Option<&str>,
+        content_type: Option<&str>,
         body: &[u8],
         secret_params: &[&str],
     ) -> RecordedRequest {
@@ -229,42 +272,60 @@ impl Normalizer {
             let mut pairs: Vec<&str> = q
                 .split('&')
                 .filter(|pair| {
-                    let name = pair.split('=').next().unwrap_or("");
-                    !pair.is_empty() && !secret_params.iter().any(|s| s.eq_ignore_ascii_case(name))
+                    let raw = pair.split('=').next().unwrap_or("");
+                    let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
+                    !pair.is_empty()
+                        && !secret_params
+                            .iter()
+                            .any(|s| s.eq_ignore_ascii_case(name.trim()))
                 })
                 .collect();
             pairs.sort_unstable();
             (!pairs.is_empty()).then(|| self.replace_in(&pairs.join("&")))
         });
-        let mut request = RecordedRequest {
+        RecordedRequest {
             method: method.to_string(),
             path: self.replace_in(path),
             query,
-            body: None,
-            body_text: None,
-            body_sha256: None,
-        };
-        if body.is_empty() {
-            return request;
+            body: self.body(content_type, body),
         }
-        match serde_json::from_slice::<Value>(body) {
+    }
+
+    fn body(&self, content_type: Option<&str>, body: &[u8]) -> Body {
+        if body.is_empty() {
+            return Body::Empty;
+        }
+        if let Some(mut parts) = content_type
+            .and_then(multipart_boundary)
+            .and_then(|b| parse_multipart(body, b))
+        {
+            for p in &mut parts {
+                if let Body::Text(t) = &mut p.body {
+                    *t = self.replace_in(t);
+                }
+            }
+            return Body::Parts(parts);
+        }
+        match json_within_depth(body) {
             // A bare `null` would read back as "no body"; keep it as text.
-            Ok(Value::Null) => request.body_text = Some("null".into()),
-            Ok(mut value) => {
+            Some(Value::Null) => Body::Text("null".into()),
+            Some(mut value) => {
                 for pointer in &self.ignore {
                     remove_at(&mut value, pointer);
                 }
                 if !self.replace.is_empty() {
                     self.replace_strings(&mut value);
                 }
-                request.body = Some(value);
+                Body::Json {
+                    value,
+                    layout: None,
+                }
             }
-            Err(_) => match std::str::from_utf8(body) {
-                Ok(text) => request.body_text = Some(self.replace_in(text)),
-                Err(_) => request.body_sha256 = Some(format!("{:x}", Sha256::digest(body))),
+            None => match std::str::from_utf8(body) {
+                Ok(text) => Body::Text(self.replace_in(text)),
+                Err(_) => Body::binary(Bytes::copy_from_slice(body)),
             },
         }
-        request
     }
 
     fn replace_in(&self, s: &str) -> String {
@@ -425,7 +486,8 @@ mod tests {
         let a = n.request(
             "POST",
             "/v1/x",
-            Some("key=SECRET&b=2&a=1"),
+            Some("k%65y=SECRET&b=2&a=1"),
+            None,
             br#"{"a":1,"b":{"y":2,"x":1}}"#,
             &["key"],
         );
@@ -433,6 +495,7 @@ mod tests {
             "POST",
             "/v1/x",
             Some("a=1&b=2"),
+            None,
             br#"{"b":{"x":1,"y":2},"a":1}"#,
             &["key"],
         );
@@ -443,9 +506,9 @@ mod tests {
     #[test]
     fn key_is_precise() {
         let n = Normalizer::default();
-        let a = n.request("POST", "/v1/x", None, br#"{"prompt":"hi"}"#, &[]);
-        let b = n.request("POST", "/v1/x", None, br#"{"prompt":"hi!"}"#, &[]);
-        let c = n.request("POST", "/v1/y", None, br#"{"prompt":"hi"}"#, &[]);
+        let a = n.request("POST", "/v1/x", None, None, br#"{"prompt":"hi"}"#, &[]);
+        let b = n.request("POST", "/v1/x", None, None, br#"{"prompt":"hi!"}"#, &[]);
+        let c = n.request("POST", "/v1/y", None, None, br#"{"prompt":"hi"}"#, &[]);
         assert_ne!(Key::of(&a), Key::of(&b));
         assert_ne!(Key::of(&a), Key::of(&c));
     }
@@ -456,12 +519,12 @@ mod tests {
             &["/metadata/ts", "/messages/*/id"],
             &[(r"\d{4}-\d{2}-\d{2}", "<DATE>")],
         );
-        let a = n.request("POST", "/p", None, br#"{"metadata":{"ts":1,"k":2},"messages":[{"id":"a","content":"today is 2026-01-02"}]}"#, &[]);
-        let b = n.request("POST", "/p", None, br#"{"metadata":{"ts":9,"k":2},"messages":[{"id":"b","content":"today is 2027-03-04"}]}"#, &[]);
+        let a = n.request("POST", "/p", None, None, br#"{"metadata":{"ts":1,"k":2},"messages":[{"id":"a","content":"today is 2026-01-02"}]}"#, &[]);
+        let b = n.request("POST", "/p", None, None, br#"{"metadata":{"ts":9,"k":2},"messages":[{"id":"b","content":"today is 2027-03-04"}]}"#, &[]);
         assert_eq!(Key::of(&a), Key::of(&b));
         assert_eq!(
-            a.body,
-            Some(json!({"metadata":{"k":2},"messages":[{"content":"today is <DATE>"}]}))
+            a.json(),
+            Some(&json!({"metadata":{"k":2},"messages":[{"content":"today is <DATE>"}]}))
         );
     }
 
@@ -494,13 +557,14 @@ mod tests {
 
     #[test]
     fn previews() {
-        let r = Normalizer::default().request("POST", "/v1/chat/completions", None,
+        let r = Normalizer::default().request("POST", "/v1/chat/completions", None, None,
             br#"{"model":"gpt","messages":[{"role":"user","content":"first"},{"role":"assistant","content":"x"},{"role":"user","content":[{"type":"text","text":"second"}]}]}"#, &[]);
         assert_eq!(r.model().as_deref(), Some("gpt"));
         assert_eq!(r.last_user_text().as_deref(), Some("second"));
         let g = Normalizer::default().request(
             "POST",
             "/v1beta/models/gemini-2.0-flash:generateContent",
+            None,
             None,
             br#"{"contents":[{"role":"user","parts":[{"text":"hello"}]}]}"#,
             &[],
@@ -529,7 +593,7 @@ mod tests {
         #[test]
         fn key_survives_a_cassette_round_trip(body in json_value()) {
             let bytes = serde_json::to_vec(&body).unwrap();
-            let req = Normalizer::default().request("POST", "/v1/chat/completions", None, &bytes, &[]);
+            let req = Normalizer::default().request("POST", "/v1/chat/completions", None, None, &bytes, &[]);
             let stored = serde_json::to_string_pretty(&req).unwrap();
             let back: RecordedRequest = serde_json::from_str(&stored).unwrap();
             prop_assert_eq!(Key::of(&back), Key::of(&req));
@@ -540,8 +604,8 @@ mod tests {
             let forward: serde_json::Map<String, Value> = pairs.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
             let backward: serde_json::Map<String, Value> = forward.iter().rev().map(|(k, v)| (k.clone(), v.clone())).collect();
             let n = Normalizer::default();
-            let a = n.request("POST", "/p", None, &serde_json::to_vec(&Value::Object(forward)).unwrap(), &[]);
-            let b = n.request("POST", "/p", None, &serde_json::to_vec(&Value::Object(backward)).unwrap(), &[]);
+            let a = n.request("POST", "/p", None, None, &serde_json::to_vec(&Value::Object(forward)).unwrap(), &[]);
+            let b = n.request("POST", "/p", None, None, &serde_json::to_vec(&Value::Object(backward)).unwrap(), &[]);
             prop_assert_eq!(Key::of(&a), Key::of(&b));
         }
     }

@@ -3,6 +3,7 @@
 //! async runtime, so every rule here is tested alone.
 
 pub mod audit;
+mod body;
 mod format;
 pub mod git;
 mod id;
@@ -13,15 +14,16 @@ mod summary;
 #[cfg(test)]
 mod testing;
 
+pub use body::{Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH};
 pub use format::{
-    Cassette, Chunk, Interaction, Layout, Prepared, RecordedResponse, StreamFormat, Summary,
-    Timing, ToolCall, FORMAT_VERSION,
+    Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse, ResponseBody,
+    StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
 };
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
 pub use store::{
-    cassette_files, read_cassette, remove_folder, remove_recordings, Closest, Entry, Lookup,
-    RecordOutcome, Store, Unused,
+    cassette_files, read_cassette, read_cassette_with_blobs, remove_folder, remove_recordings,
+    remove_unreferenced_blobs, Closest, Entry, Lookup, RecordOutcome, Store, Unused,
 };
 pub use summary::Tokens;
 
@@ -47,6 +49,10 @@ pub enum Error {
     BadRule { rule: String, reason: String },
     #[error("{path}: {what} is no longer there; the cassette changed since the report was written. Run the suite again first")]
     Stale { path: PathBuf, what: String },
+    #[error("{path}: this blob is missing or damaged ({reason}). Restore it from git (git checkout -- {path}), or record the test again")]
+    Blob { path: PathBuf, reason: String },
+    #[error("{path}: interaction {} was edited by hand: its key is not the key of its request, so it is not replayed as it stands. Run `cargo llmreplay status --fix` to recompute its key and summary, or record it again", index + 1)]
+    KeyMismatch { path: PathBuf, index: usize },
     #[error("git: {0}")]
     Git(String),
     #[error("{path}: {source}")]

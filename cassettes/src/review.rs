@@ -7,6 +7,7 @@ use crate::format::{ordinals, Cassette, Interaction, RecordedResponse, Summary};
 use crate::key::{differing_fields, Key};
 use crate::summary::Tokens;
 use serde::Serialize;
+use serde_json::Value;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -67,15 +68,19 @@ pub fn answer_text(response: &RecordedResponse) -> String {
     if let Some(summary) = Summary::of(response) {
         return summary.answer_text();
     }
-    match (&response.body, &response.body_text) {
-        (Some(v), _) => serde_json::to_string_pretty(v).unwrap_or_default(),
-        (None, Some(t)) => t.clone(),
-        _ => response
+    let Some(body) = response.whole() else {
+        return response
             .payloads()
             .iter()
             .map(|p| p.to_string())
             .collect::<Vec<_>>()
-            .join("\n"),
+            .join("\n");
+    };
+    match body.decoded(response.content_encoding()) {
+        Some(Value::String(t)) => t,
+        Some(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+        // Audio, images: a change of size or hash is what a reviewer can see.
+        None => body.describe_binary().unwrap_or_default(),
     }
 }
 

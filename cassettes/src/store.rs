@@ -3,6 +3,7 @@
 //! on disk under an exclusive lock and land by rename, so two recording runs never lose or tear
 //! each other's interactions.
 
+use crate::body::BLOB_DIR;
 use crate::format::{ordinals, Cassette, Interaction, Prepared};
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::{differing_fields, Key, RecordedRequest};
@@ -345,7 +346,7 @@ impl Entry {
             }
             Err(e) => return Err(Error::io(&self.path, e)),
         };
-        let cassette = Cassette::parse(&self.path, &text)?;
+        let mut cassette = Cassette::parse(&self.path, &text)?;
         if cassette.test != self.test.as_str() {
             return Err(Error::SlugCollision {
                 slug: self.slug.to_string(),
@@ -353,7 +354,18 @@ impl Entry {
                 second: self.test.to_string(),
             });
         }
+        if let Some(&index) = cassette.key_mismatches().first() {
+            return Err(Error::KeyMismatch {
+                path: self.path.clone(),
+                index,
+            });
+        }
+        cassette.load_blobs(self.folder())?;
         Ok(cassette)
+    }
+
+    fn folder(&self) -> &Path {
+        self.path.parent().expect("cassette paths have a folder")
     }
 
     fn write_locked(&self, change: impl FnOnce(&mut Cassette) -> bool) -> Result<Cassette, Error> {
@@ -364,7 +376,11 @@ impl Entry {
         // Read under the lock: another run may have written since this one loaded the file.
         let mut cassette = self.read()?;
         if change(&mut cassette) {
+            // Blobs first: a crash between the two leaves an unreferenced blob, never a
+            // cassette that refers to a missing one.
+            write_blobs(dir, &cassette)?;
             write_atomic(&self.path, &cassette.to_bytes())?;
+            remove_unreferenced_blobs(dir)?;
         }
         Ok(cassette)
     }
@@ -384,6 +400,56 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .map_err(|e| Error::io(tmp.path(), e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
+}
+
+/// Writes the blobs of `cassette` that are not yet in `folder/blobs/`.
+fn write_blobs(folder: &Path, cassette: &Cassette) -> Result<(), Error> {
+    for blob in cassette.blobs() {
+        let Some(bytes) = &blob.bytes else { continue };
+        let path = folder.join(BLOB_DIR).join(&blob.sha256);
+        if path.exists() {
+            continue;
+        }
+        let dir = path.parent().expect("blob paths have a folder");
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        write_atomic(&path, bytes)?;
+    }
+    Ok(())
+}
+
+/// Removes the blobs of a cassette folder that none of its cassettes refers to, and the blob
+/// folder once empty; removes nothing when a cassette there does not parse. The caller holds the
+/// folder's lock. Returns what it removed.
+pub fn remove_unreferenced_blobs(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+    let blob_dir = folder.join(BLOB_DIR);
+    let read = match std::fs::read_dir(&blob_dir) {
+        Ok(read) => read,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&blob_dir, e)),
+    };
+    let mut referenced = HashSet::new();
+    for file in json_files(folder)? {
+        let Ok(cassette) = read_cassette(&file) else {
+            return Ok(Vec::new());
+        };
+        referenced.extend(cassette.blobs().into_iter().map(|b| b.sha256.clone()));
+    }
+    let mut removed = Vec::new();
+    let mut left = 0;
+    for entry in read.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Only content-addressed files are ours to remove; anything else stays.
+        if name.len() == 64 && !referenced.contains(&name) && entry.path().is_file() {
+            std::fs::remove_file(entry.path()).map_err(|e| Error::io(&entry.path(), e))?;
+            removed.push(entry.path());
+        } else {
+            left += 1;
+        }
+    }
+    if left == 0 {
+        let _ = std::fs::remove_dir(&blob_dir);
+    }
+    Ok(removed)
 }
 
 /// Removes recordings, each named by its key and which recording of that key it is, from one
@@ -419,6 +485,7 @@ pub fn remove_recordings(path: &Path, which: &[(Key, usize)]) -> Result<usize, E
     } else {
         write_atomic(path, &cassette.to_bytes())?;
     }
+    remove_unreferenced_blobs(dir)?;
     Ok(before - cassette.interactions.len())
 }
 
@@ -432,6 +499,7 @@ pub fn remove_folder(folder: &Path) -> Result<Vec<PathBuf>, Error> {
             std::fs::remove_file(&file).map_err(|e| Error::io(&file, e))?;
         }
     }
+    remove_unreferenced_blobs(folder)?;
     drop(lock);
     let left: Vec<PathBuf> = std::fs::read_dir(folder)
         .map_err(|e| Error::io(folder, e))?
@@ -477,10 +545,17 @@ pub fn cassette_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(files)
 }
 
-/// Reads and parses one cassette file.
+/// Reads and parses one cassette file; its blobs stay unread.
 pub fn read_cassette(path: &Path) -> Result<Cassette, Error> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     Cassette::parse(path, &text)
+}
+
+/// Reads one cassette file and the blobs it refers to, for what needs every byte.
+pub fn read_cassette_with_blobs(path: &Path) -> Result<Cassette, Error> {
+    let mut cassette = read_cassette(path)?;
+    cassette.load_blobs(path.parent().expect("cassette paths have a folder"))?;
+    Ok(cassette)
 }
 
 // The folder itself is the lock on Unix, so no lock file is left beside the cassettes.
@@ -601,8 +676,8 @@ mod tests {
         let file: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();
         assert_eq!(file.interactions.len(), 3);
         assert_eq!(
-            file.interactions[2].response.body,
-            Some(serde_json::json!({"n": 3})),
+            file.interactions[2].response.payloads(),
+            [serde_json::json!({"n": 3})],
             "order kept"
         );
     }

@@ -7,8 +7,14 @@ use std::collections::BTreeMap;
 /// A chat completion interaction: `prompt` as the user's message, `answer` as the body.
 pub fn interaction(prompt: &str, answer: &str) -> Interaction {
     let body = format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
-    let request =
-        Normalizer::default().request("POST", "/v1/chat/completions", None, body.as_bytes(), &[]);
+    let request = Normalizer::default().request(
+        "POST",
+        "/v1/chat/completions",
+        None,
+        None,
+        body.as_bytes(),
+        &[],
+    );
     Interaction {
         key: Key::of(&request),
         request,

@@ -33,7 +33,17 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         let rest = rest.to_string();
         return control(&state, &rest, req).await;
     }
-    let test_header = req.headers().get("x-test-id").and_then(|v| v.to_str().ok());
+    // Test names are UTF-8 (a Playwright title has `›`); anything else cannot name a folder.
+    let test_header = match req.headers().get("x-test-id").map(|v| std::str::from_utf8(v.as_bytes())) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                "cargo-llmreplay: the X-Test-Id header is not UTF-8; send the test's name as UTF-8 text (or percent-encoded in the /t/<test id>/ path)".into(),
+            )
+        }
+    };
     let route = match route::resolve(req.uri().path(), test_header, &state.settings.providers) {
         Ok(route) => route,
         Err(message) => return text(StatusCode::NOT_FOUND, message),
@@ -49,10 +59,15 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         }
     };
     let kind = route.provider.kind;
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
     let request = state.settings.normalizer.request(
         parts.method.as_str(),
         &route.upstream_path,
         parts.uri.query(),
+        content_type,
         &body,
         kind.secret_params(),
     );
@@ -283,7 +298,7 @@ async fn proxy(
             .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
             .expect("headers copied from a valid response");
     }
-    let format = stream_format(answer_parts.headers.get(CONTENT_TYPE));
+    let format = stream_format(&answer_parts.headers);
     let headers = recordable_headers(&answer_parts.headers, &state.settings.redact_headers);
     let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
     let capture = Capture {
@@ -342,8 +357,20 @@ pub(crate) fn recorded_response(
     }
 }
 
-pub(crate) fn stream_format(content_type: Option<&http::HeaderValue>) -> Option<StreamFormat> {
-    let ct = content_type?.to_str().ok()?.to_ascii_lowercase();
+/// The stream format of an answer from its content type; none for a compressed answer, which
+/// is kept whole as the bytes received.
+pub(crate) fn stream_format(headers: &http::HeaderMap) -> Option<StreamFormat> {
+    if headers
+        .get(http::header::CONTENT_ENCODING)
+        .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        return None;
+    }
+    let ct = headers
+        .get(CONTENT_TYPE)?
+        .to_str()
+        .ok()?
+        .to_ascii_lowercase();
     if ct.starts_with("text/event-stream") {
         Some(StreamFormat::Sse)
     } else if ct.starts_with("application/x-ndjson") || ct.starts_with("application/jsonl") {

@@ -157,7 +157,8 @@ pub const NOT_FORWARDED: &[&str] = &[
 ];
 
 /// Response headers never written to a cassette: secrets, cookies, account ids, and those that
-/// describe one transfer rather than the answer.
+/// describe one transfer rather than the answer. `content-encoding` is kept: a body is stored as
+/// the bytes received, so replay must say how they are encoded.
 pub const NOT_RECORDED: &[&str] = &[
     "authorization",
     "proxy-authorization",
@@ -173,7 +174,6 @@ pub const NOT_RECORDED: &[&str] = &[
     "keep-alive",
     "transfer-encoding",
     "content-length",
-    "content-encoding",
     "date",
     "alt-svc",
     "server-timing",

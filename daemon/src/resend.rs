@@ -38,13 +38,15 @@ impl Resender {
         })
     }
 
-    /// Sends `request` (body as given in `body`) and waits for the whole answer. An answer with
-    /// any status is `Ok`; only a request that got no answer at all is an `Err`.
+    /// Sends `request` (body as given in `body`, of `content_type` when it is not JSON) and waits
+    /// for the whole answer. An answer with any status is `Ok`; only a request that got no answer
+    /// at all is an `Err`.
     pub async fn send(
         &self,
         provider: &Provider,
         request: &RecordedRequest,
         body: Bytes,
+        content_type: Option<&str>,
         key: Option<&str>,
     ) -> Result<Resent, String> {
         let query = request
@@ -57,8 +59,10 @@ impl Resender {
             .method(request.method.as_str())
             .uri(&url)
             .header(ACCEPT_ENCODING, "identity");
-        if request.body.is_some() {
-            builder = builder.header(CONTENT_TYPE, "application/json");
+        match (request.json(), content_type) {
+            (_, Some(ct)) => builder = builder.header(CONTENT_TYPE, ct),
+            (Some(_), None) => builder = builder.header(CONTENT_TYPE, "application/json"),
+            (None, None) => {}
         }
         if provider.kind == ProviderKind::Anthropic {
             builder = builder.header("anthropic-version", ANTHROPIC_VERSION);
@@ -89,7 +93,7 @@ impl Resender {
             ttfb_ms: frames.first().map_or(headers_at, |f| f.1),
             total_ms: started.elapsed().as_millis() as u64,
         };
-        let format = stream_format(parts.headers.get(CONTENT_TYPE));
+        let format = stream_format(&parts.headers);
         let headers = recordable_headers(&parts.headers, &self.redact);
         let response = recorded_response(status, headers, format, &frames);
         let request_id = request_id(&response);
