@@ -5,6 +5,7 @@
 use crate::report::{list_tests, orphan_folders, RunScope};
 use cassettes::audit::{audit, Finding, Problem};
 use cassettes::git::{changes_against_head, Change, ChangeKind};
+use cassettes::{cassette_files, fix_cassette, Fixed};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -17,13 +18,18 @@ use std::process::ExitCode;
     long_about = "Report changed, orphaned and broken cassettes without running tests.\n\n\
         Lists cassette files new, modified or deleted against git HEAD; cassette folders whose slug \
         matches no test of `cargo nextest list` (this builds the tests); cassette files that do not \
-        parse, sit where their test would not look them up, or whose summary no longer matches their \
-        answer. With --check, exits 1 when there is any of these."
+        parse, sit where their test would not look them up, refer to a missing or damaged blob, or \
+        whose key or summary no longer matches their request or answer (a hand edit). With --fix, \
+        first recomputes those keys and summaries. With --check, exits 1 when there is any of these."
 )]
 pub struct StatusArgs {
     /// Exit with status 1 when anything is changed, orphaned or broken.
     #[arg(long)]
     check: bool,
+    /// First recompute the keys and summaries of cassettes edited by hand (under each folder's
+    /// lock), and say what changed.
+    #[arg(long)]
+    fix: bool,
     /// Skip `cargo nextest list`, and so the orphan check.
     #[arg(long)]
     no_list: bool,
@@ -44,10 +50,30 @@ struct Status {
     /// False when the orphan check did not run.
     listed: bool,
     problems: Vec<Finding>,
+    /// What --fix changed, per file.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    fixed: Vec<FixedFile>,
+}
+
+#[derive(Serialize)]
+struct FixedFile {
+    path: PathBuf,
+    interactions: Vec<Fixed>,
 }
 
 pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
     let (root, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
+    let mut fixed = Vec::new();
+    if args.fix {
+        for path in cassette_files(&cassette_dir).map_err(|e| e.to_string())? {
+            // A file that does not parse cannot be fixed; the audit below names it.
+            if let Ok(interactions) = fix_cassette(&path) {
+                if !interactions.is_empty() {
+                    fixed.push(FixedFile { path, interactions });
+                }
+            }
+        }
+    }
     let changed = changes_against_head(&cassette_dir).map_err(|e| e.to_string())?;
     let problems = audit(&cassette_dir).map_err(|e| e.to_string())?;
     let mut orphans = Vec::new();
@@ -71,6 +97,7 @@ pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
         orphans,
         listed,
         problems,
+        fixed,
     };
     if args.json {
         println!(
@@ -92,6 +119,27 @@ pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
 fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
     let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
     let mut out = String::new();
+    for f in &s.fixed {
+        for x in &f.interactions {
+            let mut what = Vec::new();
+            if let Some((old, new)) = &x.key {
+                what.push(format!(
+                    "key {} -> {}",
+                    &old.as_str()[..old.as_str().len().min(12)],
+                    &new.as_str()[..12]
+                ));
+            }
+            if x.summary {
+                what.push("summary derived anew".to_string());
+            }
+            out.push_str(&format!(
+                "fixed {} interaction {}: {}\n",
+                rel(&f.path),
+                x.index + 1,
+                what.join(", ")
+            ));
+        }
+    }
     if !s.git {
         out.push_str("not in a git repository: no changes to report\n");
     }
@@ -124,6 +172,11 @@ fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                     "interaction {}: its summary does not match its answer (edited by hand?); re-record the test with --record",
                     index + 1
                 ),
+                Problem::KeyMismatch { index } => format!(
+                    "interaction {}: its key is not the key of its request (edited by hand?), so replay refuses it; run `cargo llmreplay status --fix`",
+                    index + 1
+                ),
+                Problem::Blob { message } => message.clone(),
                 Problem::Misplaced { expected } => format!(
                     "its test and provider are looked up in {}; move it there",
                     rel(expected)

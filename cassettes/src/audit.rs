@@ -1,6 +1,7 @@
 //! Checks every cassette file on disk without running a test: files that do not parse, stored
-//! summaries that no longer match the answer they summarise (a hand edit of the chunks, say),
-//! and cassettes in a folder or file their test and provider would not be looked up in.
+//! keys and summaries that no longer match the request and answer they stand for (a hand edit),
+//! missing or damaged blobs, and cassettes in a folder or file their test and provider would not
+//! be looked up in.
 
 use crate::format::{Cassette, Summary};
 use crate::id::{Slug, TestId};
@@ -16,6 +17,10 @@ pub enum Problem {
     Corrupt { message: String },
     /// Interaction `index` (from 0) has a summary that its response would not give.
     SummaryMismatch { index: usize },
+    /// Interaction `index` (from 0) has a key that is not its request's: edited by hand.
+    KeyMismatch { index: usize },
+    /// A blob the file refers to is missing or does not hash to its name.
+    Blob { message: String },
     /// Replay looks this test and provider up at `expected`, not here.
     Misplaced { expected: PathBuf },
 }
@@ -33,7 +38,18 @@ pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
     for path in cassette_files(dir)? {
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
         match Cassette::parse(&path, &text) {
-            Ok(cassette) => out.extend(check(&path, dir, &cassette)),
+            Ok(mut cassette) => {
+                let folder = path.parent().expect("cassette paths have a folder");
+                if let Err(e) = cassette.load_blobs(folder) {
+                    out.push(Finding {
+                        path: path.clone(),
+                        problem: Problem::Blob {
+                            message: e.to_string(),
+                        },
+                    });
+                }
+                out.extend(check(&path, dir, &cassette))
+            }
             Err(e) => out.push(Finding {
                 problem: Problem::Corrupt {
                     message: e.to_string(),
@@ -56,8 +72,19 @@ fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
             problem: Problem::Misplaced { expected },
         });
     }
+    for index in cassette.key_mismatches() {
+        out.push(Finding {
+            path: path.to_path_buf(),
+            problem: Problem::KeyMismatch { index },
+        });
+    }
     for (index, x) in cassette.interactions.iter().enumerate() {
-        if x.summary != Summary::of(&x.response) {
+        // An answer whose blob is missing is reported as such, not as a wrong summary.
+        let unread = x
+            .response
+            .whole()
+            .is_some_and(|b| b.blobs().iter().any(|b| b.bytes.is_none()));
+        if !unread && x.summary != Summary::of(&x.response) {
             out.push(Finding {
                 path: path.to_path_buf(),
                 problem: Problem::SummaryMismatch { index },

@@ -22,8 +22,9 @@ pub use format::{
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
 pub use store::{
-    cassette_files, read_cassette, read_cassette_with_blobs, remove_folder, remove_recordings,
-    remove_unreferenced_blobs, Closest, Entry, Lookup, RecordOutcome, Store, Unused,
+    cassette_files, fix_cassette, read_cassette, read_cassette_with_blobs, remove_folder,
+    remove_recordings, remove_unreferenced_blobs, Closest, Entry, Fixed, Lookup, RecordOutcome,
+    Store, Unused,
 };
 pub use summary::Tokens;
 

@@ -4,7 +4,7 @@
 //! each other's interactions.
 
 use crate::body::BLOB_DIR;
-use crate::format::{ordinals, Cassette, Interaction, Prepared};
+use crate::format::{ordinals, Cassette, Interaction, Prepared, Summary};
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::{differing_fields, Key, RecordedRequest};
 use crate::Error;
@@ -400,6 +400,46 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .map_err(|e| Error::io(tmp.path(), e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
+}
+
+/// What `fix_cassette` changed in one interaction.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Fixed {
+    /// Position in the file, from 0.
+    pub index: usize,
+    /// The stored key and the key of the stored request, when they differed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<(Key, Key)>,
+    /// True when the summary was derived anew.
+    pub summary: bool,
+}
+
+/// Recomputes the keys and summaries of a cassette edited by hand, under its folder's lock, and
+/// writes it when anything changed. A file that does not parse is an error and stays as it is.
+pub fn fix_cassette(path: &Path) -> Result<Vec<Fixed>, Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    let lock = lock_file(dir)?;
+    lock.lock().map_err(|e| Error::io(dir, e))?;
+    let mut cassette = read_cassette_with_blobs(path)?;
+    let mut fixed = Vec::new();
+    for (index, x) in cassette.interactions.iter_mut().enumerate() {
+        let key = Key::of(&x.request);
+        let summary = Summary::of(&x.response);
+        let key_changed = key != x.key;
+        if key_changed || summary != x.summary {
+            fixed.push(Fixed {
+                index,
+                key: key_changed.then(|| (x.key.clone(), key.clone())),
+                summary: summary != x.summary,
+            });
+            x.key = key;
+            x.summary = summary;
+        }
+    }
+    if !fixed.is_empty() {
+        write_atomic(path, &cassette.to_bytes())?;
+    }
+    Ok(fixed)
 }
 
 /// Writes the blobs of `cassette` that are not yet in `folder/blobs/`.

@@ -25,6 +25,8 @@ pub struct Received {
     pub query: Option<String>,
     pub headers: Vec<(String, String)>,
     pub body: Value,
+    /// The body's bytes as they arrived (multipart, binary).
+    pub raw: Bytes,
 }
 
 #[derive(Default)]
@@ -176,6 +178,12 @@ async fn answer(
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("").to_string()))
         .collect();
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap_or("").to_string())
+        .unwrap_or_default();
+    let method = req.method().clone();
     let bytes = req.into_body().collect().await.unwrap().to_bytes();
     let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     state.received.lock().unwrap().push(Received {
@@ -183,6 +191,7 @@ async fn answer(
         query: query.clone(),
         headers,
         body: body.clone(),
+        raw: bytes.clone(),
     });
     let _in_flight = state.enter().await;
     let n = state.calls.fetch_add(1, Ordering::SeqCst) + 1;
@@ -241,6 +250,72 @@ async fn answer(
                 ],
             )
         }
+    } else if path == "/v1/audio/speech" {
+        // Audio: bytes of every value, most of them not UTF-8. `BIG` asks for 5 MiB.
+        let input = body["input"].as_str().unwrap_or("");
+        let size = if input.contains("BIG") { 5 << 20 } else { 6000 };
+        binary_response(audio_bytes(&format!("{input}{suffix}"), size), "audio/mpeg")
+    } else if path == "/v1/audio/transcriptions" {
+        let (file, model) = multipart_file_and_model(&content_type, &bytes);
+        let text = format!(
+            "Heard {} bytes (sum {}) with {model}{suffix}",
+            file.len(),
+            file.iter().map(|b| *b as u64).sum::<u64>()
+        );
+        json_response(
+            json!({"text": text, "usage": {"type": "duration", "seconds": 1}}).to_string(),
+            &[],
+        )
+    } else if path == "/v1/images/generations" {
+        use base64::Engine;
+        let png = audio_bytes(&prompt, 300);
+        let b64 = base64::engine::general_purpose::STANDARD.encode(png);
+        json_response(
+            json!({"created": n, "data": [{"b64_json": b64}], "usage": {"total_tokens": 3}})
+                .to_string(),
+            &[],
+        )
+    } else if path == "/v1/models" && method == hyper::Method::GET {
+        // Some gateways compress whatever the client asked for.
+        let list = json!({"object": "list", "data": [{"id": "gpt-4o-mini", "object": "model", "owned_by": "openai"}]});
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, list.to_string().as_bytes()).unwrap();
+        Response::builder()
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body(
+                Full::new(Bytes::from(gz.finish().unwrap()))
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap()
+    } else if path == "/v1/echo-bytes" {
+        // Answers the request's bytes reversed: a binary exchange both ways.
+        let mut back = bytes.to_vec();
+        back.reverse();
+        binary_response(back, "application/octet-stream")
+    } else if path == "/v1/responses" && stream {
+        let id = format!("resp_{n}");
+        let response = |status: &str, output: Value| json!({"id": id, "object": "response", "created_at": n, "status": status, "model": body["model"], "output": output, "usage": null});
+        let mut events = vec![format!(
+            "event: response.created\ndata: {}\n\n",
+            json!({"type": "response.created", "sequence_number": 0, "response": response("in_progress", json!([]))})
+        )];
+        for (i, w) in words.iter().enumerate() {
+            events.push(format!("event: response.output_text.delta\ndata: {}\n\n", json!({"type": "response.output_text.delta", "sequence_number": i + 1, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": w, "logprobs": []})));
+        }
+        let done = response(
+            "completed",
+            json!([{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]}]),
+        );
+        events.push(format!("event: response.completed\ndata: {}\n\n", json!({"type": "response.completed", "sequence_number": words.len() + 1, "response": done})));
+        sse(
+            events,
+            gap,
+            breaks,
+            "text/event-stream; charset=utf-8",
+            hold.clone(),
+        )
     } else if path == "/v1/embeddings" {
         json_response(json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 0.125]}], "model": body["model"], "usage": {"prompt_tokens": 2, "total_tokens": 2}}).to_string(), &[])
     } else if path == "/v1/responses" {
@@ -329,6 +404,61 @@ fn full(s: String) -> Body {
     Full::new(Bytes::from(s))
         .map_err(|never| match never {})
         .boxed_unsync()
+}
+
+fn binary_response(bytes: Vec<u8>, content_type: &str) -> Response<Body> {
+    Response::builder()
+        .header("content-type", content_type)
+        .body(
+            Full::new(Bytes::from(bytes))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        )
+        .unwrap()
+}
+
+/// Deterministic bytes for `seed`, across the whole byte range.
+pub fn audio_bytes(seed: &str, len: usize) -> Vec<u8> {
+    let mut x: u64 = seed.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// The uploaded file and the `model` field of a multipart request, read the simple way a
+/// server would: by the boundary of its content type.
+fn multipart_file_and_model(content_type: &str, body: &[u8]) -> (Vec<u8>, String) {
+    let boundary = content_type
+        .split("boundary=")
+        .nth(1)
+        .unwrap_or("")
+        .trim_matches('"');
+    let delimiter = format!("--{boundary}");
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
+    let (mut file, mut model) = (Vec::new(), String::new());
+    let mut rest = body;
+    while let Some(at) = find(rest, delimiter.as_bytes()) {
+        rest = &rest[at + delimiter.len()..];
+        let Some(head_end) = find(rest, b"\r\n\r\n") else {
+            break;
+        };
+        let head = String::from_utf8_lossy(&rest[..head_end]).to_string();
+        let content = &rest[head_end + 4..];
+        let end = find(content, format!("\r\n{delimiter}").as_bytes()).unwrap_or(content.len());
+        if head.contains("filename=") {
+            file = content[..end].to_vec();
+        } else if head.contains("name=\"model\"") {
+            model = String::from_utf8_lossy(&content[..end]).to_string();
+        }
+    }
+    (file, model)
 }
 
 fn json_response(body: String, extra: &[(&str, &str)]) -> Response<Body> {
