@@ -100,7 +100,7 @@ mod tests {
     use crate::testing::interaction;
 
     #[test]
-    fn finds_corrupt_mismatched_and_misplaced_files() {
+    fn finds_corrupt_mismatched_rekeyed_blobless_and_misplaced_files() {
         let dir = tempfile::tempdir().unwrap();
         let write = |rel: &str, bytes: &[u8]| {
             let p = dir.path().join(rel);
@@ -120,6 +120,19 @@ mod tests {
         edited.interactions[0].summary.as_mut().unwrap().text = "Hello".into();
         write("c--t--edited/openai.json", &edited.to_bytes());
         write("c--t--bad/openai.json", b"{\n  \"llmreplay\": 1,\n  oops");
+        let mut rekeyed = good.clone();
+        rekeyed.test = "c::t$rekeyed".into();
+        rekeyed.interactions[0].request.path = "/v1/edited".into();
+        write("c--t--rekeyed/openai.json", &rekeyed.to_bytes());
+        let mut blobbed = good.clone();
+        blobbed.test = "c::t$blob".into();
+        blobbed.interactions[0].response = crate::RecordedResponse::with_body(
+            200,
+            Default::default(),
+            &vec![0xffu8; crate::INLINE_LIMIT + 1],
+        );
+        blobbed.interactions[0].summary = None;
+        write("c--t--blob/openai.json", &blobbed.to_bytes());
         write("elsewhere/openai.json", &good.to_bytes());
         let found = audit(dir.path()).unwrap();
         let names: Vec<(String, &str)> = found
@@ -144,6 +157,14 @@ mod tests {
                         assert!(expected.ends_with("c--t--ok/openai.json"));
                         "misplaced"
                     }
+                    Problem::KeyMismatch { index } => {
+                        assert_eq!(*index, 0);
+                        "key"
+                    }
+                    Problem::Blob { message } => {
+                        assert!(message.contains("c--t--blob/blobs/"), "{message}");
+                        "blob"
+                    }
                 };
                 (rel, what)
             })
@@ -152,7 +173,9 @@ mod tests {
             names,
             [
                 ("c--t--bad/openai.json".to_string(), "corrupt"),
+                ("c--t--blob/openai.json".to_string(), "blob"),
                 ("c--t--edited/openai.json".to_string(), "summary"),
+                ("c--t--rekeyed/openai.json".to_string(), "key"),
                 ("elsewhere/openai.json".to_string(), "misplaced"),
             ]
         );

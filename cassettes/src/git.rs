@@ -2,6 +2,7 @@
 //! interactions were added, replaced, removed or left alone: what a pull request's reviewer
 //! will see, told before it is pushed.
 
+use crate::body::BLOB_DIR;
 use crate::format::{ordinals, Cassette, Interaction};
 use crate::key::Key;
 use crate::review::{diff_cassettes, InteractionDiff};
@@ -234,6 +235,35 @@ pub fn diff_against(
         let parse = |text: Option<&String>| -> Result<Option<Cassette>, Error> {
             text.map(|t| Cassette::parse(path, t)).transpose()
         };
+        let folder = path.parent().unwrap_or(Path::new("")).join(BLOB_DIR);
+        // Blob sizes for the review: from the base commit on one side, the work tree on the other.
+        let old_blob = |sha: &str| {
+            let tree = commit.as_ref()?.tree().ok()?;
+            let entry = tree.get_path(&folder.join(sha)).ok()?;
+            let blob = entry.to_object(&repo).ok()?.peel_to_blob().ok()?;
+            Some(bytes::Bytes::copy_from_slice(blob.content()))
+        };
+        let new_blob = |sha: &str| {
+            std::fs::read(workdir.join(&folder).join(sha))
+                .ok()
+                .map(Into::into)
+        };
+        let parse_old = |text| {
+            parse(text).map(|c| {
+                c.map(|mut c: Cassette| {
+                    c.fill_blobs(old_blob);
+                    c
+                })
+            })
+        };
+        let parse_new = |text| {
+            parse(text).map(|c| {
+                c.map(|mut c: Cassette| {
+                    c.fill_blobs(new_blob);
+                    c
+                })
+            })
+        };
         let mut file = FileDiff {
             path: path.clone(),
             test: String::new(),
@@ -242,7 +272,7 @@ pub fn diff_against(
             interactions: Vec::new(),
             error: None,
         };
-        match (parse(was), parse(now)) {
+        match (parse_old(was), parse_new(now)) {
             (Ok(a), Ok(b)) => {
                 let named = b.as_ref().or(a.as_ref()).expect("one side exists");
                 file.test = named.test.clone();
@@ -401,6 +431,36 @@ mod tests {
             ChangeKind::Deleted
         );
         assert_eq!(changes.len(), 3);
+    }
+
+    /// An audio answer in a blob, re-recorded longer: the review names both sizes and hashes,
+    /// the old one read from the base commit.
+    #[test]
+    fn a_changed_blob_shows_its_size_and_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let folder = dir.path().join("tests/cassettes/a");
+        let record = |len: usize| {
+            let audio = bytes::Bytes::from(vec![0xffu8; len]);
+            let mut x = interaction("speak", "{}");
+            x.response = crate::RecordedResponse::with_body(200, Default::default(), &audio);
+            let sha = crate::body::sha256_hex(&audio);
+            std::fs::create_dir_all(folder.join(BLOB_DIR)).unwrap();
+            std::fs::write(folder.join(BLOB_DIR).join(&sha), &audio).unwrap();
+            write(&folder.join("openai.json"), vec![x]);
+            sha
+        };
+        let before = record(70_000);
+        commit_all(&repo);
+        let after = record(80_000);
+        std::fs::remove_file(folder.join(BLOB_DIR).join(&before)).unwrap();
+        let diff = diff_against(&dir.path().join("tests/cassettes"), Some("HEAD"), &[]).unwrap();
+        let answer = diff.files[0].interactions[0].answer_diff.clone().unwrap();
+        assert!(
+            answer.contains(&format!("-binary: 70000 bytes, sha256 {before}"))
+                && answer.contains(&format!("+binary: 80000 bytes, sha256 {after}")),
+            "{answer}"
+        );
     }
 
     /// A pull request's branch: by default the diff is against where it left the default

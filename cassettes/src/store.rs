@@ -774,6 +774,95 @@ mod tests {
         assert!(!path.exists(), "an empty cassette is deleted");
     }
 
+    /// Blobs are written with their cassette, replaced with it, and removed with the last
+    /// recording that refers to them, by a re-record or by `prune`.
+    #[test]
+    fn blobs_live_and_go_with_their_recordings() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let entry = store
+            .entry(
+                &TestId::new("t$speech"),
+                &ProviderName::new("openai").unwrap(),
+            )
+            .unwrap();
+        let audio = |byte: u8| {
+            let mut x = interaction("speak", "{}");
+            let bytes = vec![0x80 | byte; crate::INLINE_LIMIT + 10];
+            x.response = crate::RecordedResponse::with_body(200, Default::default(), &bytes);
+            (x, crate::body::sha256_hex(&bytes), bytes)
+        };
+        let blobs = entry.path.parent().unwrap().join(BLOB_DIR);
+        let (first, first_sha, _) = audio(1);
+        entry.record(0, first).unwrap();
+        assert!(blobs.join(&first_sha).is_file());
+        let (second, second_sha, second_bytes) = audio(2);
+        let key = second.key.clone();
+        assert_eq!(entry.record(0, second).unwrap(), RecordOutcome::Replaced);
+        assert!(
+            !blobs.join(&first_sha).exists(),
+            "the replaced answer's blob"
+        );
+        assert!(blobs.join(&second_sha).is_file());
+
+        // A fresh run reads the blob back and replays its bytes.
+        let fresh = Store::new(dir.path());
+        let e = fresh
+            .entry(
+                &TestId::new("t$speech"),
+                &ProviderName::new("openai").unwrap(),
+            )
+            .unwrap();
+        assert_eq!(e.next(&key, false).unwrap().hit.unwrap().body, second_bytes);
+
+        std::fs::write(blobs.join(&second_sha), b"damaged").unwrap();
+        let damaged = Store::new(dir.path())
+            .entry(
+                &TestId::new("t$speech"),
+                &ProviderName::new("openai").unwrap(),
+            )
+            .unwrap()
+            .next(&key, false)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(damaged.contains("missing or damaged"), "{damaged}");
+
+        remove_recordings(&entry.path, &[(key, 0)]).unwrap();
+        assert!(!blobs.exists(), "pruned with the last recording");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Any bytes as request and answer, recorded through the store and read back by a fresh
+        /// one, replay identical: JSON, text, base64 and blob forms alike.
+        #[test]
+        fn any_bytes_record_and_replay_identical(
+            request in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+            answer in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+            big in proptest::prelude::any::<bool>(),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let (test, provider) = (TestId::new("t$bytes"), ProviderName::new("openai").unwrap());
+            let mut answer = answer;
+            if big {
+                answer = answer.repeat(crate::INLINE_LIMIT / answer.len().max(1) + 1);
+            }
+            let req = crate::Normalizer::default().request("POST", "/p", None, None, &request, &[]);
+            let x = Interaction {
+                key: Key::of(&req),
+                request: req,
+                response: crate::RecordedResponse::with_body(200, Default::default(), &answer),
+                timing: None,
+                summary: None,
+            };
+            let key = x.key.clone();
+            Store::new(dir.path()).entry(&test, &provider).unwrap().record(0, x).unwrap();
+            let hit = Store::new(dir.path()).entry(&test, &provider).unwrap().next(&key, false).unwrap().hit;
+            proptest::prop_assert_eq!(&hit.unwrap().body[..], &answer[..]);
+        }
+    }
+
     #[test]
     fn slug_collisions_are_errors() {
         let dir = tempfile::tempdir().unwrap();
