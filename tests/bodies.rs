@@ -9,15 +9,10 @@ use async_openai::config::OpenAIConfig;
 use async_openai::types::audio::{AudioInput, CreateSpeechRequest, CreateTranscriptionRequestArgs};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use support::{all_files, audio_bytes, read_json, FakeProvider, Serve};
+use support::{all_files, audio_bytes, http, read_json, FakeProvider, Serve};
 
 const TEST: &str = "bodies::all$forms";
 const SECRET: &str = "SECRET-in-an-encoded-query";
-
-fn http() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
-}
 
 fn openai(base: &str) -> async_openai::Client<OpenAIConfig> {
     async_openai::Client::with_config(

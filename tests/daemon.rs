@@ -38,9 +38,7 @@ async fn setup() -> (reqwest::Client, tempfile::TempDir, FakeProvider, String) {
 }
 
 fn init() -> reqwest::Client {
-    // reqwest is built with rustls but no crypto provider: pick ring, as the daemon does.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::new()
+    support::http()
 }
 
 fn chat(prompt: &str) -> CreateChatCompletionRequest {

@@ -297,18 +297,65 @@ async fn answer(
     } else if path == "/v1/responses" && stream {
         let id = format!("resp_{n}");
         let response = |status: &str, output: Value| json!({"id": id, "object": "response", "created_at": n, "status": status, "model": body["model"], "output": output, "usage": null});
-        let mut events = vec![format!(
-            "event: response.created\ndata: {}\n\n",
-            json!({"type": "response.created", "sequence_number": 0, "response": response("in_progress", json!([]))})
-        )];
-        for (i, w) in words.iter().enumerate() {
-            events.push(format!("event: response.output_text.delta\ndata: {}\n\n", json!({"type": "response.output_text.delta", "sequence_number": i + 1, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": w, "logprobs": []})));
+        // The Responses API's event sequence, as the SDK's stream helper expects it.
+        let mut seq = 0;
+        let mut event = |name: &str, mut data: Value| {
+            data["type"] = json!(name);
+            data["sequence_number"] = json!(seq);
+            seq += 1;
+            format!("event: {name}\ndata: {data}\n\n")
+        };
+        let item = |status: &str, text: &str| {
+            let content = if status == "in_progress" {
+                json!([])
+            } else {
+                json!([{"type": "output_text", "text": text, "annotations": []}])
+            };
+            json!({"type": "message", "id": "msg_1", "status": status, "role": "assistant", "content": content})
+        };
+        let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+        let at = json!({"item_id": "msg_1", "output_index": 0, "content_index": 0});
+        let with = |extra: Value| {
+            let mut v = at.clone();
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            v
+        };
+        let mut events = vec![
+            event(
+                "response.created",
+                json!({"response": response("in_progress", json!([]))}),
+            ),
+            event(
+                "response.output_item.added",
+                json!({"output_index": 0, "item": item("in_progress", "")}),
+            ),
+            event(
+                "response.content_part.added",
+                with(json!({"part": part("")})),
+            ),
+        ];
+        for w in &words {
+            events.push(event(
+                "response.output_text.delta",
+                with(json!({"delta": w, "logprobs": []})),
+            ));
         }
-        let done = response(
-            "completed",
-            json!([{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]}]),
-        );
-        events.push(format!("event: response.completed\ndata: {}\n\n", json!({"type": "response.completed", "sequence_number": words.len() + 1, "response": done})));
+        events.push(event(
+            "response.output_text.done",
+            with(json!({"text": text, "logprobs": []})),
+        ));
+        events.push(event(
+            "response.content_part.done",
+            with(json!({"part": part(&text)})),
+        ));
+        events.push(event(
+            "response.output_item.done",
+            json!({"output_index": 0, "item": item("completed", &text)}),
+        ));
+        let done = response("completed", json!([item("completed", &text)]));
+        events.push(event("response.completed", json!({"response": done})));
         sse(
             events,
             gap,
@@ -818,4 +865,61 @@ pub fn commit_all(dir: &Path) {
 fn rand_suffix() -> u128 {
     static N: AtomicUsize = AtomicUsize::new(0);
     N.fetch_add(1, Ordering::SeqCst) as u128
+}
+
+/// The Python with the pinned official SDKs of `tests/sdk/requirements.txt`: `LLMREPLAY_PYTHON`,
+/// else the venv `.ci/run` makes in `target/sdk-venv`. Missing, a test says so on stderr and
+/// skips; under `CI=true` it fails instead, so that CI never passes by skipping.
+pub fn sdk_python(module: &str) -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = std::env::var_os("LLMREPLAY_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/sdk-venv/bin/python"));
+    let works = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if works {
+        return Some(python);
+    }
+    let why = format!(
+        "the Python package {module:?} is not importable by {}; create the venv with: python3 -m venv target/sdk-venv && target/sdk-venv/bin/pip install -r tests/sdk/requirements.txt",
+        python.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED (not under CI): {why}");
+    None
+}
+
+/// Runs a script of `tests/sdk/` with `python` and `env`; its stdout, or a panic with stderr.
+pub fn run_sdk_script(python: &Path, script: &str, env: &[(&str, &str)]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut cmd = Command::new(python);
+    cmd.arg(root.join("tests/sdk").join(script));
+    for name in [
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+        "AZURE_OPENAI_ENDPOINT",
+        "AZURE_OPENAI_API_KEY",
+        "OPENAI_API_VERSION",
+    ] {
+        cmd.env_remove(name);
+    }
+    cmd.envs(env.iter().copied());
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A reqwest client; reqwest is built with rustls but no crypto provider, so ring is picked here,
+/// as the daemon does.
+pub fn http() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
 }
