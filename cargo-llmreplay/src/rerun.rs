@@ -8,7 +8,7 @@ use crate::filter::Filter;
 use cassettes::review::{answer_text, text_diff, tokens};
 use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
 use clap::Args;
-use daemon::providers::{Provider, ProviderKind};
+use daemon::provider::Provider;
 use daemon::resend::Resender;
 use daemon::{Overrides, Settings};
 use futures_util::StreamExt;
@@ -188,7 +188,7 @@ pub fn run(args: RerunArgs) -> Result<ExitCode, String> {
         .collect();
     let used: std::collections::BTreeSet<&String> = items.iter().map(|i| &i.provider).collect();
     for p in used.into_iter().filter_map(|name| providers.get(name)) {
-        if p.kind != ProviderKind::Ollama && key_for(p).is_none() {
+        if !p.key_vars().is_empty() && key_for(p).is_none() {
             eprintln!(
                 "cargo-llmreplay: warning: {} is not set; {} requests go without a key",
                 p.key_vars().join(" or "),
@@ -481,15 +481,7 @@ fn outgoing(
         Some(body) => {
             let mut body = body.clone();
             if let Some(m) = model {
-                if provider.kind == ProviderKind::Gemini && body.get("model").is_none() {
-                    // Gemini names the model in the path: /v1beta/models/<model>:generateContent.
-                    if let Some((head, rest)) = path.split_once("/models/") {
-                        let tail = rest.find(':').map_or("", |i| &rest[i..]);
-                        path = format!("{head}/models/{m}{tail}");
-                    }
-                } else {
-                    set_at(&mut body, "/model", Value::String(m.to_string()))?;
-                }
+                provider.family().set_model(&mut path, &mut body, m);
             }
             for (pointer, value) in params {
                 set_at(&mut body, pointer, value.clone())?;
@@ -511,7 +503,7 @@ fn outgoing(
         request.query.as_deref(),
         content_type.as_deref(),
         &body,
-        provider.kind.secret_params(),
+        providers::secret_params(),
     );
     Ok(Outgoing {
         body,
@@ -720,7 +712,7 @@ mod tests {
             timing: None,
             summary: None,
         };
-        let gemini = Provider::builtin(ProviderKind::Gemini);
+        let gemini = Provider::builtin(daemon::provider::Kind::Gemini);
         let params = [parse_param("generationConfig.temperature=0").unwrap()];
         let out = outgoing(&old, &gemini, Some("gemini-2.5-pro"), &params, &settings).unwrap();
         assert_eq!(

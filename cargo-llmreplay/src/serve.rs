@@ -70,6 +70,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let upstreams = settings.upstream_report();
     runtime.block_on(async move {
         let mode = settings.mode;
         let dir = settings.cassette_dir.clone();
@@ -81,6 +82,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             .map_err(|e| format!("cannot write to stdout: {e}"))?;
         drop(stdout);
         eprintln!("cargo-llmreplay: serving in {mode} mode from {}", dir.display());
+        if mode.goes_upstream() {
+            eprint!("cargo-llmreplay: upstreams:\n{upstreams}");
+        }
         let stats = daemon.run(shutdown_signal()).await;
         eprintln!(
             "cargo-llmreplay: {} requests: {} replayed, {} missing, {} recorded, {} re-recorded, {} unchanged, {} passed through{}{}",

@@ -131,6 +131,13 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     };
     let settings = Settings::load(&root, None, &overrides).map_err(|e| e.to_string())?;
     let cassette_dir = settings.cassette_dir.clone();
+    let gateways = settings.gateways();
+    if mode.goes_upstream() {
+        eprint!(
+            "cargo-llmreplay: {mode} mode; upstreams:\n{}",
+            settings.upstream_report()
+        );
+    }
     let (runner_key, chain) = user_runner(&root)?;
     let runner = toml::Value::Array(
         runner_command()?
@@ -172,6 +179,7 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         .args(&nextest_args)
         .env(DAEMON_URL_ENV, &url)
         .env(RAN_FILE_ENV, ran.path())
+        .env(providers::env::GATEWAYS_ENV, &gateways)
         .env("LLMREPLAY_MODE", mode.as_str());
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));

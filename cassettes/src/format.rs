@@ -427,24 +427,13 @@ impl RecordedResponse {
     }
 }
 
-const VOLATILE_FIELDS: &[&str] = &[
-    "id",
-    "created",
-    "created_at",
-    "system_fingerprint",
-    "responseId",
-    "request_id",
-    "total_duration",
-    "load_duration",
-    "prompt_eval_duration",
-    "eval_duration",
-];
-
+/// Sets aside the fields that differ on every call with the same answer (ids, timestamps,
+/// durations), as each provider family names them.
 fn blank_volatile(value: &mut Value) {
     match value {
         Value::Object(map) => {
             for (k, v) in map.iter_mut() {
-                if VOLATILE_FIELDS.contains(&k.as_str()) {
+                if providers::is_volatile(k) {
                     *v = Value::Null;
                 } else {
                     blank_volatile(v);

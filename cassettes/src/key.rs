@@ -154,69 +154,18 @@ impl RecordedRequest {
             })
     }
 
-    /// `model` from the body, as SDKs send it (Gemini puts it in the path instead).
+    /// The model a request asks for, in any family's shape (a multipart upload's `model` field
+    /// included).
     pub fn model(&self) -> Option<String> {
-        if let Some(m) = self
-            .json()
-            .and_then(|b| b.get("model"))
-            .and_then(Value::as_str)
-        {
-            return Some(m.to_string());
-        }
-        if let Some(m) = self.part_text("model") {
-            return Some(m);
-        }
-        let rest = self.path.split("/models/").nth(1)?;
-        Some(rest.split(':').next().unwrap_or(rest).to_string())
+        providers::model(&self.path, self.json()).or_else(|| self.part_text("model"))
     }
 
     /// The text of the last user message, for error messages and reports.
     pub fn last_user_text(&self) -> Option<String> {
-        let Some(body) = self.json() else {
-            return self.part_text("prompt");
-        };
-        let from_messages = |list: &Value| -> Option<String> {
-            let last = list
-                .as_array()?
-                .iter()
-                .rev()
-                .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
-            Some(content_text(
-                last.get("content").or_else(|| last.get("parts"))?,
-            ))
-        };
-        if let Some(t) = body.get("messages").and_then(from_messages) {
-            return Some(t);
+        match self.json() {
+            Some(body) => providers::prompt(body),
+            None => self.part_text("prompt"),
         }
-        if let Some(t) = body.get("contents").and_then(from_messages) {
-            return Some(t);
-        }
-        if let Some(input) = body.get("input") {
-            return match input {
-                Value::Array(_) => from_messages(input).or_else(|| Some(content_text(input))),
-                other => Some(content_text(other)),
-            };
-        }
-        body.get("prompt").map(content_text)
-    }
-}
-
-/// Text of a message content in any provider's shape: a string, or a list of parts.
-fn content_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| match p {
-                Value::String(s) => Some(s.clone()),
-                other => other
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-            })
-            .collect::<Vec<_>>()
-            .join(" "),
-        other => other.to_string(),
     }
 }
 

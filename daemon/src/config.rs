@@ -2,7 +2,7 @@
 //! and the normalisation rules, read from `llmreplay.toml` and overridden by flags. Every bad
 //! value is reported here, at start-up, never at request time.
 
-use crate::providers::{Provider, ProviderKind};
+use crate::provider::{Kind, Provider, UpstreamSource};
 use cassettes::{Normalizer, ProviderName, ReplaceRule};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -89,7 +89,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct ProviderEntry {
     upstream: Option<String>,
-    kind: Option<ProviderKind>,
+    kind: Option<Kind>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -175,9 +175,30 @@ impl Settings {
     }
 
     fn build(root: &Path, file: FileConfig, overrides: &Overrides) -> Result<Self, ConfigError> {
-        let mut providers: BTreeMap<String, Provider> = ProviderKind::ALL
+        Self::build_with_env(root, file, overrides, |name| std::env::var(name).ok())
+    }
+
+    /// `env` reads the user's environment: where it already points a family's clients is where
+    /// recording goes, unless a flag or the file says otherwise.
+    fn build_with_env(
+        root: &Path,
+        file: FileConfig,
+        overrides: &Overrides,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut providers: BTreeMap<String, Provider> = Kind::ALL
             .iter()
-            .map(|k| (k.as_str().to_string(), Provider::builtin(*k)))
+            .filter(|k| **k != Kind::Http)
+            .map(|k| {
+                let mut p = Provider::builtin(*k);
+                if let Some((url, var)) = providers::env::upstream_from(*k, &env) {
+                    if check_upstream(&url).is_ok() {
+                        p.upstream = Some(url);
+                        p.source = UpstreamSource::Env(var);
+                    }
+                }
+                (k.as_str().to_string(), p)
+            })
             .collect();
         for (name, entry) in file.providers {
             let pname = ProviderName::new(&name).filter(|_| name != "t").ok_or_else(|| {
@@ -186,12 +207,15 @@ impl Settings {
                 ))
             })?;
             let builtin = providers.get(&name).map(|p| p.kind);
-            let kind = entry.kind.or(builtin).unwrap_or(ProviderKind::OpenAi);
-            let upstream = match (entry.upstream, providers.get(&name)) {
-                (Some(u), _) => check_upstream(&u).map_err(|m| {
-                    ConfigError::Invalid(format!("[providers.{name}] upstream {u:?}: {m}"))
-                })?,
-                (None, Some(p)) => p.upstream.clone(),
+            let kind = entry.kind.or(builtin).unwrap_or(Kind::OpenAi);
+            let (upstream, source) = match (entry.upstream, providers.get(&name)) {
+                (Some(u), _) => (
+                    Some(check_upstream(&u).map_err(|m| {
+                        ConfigError::Invalid(format!("[providers.{name}] upstream {u:?}: {m}"))
+                    })?),
+                    UpstreamSource::ConfigFile,
+                ),
+                (None, Some(p)) => (p.upstream.clone(), p.source.clone()),
                 (None, None) => {
                     return Err(ConfigError::Invalid(format!(
                         "[providers.{name}] needs an upstream, e.g. upstream = \"https://gateway.example.com\""
@@ -204,6 +228,7 @@ impl Settings {
                     name: pname,
                     kind,
                     upstream,
+                    source,
                 },
             );
         }
@@ -221,7 +246,8 @@ impl Settings {
                     "--upstream {pair:?}: no provider named {name:?}; known: {known}. Add new ones under [providers.NAME] in {CONFIG_FILE}"
                 ))
             })?;
-            provider.upstream = url;
+            provider.upstream = Some(url);
+            provider.source = UpstreamSource::Flag;
         }
         let normalizer = Normalizer::new(&file.matching.ignore, &file.matching.replace)?;
         let cassette_dir = overrides
@@ -243,6 +269,41 @@ impl Settings {
             realtime: overrides.realtime,
             allow_repeats: overrides.allow_repeats,
         })
+    }
+}
+
+impl Settings {
+    /// One line per provider saying where its requests go and why, for record modes to print
+    /// once at start: a suite whose `OPENAI_BASE_URL` points at a gateway records through it.
+    pub fn upstream_report(&self) -> String {
+        let mut out = String::new();
+        for p in &self.providers {
+            let line = match &p.upstream {
+                Some(u) => format!("  {:<10} -> {u} ({})\n", p.name.as_str(), p.source),
+                None => format!(
+                    "  {:<10} -> no upstream (set {} or --upstream {}=URL to record it)\n",
+                    p.name.as_str(),
+                    providers::env::of(p.kind)
+                        .base_urls
+                        .first()
+                        .map_or("its base URL", |v| v.name),
+                    p.name.as_str()
+                ),
+            };
+            out.push_str(&line);
+        }
+        out
+    }
+
+    /// The gateways of `llmreplay.toml`, as the runner reads them from
+    /// [`providers::env::GATEWAYS_ENV`]: `name:kind,...`.
+    pub fn gateways(&self) -> String {
+        self.providers
+            .iter()
+            .filter(|p| p.name.as_str() != p.kind.as_str())
+            .map(|p| format!("{}:{}", p.name.as_str(), p.kind.as_str()))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 }
 
@@ -289,15 +350,67 @@ mod tests {
             .find(|p| p.name.as_str() == "gw")
             .unwrap();
         assert_eq!(
-            (gw.kind, gw.upstream.as_str()),
-            (ProviderKind::OpenAi, "http://127.0.0.1:9/api")
+            (gw.kind, gw.upstream.as_deref()),
+            (Kind::OpenAi, Some("http://127.0.0.1:9/api"))
         );
         let oa = s
             .providers
             .iter()
             .find(|p| p.name.as_str() == "openai")
             .unwrap();
-        assert_eq!(oa.upstream, "http://127.0.0.1:1");
+        assert_eq!(oa.upstream.as_deref(), Some("http://127.0.0.1:1"));
+        assert_eq!(oa.source, UpstreamSource::Flag);
+    }
+
+    /// SPEC's precedence: the flag, the file, the user's environment, the built-in default.
+    #[test]
+    fn upstreams_from_the_users_environment() {
+        let env = |name: &str| match name {
+            "OPENAI_BASE_URL" => Some("https://gw.example/v1".to_string()),
+            "AZURE_OPENAI_ENDPOINT" => Some("https://res.openai.azure.com/".to_string()),
+            "ANTHROPIC_BASE_URL" => Some("https://claude-gw.example".to_string()),
+            _ => None,
+        };
+        let file: FileConfig =
+            toml::from_str("[providers.anthropic]\nupstream = \"https://file.example\"\n").unwrap();
+        let overrides = Overrides {
+            upstreams: vec!["gemini=http://127.0.0.1:7".into()],
+            ..Default::default()
+        };
+        let s = Settings::build_with_env(Path::new("."), file, &overrides, env).unwrap();
+        let p = |n: &str| {
+            s.providers
+                .iter()
+                .find(|p| p.name.as_str() == n)
+                .unwrap()
+                .clone()
+        };
+        let (openai, azure) = (p("openai"), p("azure"));
+        assert_eq!(openai.upstream.as_deref(), Some("https://gw.example"));
+        assert_eq!(openai.source, UpstreamSource::Env("OPENAI_BASE_URL"));
+        assert_eq!(
+            azure.upstream.as_deref(),
+            Some("https://res.openai.azure.com")
+        );
+        assert_eq!(p("anthropic").source, UpstreamSource::ConfigFile);
+        assert_eq!(p("gemini").source, UpstreamSource::Flag);
+        assert_eq!(p("ollama").source, UpstreamSource::BuiltIn);
+        let none = Settings::build_with_env(
+            Path::new("."),
+            FileConfig::default(),
+            &Overrides::default(),
+            |_| None,
+        )
+        .unwrap();
+        let azure = none
+            .providers
+            .iter()
+            .find(|p| p.name.as_str() == "azure")
+            .unwrap();
+        assert!(azure
+            .upstream()
+            .unwrap_err()
+            .contains("AZURE_OPENAI_ENDPOINT"));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use crate::config::Mode;
 use crate::journal::{Call, Detail, Outcome};
-use crate::providers::{ProviderKind, NOT_FORWARDED, NOT_RECORDED};
+use crate::provider::{Kind, NOT_FORWARDED, NOT_RECORDED};
 use crate::route::{self, Route};
 use crate::State;
 use bytes::Bytes;
@@ -69,7 +69,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         parts.uri.query(),
         content_type,
         &body,
-        kind.secret_params(),
+        providers::secret_params(),
     );
     let key = Key::of(&request);
     let entry = match state.store.entry(&route.test, &route.provider.name) {
@@ -234,10 +234,22 @@ async fn proxy(
         .query()
         .map(|q| format!("?{q}"))
         .unwrap_or_default();
-    let url = format!(
-        "{}{}{}",
-        route.provider.upstream, route.upstream_path, query
-    );
+    let root = match route.provider.upstream() {
+        Ok(root) => root,
+        Err(message) => {
+            let detail = Some(Detail::message(message.clone()));
+            state
+                .journal
+                .log(recording.call, Outcome::Error, 502, detail);
+            return provider_error(
+                kind,
+                StatusCode::BAD_GATEWAY,
+                "llmreplay_no_upstream",
+                &message,
+            );
+        }
+    };
+    let url = format!("{root}{}{query}", route.upstream_path);
     let mut upstream = Request::builder().method(parts.method.clone()).uri(&url);
     for (name, value) in &parts.headers {
         if !NOT_FORWARDED.contains(&name.as_str()) {
@@ -263,7 +275,7 @@ async fn proxy(
         Err(e) => {
             let message = format!(
                 "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
-                route.provider.name, route.provider.upstream, route.provider.name, route.provider.name
+                route.provider.name, root, route.provider.name, route.provider.name
             );
             let detail = Some(Detail::message(message.clone()));
             state
@@ -326,7 +338,10 @@ pub(crate) fn recordable_headers(
     headers
         .iter()
         .filter(|(name, _)| {
-            !NOT_RECORDED.contains(&name.as_str()) && !redact.iter().any(|r| r == name.as_str())
+            let name = name.as_str();
+            !NOT_RECORDED.contains(&name)
+                && !providers::secret_headers().contains(&name)
+                && !redact.iter().any(|r| r == name)
         })
         .map(|(name, value)| {
             (
@@ -548,13 +563,8 @@ fn text(status: StatusCode, message: String) -> Response<Body> {
         .expect("static headers")
 }
 
-fn provider_error(
-    kind: ProviderKind,
-    status: StatusCode,
-    code: &str,
-    message: &str,
-) -> Response<Body> {
-    let body = kind.error_body(status.as_u16(), code, message);
+fn provider_error(kind: Kind, status: StatusCode, code: &str, message: &str) -> Response<Body> {
+    let body = kind.family().error_body(status.as_u16(), code, message);
     Response::builder()
         .status(status)
         .header(CONTENT_TYPE, "application/json")

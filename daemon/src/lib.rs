@@ -1,12 +1,12 @@
 //! The cargo-llmreplay daemon: an HTTP server on 127.0.0.1 that answers LLM API requests from
 //! per-test cassettes (replay), or proxies them to the real provider and records the answers.
-//! Routing and provider differences live in `route` and `providers`; what is recorded and how
+//! Routing lives in `route`; what differs between providers in the `providers` crate; what is recorded and how
 //! it is keyed lives in the `cassettes` crate; this crate is the HTTP in and out.
 
 pub mod config;
 mod handler;
 pub mod journal;
-pub mod providers;
+pub mod provider;
 pub mod resend;
 mod route;
 mod upstream;

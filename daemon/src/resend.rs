@@ -4,16 +4,13 @@
 //! headers only; nothing here writes anything.
 
 use crate::handler::{recordable_headers, recorded_response, stream_format};
-use crate::providers::{Provider, ProviderKind};
+use crate::provider::{Family, Provider};
 use crate::{upstream, DaemonError, Settings};
 use bytes::Bytes;
 use cassettes::{RecordedRequest, RecordedResponse, Timing};
 use http::header::{ACCEPT_ENCODING, CONTENT_TYPE};
 use http_body_util::{BodyExt, Full};
 use std::time::Instant;
-
-/// Anthropic's API refuses requests without a version; cassettes keep no request headers.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// A fresh answer to a recorded request.
 #[derive(Debug)]
@@ -54,7 +51,7 @@ impl Resender {
             .as_deref()
             .map(|q| format!("?{q}"))
             .unwrap_or_default();
-        let url = format!("{}{}{query}", provider.upstream, request.path);
+        let url = format!("{}{}{query}", provider.upstream()?, request.path);
         let mut builder = http::Request::builder()
             .method(request.method.as_str())
             .uri(&url)
@@ -64,10 +61,11 @@ impl Resender {
             (Some(_), None) => builder = builder.header(CONTENT_TYPE, "application/json"),
             (None, None) => {}
         }
-        if provider.kind == ProviderKind::Anthropic {
-            builder = builder.header("anthropic-version", ANTHROPIC_VERSION);
+        let family = provider.family();
+        for (name, value) in family.required_headers() {
+            builder = builder.header(*name, *value);
         }
-        for (name, value) in key.map(|k| provider.auth_headers(k)).unwrap_or_default() {
+        for (name, value) in key.map(|k| family.auth_headers(k)).unwrap_or_default() {
             builder = builder.header(name, value);
         }
         let outgoing = builder
@@ -96,7 +94,7 @@ impl Resender {
         let format = stream_format(&parts.headers);
         let headers = recordable_headers(&parts.headers, &self.redact);
         let response = recorded_response(status, headers, format, &frames);
-        let request_id = request_id(&response);
+        let request_id = request_id(provider.family(), &response);
         Ok(Resent {
             response,
             timing,
@@ -105,16 +103,7 @@ impl Resender {
     }
 }
 
-/// OpenAI and Anthropic name the request in a header; Gemini in `responseId`.
-fn request_id(response: &RecordedResponse) -> Option<String> {
-    for name in ["x-request-id", "request-id", "x-goog-request-id"] {
-        if let Some(v) = response.headers.get(name) {
-            return Some(v.clone());
-        }
-    }
-    response.payloads().iter().find_map(|p| {
-        p.get("responseId")
-            .and_then(|v| v.as_str())
-            .map(str::to_string)
-    })
+/// The provider's id of the request, as its family names it.
+fn request_id(family: &dyn Family, response: &RecordedResponse) -> Option<String> {
+    family.request_id(&response.headers, &response.payloads())
 }

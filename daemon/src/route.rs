@@ -2,7 +2,7 @@
 //! send upstream. The three forms of SPEC: `/t/<test id>/<provider>/...`, `/<provider>/...` with
 //! `X-Test-Id`, and well-known upstream paths with no provider prefix.
 
-use crate::providers::{Provider, ProviderKind};
+use crate::provider::{Kind, Provider};
 use cassettes::TestId;
 use percent_encoding::percent_decode_str;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub fn resolve(
             upstream_path: upstream_path.to_string(),
         });
     }
-    if let Some(kind) = ProviderKind::for_path(rest) {
+    if let Some(kind) = Kind::for_path(rest) {
         let p = providers
             .iter()
             .find(|p| p.name.as_str() == kind.as_str())
@@ -70,7 +70,7 @@ mod tests {
     use super::*;
 
     fn providers() -> Vec<Arc<Provider>> {
-        ProviderKind::ALL
+        Kind::ALL
             .iter()
             .map(|k| Arc::new(Provider::builtin(*k)))
             .collect()

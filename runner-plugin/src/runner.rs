@@ -4,6 +4,7 @@
 //! It prints nothing on stdout: nextest parses the list phase's output.
 
 use crate::test_base_url;
+use providers::env::GATEWAYS_ENV;
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -20,8 +21,6 @@ pub const RAN_FILE_ENV: &str = "LLMREPLAY_RAN_FILE";
 pub const CHAIN_RUNNER_ENV: &str = "LLMREPLAY_CHAIN_RUNNER";
 /// What a key that is unset becomes in replay mode: the SDKs refuse to start without one.
 pub const PLACEHOLDER_KEY: &str = "llmreplay-replay-key";
-
-const KEY_VARS: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY"];
 
 /// Runs the test binary in `args` (what follows `__runner`). Returns only when it could not be
 /// started; otherwise the process becomes the test (Unix) or exits with its status.
@@ -92,16 +91,15 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
     let name = std::env::var("NEXTEST_TEST_NAME").unwrap_or_default();
     let id = format!("{binary}${name}");
     let base = test_base_url(root, &id);
-    cmd.env("LLMREPLAY_TEST_ID", &id)
-        .env("OPENAI_BASE_URL", format!("{base}/openai/v1"))
-        .env("ANTHROPIC_BASE_URL", format!("{base}/anthropic"))
-        .env("OLLAMA_HOST", format!("{base}/ollama"))
-        .env("OLLAMA_API_BASE_URL", format!("{base}/ollama"))
-        .env("GOOGLE_GEMINI_BASE_URL", format!("{base}/gemini"))
-        .env("LLMREPLAY_BASE_URL", base);
+    // Every variable a popular client reads for its base URL, for every family and gateway.
+    let routed = providers::env::routed_from(std::env::var(GATEWAYS_ENV).ok().as_deref());
+    cmd.envs(providers::env::injected(&base, &routed))
+        .env("LLMREPLAY_TEST_ID", &id)
+        .env("LLMREPLAY_BASE_URL", base)
+        .env_remove(GATEWAYS_ENV);
     if std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay") {
-        for var in KEY_VARS {
-            if std::env::var_os(var).is_none() {
+        for var in providers::env::key_vars(&routed) {
+            if std::env::var_os(&var).is_none() {
                 cmd.env(var, PLACEHOLDER_KEY);
             }
         }

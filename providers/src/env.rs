@@ -1,0 +1,293 @@
+//! The environment variables that point clients at a provider, per family: which ones the runner
+//! sets in each test process (every base URL a popular client reads, and a placeholder for each
+//! key in replay), and which ones, read from the user's own environment, say where recording
+//! should go. Plain data and std only: the runner uses it and must start in microseconds.
+
+use crate::Kind;
+
+/// A variable that holds a base URL: `<daemon base>/<route><suffix>` when injected; a user's
+/// value with `suffix` taken off is the upstream, since the daemon appends the client's path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseUrlVar {
+    pub name: &'static str,
+    /// What clients expect after the host: `/v1` for OpenAI-style clients, nothing for others.
+    pub suffix: &'static str,
+    /// Who reads it, for the README's table and for people reading this.
+    pub read_by: &'static str,
+}
+
+/// Everything a family's clients read from the environment.
+#[derive(Clone, Copy, Debug)]
+pub struct FamilyEnv {
+    pub base_urls: &'static [BaseUrlVar],
+    /// Key variables that get a placeholder in replay when unset: SDKs refuse to start without.
+    pub keys: &'static [&'static str],
+}
+
+const fn var(name: &'static str, suffix: &'static str, read_by: &'static str) -> BaseUrlVar {
+    BaseUrlVar {
+        name,
+        suffix,
+        read_by,
+    }
+}
+
+const OPENAI: FamilyEnv = FamilyEnv {
+    base_urls: &[
+        var(
+            "OPENAI_BASE_URL",
+            "/v1",
+            "openai (Python, Node), async-openai, rig",
+        ),
+        var("OPENAI_API_BASE", "/v1", "litellm, langchain-openai"),
+    ],
+    keys: &["OPENAI_API_KEY"],
+};
+
+const AZURE: FamilyEnv = FamilyEnv {
+    base_urls: &[
+        var(
+            "AZURE_OPENAI_ENDPOINT",
+            "",
+            "openai's AzureOpenAI (Python, Node)",
+        ),
+        var("AZURE_API_BASE", "", "litellm"),
+        var("AZURE_ENDPOINT", "", "rig"),
+    ],
+    keys: &["AZURE_OPENAI_API_KEY", "AZURE_API_KEY"],
+};
+
+const ANTHROPIC: FamilyEnv = FamilyEnv {
+    base_urls: &[
+        var("ANTHROPIC_BASE_URL", "", "anthropic (Python, Node), rig"),
+        var("ANTHROPIC_API_URL", "", "langchain-anthropic"),
+        var("ANTHROPIC_API_BASE", "", "litellm"),
+    ],
+    keys: &["ANTHROPIC_API_KEY"],
+};
+
+const GEMINI: FamilyEnv = FamilyEnv {
+    base_urls: &[
+        var("GOOGLE_GEMINI_BASE_URL", "", "google-genai"),
+        var("GEMINI_API_BASE", "", "litellm"),
+    ],
+    keys: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+};
+
+const OLLAMA: FamilyEnv = FamilyEnv {
+    base_urls: &[
+        var("OLLAMA_HOST", "", "ollama (Python, JS)"),
+        var("OLLAMA_API_BASE_URL", "", "rig"),
+        var("OLLAMA_API_BASE", "", "litellm"),
+    ],
+    keys: &[],
+};
+
+const HTTP: FamilyEnv = FamilyEnv {
+    base_urls: &[],
+    keys: &[],
+};
+
+/// The table itself, one row per family.
+pub fn of(kind: Kind) -> FamilyEnv {
+    match kind {
+        Kind::OpenAi => OPENAI,
+        Kind::Azure => AZURE,
+        Kind::Anthropic => ANTHROPIC,
+        Kind::Gemini => GEMINI,
+        Kind::Ollama => OLLAMA,
+        Kind::Http => HTTP,
+    }
+}
+
+/// A provider the runner points tests at: a built-in family or a gateway of `llmreplay.toml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Routed {
+    pub name: String,
+    pub kind: Kind,
+}
+
+impl Routed {
+    /// The built-in families, each under its own name.
+    pub fn builtins() -> Vec<Routed> {
+        Kind::ALL
+            .iter()
+            .filter(|k| **k != Kind::Http)
+            .map(|k| Routed {
+                name: k.as_str().to_string(),
+                kind: *k,
+            })
+            .collect()
+    }
+
+    fn is_gateway(&self) -> bool {
+        self.name != self.kind.as_str()
+    }
+
+    /// `NAME` of a gateway as an environment variable prefix: `my-gw` is `MY_GW`.
+    fn prefix(&self) -> String {
+        self.name.to_ascii_uppercase().replace('-', "_")
+    }
+
+    /// The suffix its clients expect after the base: the family's first.
+    fn suffix(&self) -> &'static str {
+        of(self.kind).base_urls.first().map_or("", |v| v.suffix)
+    }
+}
+
+/// The variables that point one test's clients at the daemon: `base` is the test's
+/// `LLMREPLAY_BASE_URL`. A gateway `NAME` gets `<NAME>_BASE_URL`.
+pub fn injected(base: &str, providers: &[Routed]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for p in providers {
+        if p.is_gateway() {
+            out.push((
+                format!("{}_BASE_URL", p.prefix()),
+                format!("{base}/{}{}", p.name, p.suffix()),
+            ));
+            continue;
+        }
+        for v in of(p.kind).base_urls {
+            out.push((v.name.to_string(), format!("{base}/{}{}", p.name, v.suffix)));
+        }
+    }
+    out
+}
+
+/// The key variables that get a placeholder in replay when unset: a gateway `NAME` has
+/// `<NAME>_API_KEY`.
+pub fn key_vars(providers: &[Routed]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in providers {
+        if p.is_gateway() {
+            out.push(format!("{}_API_KEY", p.prefix()));
+        } else {
+            out.extend(of(p.kind).keys.iter().map(|k| k.to_string()));
+        }
+    }
+    out
+}
+
+/// The key variables to read a provider's key from, for `rerun`: a gateway's own first.
+pub fn key_vars_of(name: &str, kind: Kind) -> Vec<String> {
+    let p = Routed {
+        name: name.to_string(),
+        kind,
+    };
+    let mut out = key_vars(std::slice::from_ref(&p));
+    if p.is_gateway() {
+        out.extend(of(kind).keys.iter().map(|k| k.to_string()));
+    }
+    out
+}
+
+/// Gateways travel from `cargo llmreplay test` to the runner as `name:kind,name:kind`.
+pub const GATEWAYS_ENV: &str = "LLMREPLAY_GATEWAYS";
+
+/// The built-in families and the gateways of `GATEWAYS_ENV`, for the runner.
+pub fn routed_from(gateways: Option<&str>) -> Vec<Routed> {
+    let mut out = Routed::builtins();
+    for pair in gateways.unwrap_or("").split(',').filter(|p| !p.is_empty()) {
+        if let Some((name, kind)) = pair.split_once(':') {
+            if let Some(kind) = Kind::ALL.iter().find(|k| k.as_str() == kind) {
+                out.push(Routed {
+                    name: name.to_string(),
+                    kind: *kind,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Where a user's environment already points a family's clients, as an upstream for recording:
+/// the first of its variables that is set, with the suffix clients add taken off. `get` reads a
+/// variable (the process environment, in practice).
+pub fn upstream_from(
+    kind: Kind,
+    get: impl Fn(&str) -> Option<String>,
+) -> Option<(String, &'static str)> {
+    for v in of(kind).base_urls {
+        let Some(value) = get(v.name).filter(|s| !s.trim().is_empty()) else {
+            continue;
+        };
+        let mut url = value.trim().trim_end_matches('/').to_string();
+        // OLLAMA_HOST is often `host:port` alone.
+        if !url.contains("://") {
+            url = format!("http://{url}");
+        }
+        if let Some(stripped) = url.strip_suffix(v.suffix).filter(|_| !v.suffix.is_empty()) {
+            url = stripped.to_string();
+        }
+        return Some((url, v.name));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_and_gateway_is_injected() {
+        let mut routed = Routed::builtins();
+        routed.push(Routed {
+            name: "my-gw".into(),
+            kind: Kind::OpenAi,
+        });
+        let vars = injected("http://d/t/x", &routed);
+        let get = |n: &str| vars.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+        assert_eq!(get("OPENAI_BASE_URL"), Some("http://d/t/x/openai/v1"));
+        assert_eq!(get("OPENAI_API_BASE"), Some("http://d/t/x/openai/v1"));
+        assert_eq!(get("AZURE_OPENAI_ENDPOINT"), Some("http://d/t/x/azure"));
+        assert_eq!(get("ANTHROPIC_API_URL"), Some("http://d/t/x/anthropic"));
+        assert_eq!(get("OLLAMA_HOST"), Some("http://d/t/x/ollama"));
+        assert_eq!(get("MY_GW_BASE_URL"), Some("http://d/t/x/my-gw/v1"));
+        let keys = key_vars(&routed);
+        for k in [
+            "OPENAI_API_KEY",
+            "AZURE_OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "GEMINI_API_KEY",
+            "GOOGLE_API_KEY",
+            "MY_GW_API_KEY",
+        ] {
+            assert!(keys.iter().any(|v| v == k), "{k}");
+        }
+        assert_eq!(
+            key_vars_of("my-gw", Kind::OpenAi),
+            ["MY_GW_API_KEY", "OPENAI_API_KEY"]
+        );
+    }
+
+    #[test]
+    fn a_users_base_url_is_an_upstream() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |n: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == n)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            upstream_from(
+                Kind::OpenAi,
+                env(&[("OPENAI_BASE_URL", "https://gw.example/v1/")])
+            ),
+            Some(("https://gw.example".into(), "OPENAI_BASE_URL"))
+        );
+        assert_eq!(
+            upstream_from(Kind::Ollama, env(&[("OLLAMA_HOST", "10.1.2.3:11434")])),
+            Some(("http://10.1.2.3:11434".into(), "OLLAMA_HOST"))
+        );
+        assert_eq!(upstream_from(Kind::Anthropic, env(&[])), None);
+        assert_eq!(
+            routed_from(Some("gw:anthropic,bad")).last(),
+            Some(&Routed {
+                name: "gw".into(),
+                kind: Kind::Anthropic
+            })
+        );
+    }
+}

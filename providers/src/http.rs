@@ -1,0 +1,25 @@
+//! Any other HTTP API, declared as a gateway with `kind = "http"`: recorded and replayed byte
+//! for byte, keyed like every request, with nothing read from its bodies.
+
+use crate::{Family, Kind};
+use serde_json::{json, Value};
+
+pub struct Http;
+
+impl Family for Http {
+    fn kind(&self) -> Kind {
+        Kind::Http
+    }
+
+    fn default_upstream(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn auth_headers(&self, key: &str) -> Vec<(&'static str, String)> {
+        vec![("authorization", format!("Bearer {key}"))]
+    }
+
+    fn error_body(&self, _status: u16, code: &str, message: &str) -> Value {
+        json!({ "error": { "code": code, "message": message } })
+    }
+}

@@ -1,0 +1,379 @@
+//! Everything that differs between provider families, one file each behind the [`Family`]
+//! trait: routes, secrets, environment variables, how a request names its model and prompt, how
+//! an answer carries its text, tool calls and usage, which fields change on every call, the
+//! error shape its SDK understands, the request id, and how `rerun` swaps the model. The
+//! daemon, the cassettes' summaries and reviews, `rerun` and the runner call in here; none of
+//! them names a provider. Adding a family is adding a file and a [`Kind`].
+
+mod anthropic;
+mod azure;
+pub mod env;
+mod gemini;
+mod http;
+mod ollama;
+mod openai;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+/// A provider family: the wire format a provider speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// OpenAI and every OpenAI-compatible gateway.
+    #[serde(alias = "openai-compatible")]
+    OpenAi,
+    /// Azure OpenAI: OpenAI's bodies under deployment paths, `api-key` and `api-version`.
+    Azure,
+    Anthropic,
+    Gemini,
+    Ollama,
+    /// Any other HTTP API: recorded and replayed, with nothing read from its bodies.
+    Http,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 6] = [
+        Kind::OpenAi,
+        Kind::Azure,
+        Kind::Anthropic,
+        Kind::Gemini,
+        Kind::Ollama,
+        Kind::Http,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::OpenAi => "openai",
+            Kind::Azure => "azure",
+            Kind::Anthropic => "anthropic",
+            Kind::Gemini => "gemini",
+            Kind::Ollama => "ollama",
+            Kind::Http => "http",
+        }
+    }
+
+    pub fn family(self) -> &'static dyn Family {
+        match self {
+            Kind::OpenAi => &openai::OpenAi,
+            Kind::Azure => &azure::Azure,
+            Kind::Anthropic => &anthropic::Anthropic,
+            Kind::Gemini => &gemini::Gemini,
+            Kind::Ollama => &ollama::Ollama,
+            Kind::Http => &http::Http,
+        }
+    }
+
+    /// The family a path without a provider prefix belongs to, from its well-known shape.
+    pub fn for_path(path: &str) -> Option<Kind> {
+        // Most specific first: Anthropic's and Azure's paths would also pass for OpenAI's.
+        [
+            Kind::Anthropic,
+            Kind::Azure,
+            Kind::Gemini,
+            Kind::Ollama,
+            Kind::OpenAi,
+        ]
+        .into_iter()
+        .find(|k| k.family().owns_path(path))
+    }
+}
+
+/// What one family knows. Defaults fit a family that has nothing special to say.
+pub trait Family: Sync {
+    fn kind(&self) -> Kind;
+
+    /// The real API's root, when it is the same for everybody (Azure's is per resource).
+    fn default_upstream(&self) -> Option<&'static str>;
+
+    /// Whether a path with no provider prefix is this family's.
+    fn owns_path(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Query parameters that carry a key: forwarded upstream, never recorded nor keyed.
+    fn secret_params(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Response headers that carry keys or account ids: never recorded.
+    fn secret_headers(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The headers that carry a key the way this family's API expects it.
+    fn auth_headers(&self, _key: &str) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+
+    /// Headers its API requires on every request; cassettes keep no request headers, so
+    /// `rerun` adds these.
+    fn required_headers(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
+    /// The model a request asks for: `model` in its body for most.
+    fn model(&self, _path: &str, body: Option<&Value>) -> Option<String> {
+        body?.get("model")?.as_str().map(str::to_string)
+    }
+
+    /// Points a request at another model, for `rerun --model`.
+    fn set_model(&self, _path: &mut String, body: &mut Value, model: &str) {
+        if let Value::Object(map) = body {
+            map.insert("model".into(), Value::String(model.into()));
+        }
+    }
+
+    /// The last user message of a request body in this family's shape.
+    fn prompt(&self, _body: &Value) -> Option<String> {
+        None
+    }
+
+    /// Adds what one payload of an answer (a whole body, or one stream event's data) says to
+    /// `answer`, when it is in this family's shape.
+    fn read(&self, _payload: &Value, _answer: &mut Answer) {}
+
+    /// Token counts from this family's usage object.
+    fn tokens(&self, _usage: &Value) -> Option<Tokens> {
+        None
+    }
+
+    /// Answer fields that differ on every call with the same answer: ids, timestamps.
+    fn volatile_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// An error body its SDK surfaces with `message`.
+    fn error_body(&self, status: u16, code: &str, message: &str) -> Value;
+
+    /// The provider's id for a request, from its answer's headers or payloads.
+    fn request_id(
+        &self,
+        _headers: &BTreeMap<String, String>,
+        _payloads: &[Value],
+    ) -> Option<String> {
+        None
+    }
+}
+
+/// What an answer says, read from its payloads: text, tool calls as (name, arguments), usage.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Answer {
+    pub text: String,
+    pub tools: Vec<(String, String)>,
+    pub usage: Option<Value>,
+}
+
+/// Token counts, whatever the family names them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+}
+
+impl Tokens {
+    pub fn total(&self) -> u64 {
+        self.input + self.output
+    }
+
+    /// Reads a usage object of any family.
+    pub fn of(usage: &Value) -> Option<Tokens> {
+        families().find_map(|f| f.tokens(usage))
+    }
+}
+
+fn families() -> impl Iterator<Item = &'static dyn Family> {
+    Kind::ALL.into_iter().map(Kind::family)
+}
+
+/// Reads an answer's payloads in every family's shape: a stored cassette does not say which
+/// family its gateway speaks, and the shapes do not overlap.
+pub fn read_answer(payloads: &[Value]) -> Answer {
+    let mut answer = Answer::default();
+    for payload in payloads {
+        for f in families() {
+            f.read(payload, &mut answer);
+        }
+    }
+    answer
+}
+
+/// Whether an answer field is volatile in any family.
+pub fn is_volatile(field: &str) -> bool {
+    families().any(|f| f.volatile_fields().contains(&field))
+}
+
+/// The model of a request in any family's shape.
+pub fn model(path: &str, body: Option<&Value>) -> Option<String> {
+    families().find_map(|f| f.model(path, body))
+}
+
+/// The last user message of a request body in any family's shape.
+pub fn prompt(body: &Value) -> Option<String> {
+    families().find_map(|f| f.prompt(body))
+}
+
+/// Every family's secret query parameters, lowercase: none is recorded, whoever the provider,
+/// since a gateway may take any family's.
+pub fn secret_params() -> &'static [&'static str] {
+    static ALL: OnceLock<Vec<&'static str>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        families()
+            .flat_map(|f| f.secret_params().iter().copied())
+            .collect()
+    })
+}
+
+/// Response headers never recorded for any provider: every family's secrets, and cookies.
+pub fn secret_headers() -> &'static [&'static str] {
+    static ALL: OnceLock<Vec<&'static str>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "set-cookie",
+        ]
+        .into_iter()
+        .chain(families().flat_map(|f| f.secret_headers().iter().copied()))
+        .collect()
+    })
+}
+
+// Helpers the families share.
+
+fn str_at(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+/// Tool arguments as text, whether sent as a JSON string or an object.
+fn args_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    }
+}
+
+/// Text of a message content in any family's shape: a string, or a list of parts.
+fn content_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.clone()),
+                other => other
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}
+
+/// The content of the last message with role `user` in a list of messages.
+fn last_user(list: &Value, content_key: &str) -> Option<String> {
+    let last = list
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
+    Some(content_text(last.get(content_key)?))
+}
+
+/// The first of `names` that is a header of `headers`.
+fn header(headers: &BTreeMap<String, String>, names: &[&str]) -> Option<String> {
+    names.iter().find_map(|n| headers.get(*n).cloned())
+}
+
+fn count(usage: &Value, key: &str) -> Option<u64> {
+    usage.get(key).and_then(Value::as_u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn known_paths() {
+        use Kind::*;
+        for (path, kind) in [
+            ("/v1/chat/completions", Some(OpenAi)),
+            ("/v1/responses", Some(OpenAi)),
+            ("/v1/messages", Some(Anthropic)),
+            ("/api/chat", Some(Ollama)),
+            ("/v1beta/models/g:streamGenerateContent", Some(Gemini)),
+            ("/v1/models/g:generateContent", Some(Gemini)),
+            ("/openai/deployments/gpt4o/chat/completions", Some(Azure)),
+            ("/nothing", None),
+        ] {
+            assert_eq!(Kind::for_path(path), kind, "{path}");
+        }
+    }
+
+    #[test]
+    fn models_and_prompts_of_every_family() {
+        let chat = json!({"model":"gpt","messages":[{"role":"user","content":"first"},{"role":"assistant","content":"x"},{"role":"user","content":[{"type":"text","text":"second"}]}]});
+        assert_eq!(
+            model("/v1/chat/completions", Some(&chat)).as_deref(),
+            Some("gpt")
+        );
+        assert_eq!(prompt(&chat).as_deref(), Some("second"));
+        let gemini = json!({"contents":[{"role":"user","parts":[{"text":"hello"}]}]});
+        assert_eq!(
+            model(
+                "/v1beta/models/gemini-2.0-flash:generateContent",
+                Some(&gemini)
+            )
+            .as_deref(),
+            Some("gemini-2.0-flash")
+        );
+        assert_eq!(prompt(&gemini).as_deref(), Some("hello"));
+        assert_eq!(
+            model("/openai/deployments/my-4o/chat/completions", None).as_deref(),
+            Some("my-4o")
+        );
+        assert_eq!(prompt(&json!({"input": "say"})).as_deref(), Some("say"));
+        assert_eq!(prompt(&json!({"prompt": "gen"})).as_deref(), Some("gen"));
+    }
+
+    #[test]
+    fn error_shapes_carry_the_message() {
+        for kind in Kind::ALL {
+            let body = kind
+                .family()
+                .error_body(404, "llmreplay_missing_recording", "no recording");
+            assert!(
+                body.to_string().contains("no recording"),
+                "{kind:?}: {body}"
+            );
+        }
+        let body = Kind::Anthropic.family().error_body(404, "x", "m");
+        assert_eq!(body["error"]["type"], "not_found_error");
+    }
+
+    #[test]
+    fn secrets_of_every_family() {
+        let params = secret_params();
+        for p in ["key", "api-key", "api_key", "access_token"] {
+            assert!(params.contains(&p), "{p}");
+        }
+        let headers = secret_headers();
+        for h in [
+            "authorization",
+            "x-api-key",
+            "api-key",
+            "x-goog-api-key",
+            "set-cookie",
+            "openai-organization",
+        ] {
+            assert!(headers.contains(&h), "{h}");
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! OpenAI, and every OpenAI-compatible gateway: chat completions (whole and streamed deltas),
+//! the Responses API (whole and as events), embeddings, audio and images.
+
+use crate::{
+    args_text, content_text, count, header, last_user, str_at, Answer, Family, Kind, Tokens,
+};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+pub struct OpenAi;
+
+impl Family for OpenAi {
+    fn kind(&self) -> Kind {
+        Kind::OpenAi
+    }
+
+    fn default_upstream(&self) -> Option<&'static str> {
+        Some("https://api.openai.com")
+    }
+
+    fn owns_path(&self, path: &str) -> bool {
+        path.starts_with("/v1/")
+    }
+
+    fn secret_params(&self) -> &'static [&'static str] {
+        &["api_key", "access_token"]
+    }
+
+    fn secret_headers(&self) -> &'static [&'static str] {
+        &["openai-organization", "openai-project"]
+    }
+
+    fn auth_headers(&self, key: &str) -> Vec<(&'static str, String)> {
+        vec![("authorization", format!("Bearer {key}"))]
+    }
+
+    fn prompt(&self, body: &Value) -> Option<String> {
+        if let Some(t) = body.get("messages").and_then(|m| last_user(m, "content")) {
+            return Some(t);
+        }
+        match body.get("input")? {
+            list @ Value::Array(_) => {
+                last_user(list, "content").or_else(|| Some(content_text(list)))
+            }
+            other => Some(content_text(other)),
+        }
+    }
+
+    fn read(&self, p: &Value, a: &mut Answer) {
+        if let Some(u) = p
+            .get("usage")
+            .filter(|u| !u.is_null() && p.get("choices").is_some())
+        {
+            a.usage = Some(u.clone());
+        }
+        // Chat completions, whole or as deltas.
+        for choice in p
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(msg) = choice.get("message").or_else(|| choice.get("delta")) else {
+                continue;
+            };
+            if let Some(t) = msg.get("content").and_then(Value::as_str) {
+                a.text.push_str(t);
+            }
+            for call in msg
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let f = call.get("function").unwrap_or(call);
+                // A streamed call names itself once, then sends its arguments in pieces.
+                match (str_at(f, "name"), call.get("index")) {
+                    (Some(name), _) => a.tools.push((name, args_text(f.get("arguments")))),
+                    (None, Some(_)) => {
+                        if let Some(last) = a.tools.last_mut() {
+                            last.1.push_str(&args_text(f.get("arguments")));
+                        }
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        // The Responses API: text deltas when streamed, the whole object otherwise.
+        match p.get("type").and_then(Value::as_str) {
+            Some("response.output_text.delta") => {
+                a.text.push_str(&str_at(p, "delta").unwrap_or_default())
+            }
+            Some("response.completed") => {
+                if let Some(u) = p.pointer("/response/usage").filter(|u| !u.is_null()) {
+                    a.usage = Some(u.clone());
+                }
+            }
+            _ if p.get("object").and_then(Value::as_str) == Some("response") => {
+                if let Some(u) = p.get("usage").filter(|u| !u.is_null()) {
+                    a.usage = Some(u.clone());
+                }
+                read_output(p, a);
+            }
+            _ => {}
+        }
+    }
+
+    fn tokens(&self, usage: &Value) -> Option<Tokens> {
+        let input = count(usage, "prompt_tokens").or_else(|| count(usage, "input_tokens"));
+        let output = count(usage, "completion_tokens").or_else(|| count(usage, "output_tokens"));
+        let total = count(usage, "total_tokens");
+        if input.is_none() && output.is_none() && total.is_none() {
+            return None;
+        }
+        let input = input.unwrap_or(0);
+        Some(Tokens {
+            input,
+            output: output.unwrap_or_else(|| total.unwrap_or(0).saturating_sub(input)),
+        })
+    }
+
+    fn volatile_fields(&self) -> &'static [&'static str] {
+        &[
+            "id",
+            "created",
+            "created_at",
+            "system_fingerprint",
+            "request_id",
+        ]
+    }
+
+    fn error_body(&self, _status: u16, code: &str, message: &str) -> Value {
+        json!({ "error": { "message": message, "type": code, "param": null, "code": code } })
+    }
+
+    fn request_id(
+        &self,
+        headers: &BTreeMap<String, String>,
+        _payloads: &[Value],
+    ) -> Option<String> {
+        header(headers, &["x-request-id"])
+    }
+}
+
+/// The `output` items of a whole Responses API object: messages and function calls.
+fn read_output(response: &Value, a: &mut Answer) {
+    for item in response
+        .get("output")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        match item.get("type").and_then(Value::as_str) {
+            Some("message") => {
+                for c in item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    a.text.push_str(&str_at(c, "text").unwrap_or_default());
+                }
+            }
+            Some("function_call") => a.tools.push((
+                str_at(item, "name").unwrap_or_default(),
+                args_text(item.get("arguments")),
+            )),
+            _ => {}
+        }
+    }
+}
