@@ -76,3 +76,101 @@ async fn the_openai_sdk_records_binary_multipart_and_streams_and_replays_them_of
     let stopped = replay.stop();
     assert!(stopped.status.success(), "{}", stopped.stderr);
 }
+
+/// Azure OpenAI through the SDK's own AzureOpenAI client, pointed by `AZURE_OPENAI_ENDPOINT`
+/// alone as the runner injects it: deployment paths, `api-key` and `api-version`; the key is
+/// forwarded while recording and never written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_azure_client_records_and_replays_through_azure_openai_endpoint() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = FakeProvider::start().await;
+    let upstream = format!("azure={}", fake.url());
+    let test = "sdk::azure$deployments";
+    const KEY: &str = "azure-key-SECRET-never-written";
+    let rec = Serve::start(
+        dir.path(),
+        &[
+            "--cassette-dir",
+            "c",
+            "--mode",
+            "record",
+            "--upstream",
+            &upstream,
+        ],
+    );
+    let endpoint = format!("{}/azure", rec.for_test(test));
+    let env = [
+        ("AZURE", "1"),
+        ("AZURE_OPENAI_ENDPOINT", endpoint.as_str()),
+        ("AZURE_OPENAI_API_KEY", KEY),
+        ("MODEL", "my-4o"),
+    ];
+    let recorded = run_sdk_script(&python, "openai_bodies.py", &env);
+    assert!(rec.stop().status.success());
+    let seen: Value = serde_json::from_str(&recorded).unwrap();
+    assert_eq!(seen["speech"]["bytes"], 6000, "{seen}");
+    let sent = fake.received();
+    assert!(
+        sent.iter()
+            .all(|r| r.path.starts_with("/openai/deployments/")),
+        "{sent:?}"
+    );
+    assert!(sent
+        .iter()
+        .all(|r| r.headers.iter().any(|(k, v)| k == "api-key" && v == KEY)));
+    for (path, text) in support::all_files(dir.path()) {
+        assert!(!text.contains(KEY), "{path:?} holds the key");
+    }
+    let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+    let file = support::read_json(&dir.path().join("c").join(slug.as_str()).join("azure.json"));
+    let speech = &file["interactions"][0]["request"];
+    assert_eq!(
+        speech["path"],
+        "/openai/deployments/gpt-4o-mini-tts/audio/speech"
+    );
+    assert_eq!(speech["query"], "api-version=2024-10-21");
+
+    fake.stop();
+    let replay = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let endpoint = format!("{}/azure", replay.for_test(test));
+    let env = [
+        ("AZURE", "1"),
+        ("AZURE_OPENAI_ENDPOINT", endpoint.as_str()),
+        ("AZURE_OPENAI_API_KEY", "llmreplay-replay-key"),
+        ("MODEL", "my-4o"),
+    ];
+    assert_eq!(run_sdk_script(&python, "openai_bodies.py", &env), recorded);
+    assert!(replay.stop().status.success());
+}
+
+/// With no flag and no file, recording goes where the user's own `OPENAI_BASE_URL` pointed
+/// (a gateway), and says so at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recording_goes_through_the_gateway_the_users_environment_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let gateway = format!("{}/v1", fake.url());
+    let rec = Serve::start_with_env(
+        dir.path(),
+        &["--cassette-dir", "c", "--mode", "record"],
+        &[("OPENAI_BASE_URL", gateway.as_str())],
+    );
+    let url = format!("{}/openai/v1/chat/completions", rec.for_test("gw$env"));
+    let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
+    let resp = http().post(url).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let stopped = rec.stop();
+    assert_eq!(fake.received().len(), 1, "{}", stopped.stderr);
+    let line = format!("openai     -> {} (OPENAI_BASE_URL)", fake.url());
+    assert!(stopped.stderr.contains(&line), "{}", stopped.stderr);
+    assert!(
+        stopped
+            .stderr
+            .contains("azure      -> no upstream (set AZURE_OPENAI_ENDPOINT"),
+        "{}",
+        stopped.stderr
+    );
+}

@@ -193,6 +193,22 @@ async fn answer(
         body: body.clone(),
         raw: bytes.clone(),
     });
+    // Azure OpenAI: OpenAI's bodies under /openai/deployments/<deployment>/..., which needs its
+    // api-version and api-key as the real service does.
+    let path = match path.strip_prefix("/openai/deployments/") {
+        Some(rest) => {
+            let received = state.received.lock().unwrap().last().cloned().unwrap();
+            let has_key = received
+                .headers
+                .iter()
+                .any(|(k, v)| k == "api-key" && !v.is_empty());
+            if !has_key || !query.as_deref().unwrap_or("").contains("api-version=") {
+                return Ok(error_status(401));
+            }
+            format!("/v1{}", &rest[rest.find('/').unwrap_or(rest.len())..])
+        }
+        None => path,
+    };
     let _in_flight = state.enter().await;
     let n = state.calls.fetch_add(1, Ordering::SeqCst) + 1;
     let prompt = last_user_text(&body);
@@ -560,6 +576,18 @@ fn sse(
         .unwrap()
 }
 
+/// Removes a developer's own provider keys and base URLs: they would change where recording
+/// goes and what the runner injects.
+fn without_provider_env(cmd: &mut Command) {
+    let routed = providers::env::Routed::builtins();
+    for (k, _) in providers::env::injected("", &routed) {
+        cmd.env_remove(k);
+    }
+    for k in providers::env::key_vars(&routed) {
+        cmd.env_remove(k);
+    }
+}
+
 /// The built `cargo-llmreplay` binary.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cargo-llmreplay"))
@@ -598,6 +626,7 @@ impl Serve {
             .args(args)
             .current_dir(dir);
         cmd.env_remove("CI").env_remove("LLMREPLAY_MODE");
+        without_provider_env(&mut cmd);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -828,6 +857,7 @@ impl Sample {
                 cmd.env_remove(k);
             }
         }
+        without_provider_env(&mut cmd);
         cmd.env("CARGO_TARGET_DIR", Self::target_dir())
             .env("CARGO_NET_OFFLINE", "true");
         cmd
