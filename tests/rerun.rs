@@ -344,3 +344,63 @@ async fn a_drift_check_fails_on_change_and_save_replaces_in_place() {
         none.stderr
     );
 }
+
+/// An upload goes out again as multipart with a fresh boundary and the same parts, and a binary
+/// answer compares by its bytes: both come back identical from an unchanged provider.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_are_sent_again_with_a_fresh_boundary_and_binary_answers_compare_by_bytes() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    let up = format!("openai={}", fake.url());
+    let serve = Serve::start(dir.path(), &["--mode", "record", "--upstream", &up]);
+    let base = format!("{}/openai/v1", serve.for_test("rr::audio$upload"));
+    let http = support::http();
+    let clip = support::audio_bytes("clip", 70_000);
+    let form = reqwest::multipart::Form::new()
+        .text("model", "whisper-1")
+        .part(
+            "file",
+            reqwest::multipart::Part::bytes(clip.clone())
+                .file_name("clip.wav")
+                .mime_str("audio/wav")
+                .unwrap(),
+        );
+    let heard = http
+        .post(format!("{base}/audio/transcriptions"))
+        .multipart(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(heard.status(), 200);
+    let speech = http
+        .post(format!("{base}/audio/speech"))
+        .json(&json!({"model": "tts", "input": "Hello", "voice": "alloy"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(speech.bytes().await.unwrap().len(), 6000);
+    assert!(serve.stop().status.success());
+    let first = fake.received();
+
+    let out = llmreplay(
+        dir.path(),
+        &["rerun", "--format", "json", "--upstream", &up],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("2 identical"), "{}", out.stderr);
+    let again = fake.received();
+    let upload = |r: &support::Received| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k == "content-type")
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    let (before, after) = (&first[0], &again[2]);
+    assert_eq!(after.path, "/v1/audio/transcriptions");
+    assert_ne!(upload(before), upload(after), "a fresh boundary");
+    assert!(upload(after).starts_with("multipart/form-data; boundary="));
+    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    assert!(find(&after.raw, &clip), "the same file bytes go out again");
+    assert!(find(&after.raw, b"whisper-1"));
+}

@@ -108,6 +108,20 @@ mod tests {
         assert_eq!(s.text, "Olla");
     }
 
+    /// An answer kept as the gzip bytes received is read for its summary once decoded.
+    #[test]
+    fn a_gzip_answer_is_summarised_decoded() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(br#"{"choices":[{"message":{"content":"Zipped"}}]}"#)
+            .unwrap();
+        let headers = BTreeMap::from([("content-encoding".to_string(), "gzip".to_string())]);
+        let r = RecordedResponse::with_body(200, headers, &gz.finish().unwrap());
+        assert!(matches!(r.whole(), Some(crate::Body::Bytes(_))));
+        assert_eq!(Summary::of(&r).unwrap().text, "Zipped");
+        assert_eq!(crate::review::answer_text(&r), "Zipped");
+    }
+
     #[test]
     fn openai_responses() {
         let s = body(
