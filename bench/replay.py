@@ -7,6 +7,7 @@ import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time, 
 from common import free_port, start_floor, wait_port
 
 SHORT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "short"}]}
+SPEECH = {"model": "gpt-4o-mini-tts", "input": "bench", "voice": "alloy"}
 STREAM = {"model": "gpt-4o-mini", "stream": True, "messages": [{"role": "user", "content": "stream"}]}
 
 
@@ -71,9 +72,14 @@ def main():
         assert post(base + short_path, SHORT)[0] == 200
         status, streamed = post(base + stream_path, STREAM)
         assert status == 200 and streamed.count(b"data: ") == 49, streamed[:200]
+        speech_path = "/t/bench/openai/v1/audio/speech"
+        status, audio = post(base + speech_path, SPEECH)
+        assert status == 200 and len(audio) == 1 << 20
         stop(rec)
         cassette = json.load(open(os.path.join(tmp, "cas/bench/openai.json")))
-        assert len(cassette["interactions"]) == 2
+        assert len(cassette["interactions"]) == 3
+        assert "body_blob" in cassette["interactions"][2]["response"], "1 MiB goes to a blob"
+        speech = cassette["interactions"].pop()
 
         # aimock serves the same answers: 48 content chunks of 7 characters for the stream.
         words = "".join(f"word{i:02d} " for i in range(48))
@@ -93,17 +99,18 @@ def main():
         serve, base, _ = start_serve(a.llmreplay, ["--cassette-dir", "cas", "--allow-repeats"], tmp)
         procs.append(serve)
         assert post(base + stream_path, STREAM)[1] == streamed, "replay is byte for byte"
+        assert post(base + speech_path, SPEECH)[1] == audio, "binary replay is byte for byte"
         rss_before = rss_kb(serve.pid)
 
         targets = {
-            "floor": {"short": floor_url + "/v1/chat/completions", "stream": floor_url + "/v1/stream"},
-            "llmreplay": {"short": base + short_path, "stream": base + stream_path},
+            "floor": {"short": floor_url + "/v1/chat/completions", "stream": floor_url + "/v1/stream", "speech": floor_url + "/v1/audio/speech"},
+            "llmreplay": {"short": base + short_path, "stream": base + stream_path, "speech": base + speech_path},
             "aimock": {"short": aimock_url, "stream": aimock_url},
         }
-        scenarios = [("short JSON", "short", SHORT, 1), ("short JSON", "short", SHORT, 32), ("48-chunk SSE", "stream", STREAM, 1), ("48-chunk SSE", "stream", STREAM, 32)]
+        scenarios = [("short JSON", "short", SHORT, 1), ("short JSON", "short", SHORT, 32), ("48-chunk SSE", "stream", STREAM, 1), ("48-chunk SSE", "stream", STREAM, 32), ("1 MiB binary", "speech", SPEECH, 8)]
         rows = []
         for label, kind, body, conns in scenarios:
-            r = {name: wrk(t[kind], body, conns, a.seconds, tmp) for name, t in targets.items()}
+            r = {name: wrk(t[kind], body, conns, a.seconds, tmp) for name, t in targets.items() if kind in t}
             rows.append((label, conns, r))
         rss_after = rss_kb(serve.pid)
         stop(serve)
@@ -114,7 +121,9 @@ def main():
         print("|---|---|---|---|---|---|---|")
         for label, conns, r in rows:
             cell = lambda x: f"{x['rps']:,.0f} ({x['p50']:.2f}/{x['p99']:.2f})" + (f" {x['non2xx']} non-2xx" if x["non2xx"] else "") + (f" errors: {x['socket_errors']}" if x["socket_errors"] else "")
-            print(f"| {label} | {conns} | {cell(r['floor'])} | {cell(r['llmreplay'])} | {cell(r['aimock'])} | {r['llmreplay']['rps'] / r['floor']['rps']:.2f} | {r['llmreplay']['rps'] / r['aimock']['rps']:.1f}x |")
+            aimock = r.get("aimock")
+            vs_aimock = f"{r['llmreplay']['rps'] / aimock['rps']:.1f}x" if aimock else "n/a"
+            print(f"| {label} | {conns} | {cell(r['floor'])} | {cell(r['llmreplay'])} | {cell(aimock) if aimock else 'n/a'} | {r['llmreplay']['rps'] / r['floor']['rps']:.2f} | {vs_aimock} |")
         print(f"\nllmreplay RSS: {rss_before / 1024:.1f} MiB after its first request, {rss_after / 1024:.1f} MiB after the runs (the journal keeps up to 100,000 hits one by one, then counts)")
 
         # Ready time and memory with 10,000 cassette folders: they must load lazily.

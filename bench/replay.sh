@@ -13,7 +13,7 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2
 if [[ ! -x "$out/aimock/node_modules/.bin/llmock" ]]; then
   npm install --silent --prefix "$out/aimock" @copilotkit/aimock@1.43 >&2
 fi
-floor_src=${BENCH_FLOOR:-$root/../shared/bench-floor}
+floor_src=${BENCH_FLOOR:-$root/bench/floor}
 cargo build --release --quiet -p cargo-llmreplay
 cargo build --release --quiet --manifest-path "$floor_src/Cargo.toml" --target-dir "$root/target/bench-floor"
 exec python3 "$root/bench/replay.py" \

@@ -130,17 +130,7 @@ async fn audio_uploads_gzip_binary_deep_and_blob_bodies_replay_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let mut fake = FakeProvider::start().await;
     let upstream = format!("openai={}", fake.url());
-    let rec = Serve::start(
-        dir.path(),
-        &[
-            "--cassette-dir",
-            "c",
-            "--mode",
-            "record",
-            "--upstream",
-            &upstream,
-        ],
-    );
+    let rec = Serve::recording(dir.path(), &upstream);
     let recorded = exchange_all(&rec.for_test(TEST)).await;
     let stopped = rec.stop();
     assert!(stopped.status.success(), "{}", stopped.stderr);
@@ -204,7 +194,7 @@ async fn audio_uploads_gzip_binary_deep_and_blob_bodies_replay_byte_for_byte() {
 
     // Offline: every answer again, to the byte, with new multipart boundaries.
     fake.stop();
-    let replay = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let replay = Serve::replaying(dir.path());
     let replayed = exchange_all(&replay.for_test(TEST)).await;
     let stopped = replay.stop();
     assert!(
@@ -225,17 +215,7 @@ async fn a_utf8_test_id_has_its_own_cassette_and_an_undecodable_one_is_refused()
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start().await;
     let upstream = format!("openai={}", fake.url());
-    let rec = Serve::start(
-        dir.path(),
-        &[
-            "--cassette-dir",
-            "c",
-            "--mode",
-            "record",
-            "--upstream",
-            &upstream,
-        ],
-    );
+    let rec = Serve::recording(dir.path(), &upstream);
     let title = "checkout › pays with a card";
     let body = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
     let resp = http()
@@ -300,17 +280,7 @@ async fn a_hand_edited_request_is_refused_until_status_fix() {
     let upstream = format!("openai={}", fake.url());
     let chat =
         |prompt: &str| json!({"model": "m", "messages": [{"role": "user", "content": prompt}]});
-    let rec = Serve::start(
-        dir.path(),
-        &[
-            "--cassette-dir",
-            "c",
-            "--mode",
-            "record",
-            "--upstream",
-            &upstream,
-        ],
-    );
+    let rec = Serve::recording(dir.path(), &upstream);
     let url = format!("{}/openai/v1/chat/completions", rec.for_test(TEST));
     let first = http().post(&url).json(&chat("Hi")).send().await.unwrap();
     let answer = first.text().await.unwrap();
@@ -325,7 +295,7 @@ async fn a_hand_edited_request_is_refused_until_status_fix() {
         .replace("\"content\": \"Hi\"", "\"content\": \"Hello\"");
     std::fs::write(&path, &edited).unwrap();
 
-    let replay = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let replay = Serve::replaying(dir.path());
     let url = format!("{}/openai/v1/chat/completions", replay.for_test(TEST));
     let refused = http().post(&url).json(&chat("Hello")).send().await.unwrap();
     assert_eq!(refused.status(), 400);
@@ -348,7 +318,7 @@ async fn a_hand_edited_request_is_refused_until_status_fix() {
     assert_eq!(code, Some(0), "{err}");
     assert!(err.contains("interaction 1: key "), "{err}");
 
-    let replay = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let replay = Serve::replaying(dir.path());
     let url = format!("{}/openai/v1/chat/completions", replay.for_test(TEST));
     let hit = http().post(&url).json(&chat("Hello")).send().await.unwrap();
     assert_eq!(hit.status(), 200);

@@ -17,17 +17,7 @@ async fn the_openai_sdk_records_binary_multipart_and_streams_and_replays_them_of
     let mut fake = FakeProvider::start().await;
     let upstream = format!("openai={}", fake.url());
     let test = "sdk::openai$bodies";
-    let rec = Serve::start(
-        dir.path(),
-        &[
-            "--cassette-dir",
-            "c",
-            "--mode",
-            "record",
-            "--upstream",
-            &upstream,
-        ],
-    );
+    let rec = Serve::recording(dir.path(), &upstream);
     let base = format!("{}/openai/v1", rec.for_test(test));
     let env = [
         ("OPENAI_BASE_URL", base.as_str()),
@@ -57,7 +47,7 @@ async fn the_openai_sdk_records_binary_multipart_and_streams_and_replays_them_of
     assert_eq!(uploads, 1);
 
     fake.stop();
-    let replay = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let replay = Serve::replaying(dir.path());
     let base = format!("{}/openai/v1", replay.for_test(test));
     let env = [
         ("OPENAI_BASE_URL", base.as_str()),
@@ -90,17 +80,7 @@ async fn the_sdks_azure_client_records_and_replays_through_azure_openai_endpoint
     let upstream = format!("azure={}", fake.url());
     let test = "sdk::azure$deployments";
     const KEY: &str = "azure-key-SECRET-never-written";
-    let rec = Serve::start(
-        dir.path(),
-        &[
-            "--cassette-dir",
-            "c",
-            "--mode",
-            "record",
-            "--upstream",
-            &upstream,
-        ],
-    );
+    let rec = Serve::recording(dir.path(), &upstream);
     let endpoint = format!("{}/azure", rec.for_test(test));
     let env = [
         ("AZURE", "1"),
@@ -134,7 +114,7 @@ async fn the_sdks_azure_client_records_and_replays_through_azure_openai_endpoint
     assert_eq!(speech["query"], "api-version=2024-10-21");
 
     fake.stop();
-    let replay = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let replay = Serve::replaying(dir.path());
     let endpoint = format!("{}/azure", replay.for_test(test));
     let env = [
         ("AZURE", "1"),

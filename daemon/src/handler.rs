@@ -237,16 +237,13 @@ async fn proxy(
     let root = match route.provider.upstream() {
         Ok(root) => root,
         Err(message) => {
-            let detail = Some(Detail::message(message.clone()));
-            state
-                .journal
-                .log(recording.call, Outcome::Error, 502, detail);
-            return provider_error(
+            return upstream_failed(
+                state,
+                recording.call,
                 kind,
-                StatusCode::BAD_GATEWAY,
                 "llmreplay_no_upstream",
-                &message,
-            );
+                message,
+            )
         }
     };
     let url = format!("{root}{}{query}", route.upstream_path);
@@ -277,15 +274,12 @@ async fn proxy(
                 "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
                 route.provider.name, root, route.provider.name, route.provider.name
             );
-            let detail = Some(Detail::message(message.clone()));
-            state
-                .journal
-                .log(recording.call, Outcome::Error, 502, detail);
-            return provider_error(
+            return upstream_failed(
+                state,
+                recording.call,
                 kind,
-                StatusCode::BAD_GATEWAY,
                 "llmreplay_upstream_unreachable",
-                &message,
+                message,
             );
         }
     };
@@ -328,6 +322,24 @@ async fn proxy(
     response
         .body(BodyExt::boxed_unsync(body))
         .expect("headers copied from a valid response")
+}
+
+/// A request that could not be sent upstream: journalled as an error, answered 502 in the
+/// provider's shape.
+fn upstream_failed(
+    state: &State,
+    call: Call,
+    kind: Kind,
+    code: &str,
+    message: String,
+) -> Response<Body> {
+    state.journal.log(
+        call,
+        Outcome::Error,
+        502,
+        Some(Detail::message(message.clone())),
+    );
+    provider_error(kind, StatusCode::BAD_GATEWAY, code, &message)
 }
 
 /// The response headers a cassette keeps: no secrets, cookies, account ids or transfer details.

@@ -618,6 +618,26 @@ impl Serve {
         }
     }
 
+    /// `serve` recording into `dir/c` from `upstream` (`NAME=URL`).
+    pub fn recording(dir: &Path, upstream: &str) -> Serve {
+        Self::start(
+            dir,
+            &[
+                "--cassette-dir",
+                "c",
+                "--mode",
+                "record",
+                "--upstream",
+                upstream,
+            ],
+        )
+    }
+
+    /// `serve` replaying from `dir/c`.
+    pub fn replaying(dir: &Path) -> Serve {
+        Self::start(dir, &["--cassette-dir", "c"])
+    }
+
     /// Like `start`, but returns what it printed on stderr when it exits instead of serving.
     pub fn try_start(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Result<Serve, String> {
         let mut cmd = Command::new(binary());
