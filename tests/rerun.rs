@@ -396,8 +396,14 @@ async fn uploads_are_sent_again_with_a_fresh_boundary_and_binary_answers_compare
             .map(|(_, v)| v.clone())
             .unwrap()
     };
-    let (before, after) = (&first[0], &again[2]);
-    assert_eq!(after.path, "/v1/audio/transcriptions");
+    // rerun sends its requests concurrently: find the upload by its path.
+    let upload_of = |list: &[support::Received]| {
+        list.iter()
+            .find(|r| r.path == "/v1/audio/transcriptions")
+            .cloned()
+            .unwrap()
+    };
+    let (before, after) = (&upload_of(&first), &upload_of(&again[first.len()..]));
     assert_ne!(upload(before), upload(after), "a fresh boundary");
     assert!(upload(after).starts_with("multipart/form-data; boundary="));
     let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
