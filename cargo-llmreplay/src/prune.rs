@@ -55,10 +55,12 @@ pub fn run(args: PruneArgs) -> Result<ExitCode, String> {
     for u in &report.unused {
         match u {
             Unused::Recording(r) => recordings
-                .entry(local(&r.cassette, 2))
+                .entry(inside(&cassette_dir, local(&r.cassette, 2), 2)?)
                 .or_default()
                 .push((r.key.clone(), r.ordinal)),
-            Unused::Folder { folder } => folders.push(local(Path::new(folder), 1)),
+            Unused::Folder { folder } => {
+                folders.push(inside(&cassette_dir, local(Path::new(folder), 1), 1)?)
+            }
         }
     }
     let rel = |p: &Path| p.strip_prefix(&root).unwrap_or(p).display().to_string();
@@ -109,6 +111,33 @@ pub fn run(args: PruneArgs) -> Result<ExitCode, String> {
         eprintln!("(dry run: nothing was removed)");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `path` if it names a cassette folder (`depth` 1) or a cassette file (2) of `cassette_dir`,
+/// links resolved: a report (edited, or from elsewhere) never makes prune remove anything else.
+fn inside(cassette_dir: &Path, path: PathBuf, depth: usize) -> Result<PathBuf, String> {
+    let refuse = |why: &str| {
+        Err(format!(
+            "the report names {}, {why}; prune removes only cassettes of {} and removed nothing",
+            path.display(),
+            cassette_dir.display()
+        ))
+    };
+    let Ok(rel) = path.strip_prefix(cassette_dir) else {
+        return refuse("which is outside the cassette directory");
+    };
+    let plain = rel
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if !plain || rel.components().count() != depth {
+        return refuse("which is not a cassette folder or file of it (`..` or a deeper path?)");
+    }
+    if path.exists() {
+        if let Err(e) = cassettes::confined(cassette_dir, &path) {
+            return refuse(&format!("which resolves elsewhere ({e})"));
+        }
+    }
+    Ok(path)
 }
 
 /// Why this report cannot be trusted to say what is unused, if it cannot.

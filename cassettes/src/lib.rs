@@ -22,9 +22,9 @@ pub use format::{
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
 pub use store::{
-    cassette_files, fix_cassette, read_cassette, read_cassette_with_blobs, remove_folder,
+    cassette_files, confined, fix_cassette, read_cassette, read_cassette_with_blobs, remove_folder,
     remove_recordings, remove_unreferenced_blobs, Closest, Entry, Fixed, Lookup, RecordOutcome,
-    Store, Unused,
+    Store, Unused, DEFAULT_LOCK_TIMEOUT,
 };
 pub use summary::Tokens;
 
@@ -54,6 +54,17 @@ pub enum Error {
     Blob { path: PathBuf, reason: String },
     #[error("{path}: interaction {} was edited by hand: its key is not the key of its request, so it is not replayed as it stands. Run `cargo llmreplay status --fix` to recompute its key and summary, or record it again", index + 1)]
     KeyMismatch { path: PathBuf, index: usize },
+    #[error("{folder}: another process has held this cassette folder's lock for {}s (a second recording run, or prune?), so this recording was not saved. Let the other finish and run again", waited.as_secs())]
+    Locked {
+        folder: PathBuf,
+        waited: std::time::Duration,
+    },
+    #[error("{path} resolves to {resolved}, outside the cassette directory {root} (a link?); nothing is written there. Remove the link, or point --cassette-dir at the real folder")]
+    Outside {
+        path: PathBuf,
+        resolved: PathBuf,
+        root: PathBuf,
+    },
     #[error("git: {0}")]
     Git(String),
     #[error("{path}: {source}")]

@@ -13,10 +13,15 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// How long a write waits for another process to release a cassette folder's lock by default.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// All cassettes of one cassette directory, loaded lazily.
 pub struct Store {
     dir: PathBuf,
+    lock_timeout: Duration,
     /// A test's entries, one per provider it called: a handful, so a short list.
     entries: RwLock<HashMap<TestId, Vec<Arc<Entry>>>>,
     slugs: Mutex<HashMap<Slug, TestId>>,
@@ -28,6 +33,13 @@ pub struct Entry {
     pub slug: Slug,
     pub provider: ProviderName,
     pub path: PathBuf,
+    /// The cassette directory, which no write may leave.
+    root: PathBuf,
+    lock_timeout: Duration,
+    /// Held (on a blocking thread) for the whole of a write, so this process writes the file
+    /// one recording at a time; `state` is only ever held briefly, never across a file lock, so
+    /// a lock another process holds delays this test's recordings alone.
+    writing: Mutex<()>,
     state: Mutex<State>,
 }
 
@@ -105,6 +117,7 @@ impl Store {
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Store {
             dir: dir.into(),
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
             entries: RwLock::default(),
             slugs: Mutex::default(),
         }
@@ -112,6 +125,12 @@ impl Store {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// How long a write waits for a folder another process holds, before it fails naming it.
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
     }
 
     /// The entry of a test and provider. Two test ids that meet at one slug are an error.
@@ -147,6 +166,9 @@ impl Store {
             slug,
             provider: provider.clone(),
             path,
+            root: self.dir.clone(),
+            lock_timeout: self.lock_timeout,
+            writing: Mutex::default(),
             state: Mutex::default(),
         });
         list.push(entry.clone());
@@ -308,14 +330,16 @@ impl Entry {
     /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
     /// when there is one, appends otherwise. Merges with the file on disk under its lock, so
     /// another run's interactions written meanwhile are kept.
+    /// Blocks on the folder's file lock: call it off the async workers.
     pub fn record(&self, ordinal: usize, interaction: Interaction) -> Result<RecordOutcome, Error> {
-        let mut state = self.state.lock().expect("entry lock");
+        let _writing = self.writing.lock().expect("entry write lock");
         let key = interaction.key.clone();
         let mut outcome = RecordOutcome::Unchanged;
         let merged = self.write_locked(|cassette| {
             outcome = put(cassette, ordinal, interaction);
             outcome != RecordOutcome::Unchanged
         })?;
+        let mut state = self.state.lock().expect("entry lock");
         // What was just recorded was used by this run, wherever the merge put it.
         if let Some(position) = merged
             .interactions
@@ -371,14 +395,15 @@ impl Entry {
     fn write_locked(&self, change: impl FnOnce(&mut Cassette) -> bool) -> Result<Cassette, Error> {
         let dir = self.path.parent().expect("cassette paths have a folder");
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let lock = lock_file(dir)?;
-        lock.lock().map_err(|e| Error::io(dir, e))?;
+        // A folder that is a link to elsewhere would carry the write out of the cassette dir.
+        confined(&self.root, dir)?;
+        let _lock = lock_folder(dir, self.lock_timeout)?;
         // Read under the lock: another run may have written since this one loaded the file.
         let mut cassette = self.read()?;
         if change(&mut cassette) {
             // Blobs first: a crash between the two leaves an unreferenced blob, never a
             // cassette that refers to a missing one.
-            write_blobs(dir, &cassette)?;
+            write_blobs(dir, &cassette, &self.root)?;
             write_atomic(&self.path, &cassette.to_bytes())?;
             remove_unreferenced_blobs(dir)?;
         }
@@ -390,11 +415,21 @@ impl Entry {
 /// the new one, never half of either.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let dir = path.parent().expect("cassette paths have a folder");
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".llmreplay-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(|e| Error::io(dir, e))?;
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".llmreplay-").suffix(".tmp");
+    // A new file is readable as any file the user makes (0666 less the umask), not 0600; a
+    // re-recorded one keeps the mode it had.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    let mut tmp = builder.tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
+    if let Ok(existing) = std::fs::metadata(path) {
+        tmp.as_file()
+            .set_permissions(existing.permissions())
+            .map_err(|e| Error::io(tmp.path(), e))?;
+    }
     tmp.write_all(bytes)
         .and_then(|_| tmp.as_file().sync_all())
         .map_err(|e| Error::io(tmp.path(), e))?;
@@ -418,8 +453,7 @@ pub struct Fixed {
 /// writes it when anything changed. A file that does not parse is an error and stays as it is.
 pub fn fix_cassette(path: &Path) -> Result<Vec<Fixed>, Error> {
     let dir = path.parent().expect("cassette paths have a folder");
-    let lock = lock_file(dir)?;
-    lock.lock().map_err(|e| Error::io(dir, e))?;
+    let _lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
     let mut cassette = read_cassette_with_blobs(path)?;
     let mut fixed = Vec::new();
     for (index, x) in cassette.interactions.iter_mut().enumerate() {
@@ -443,7 +477,7 @@ pub fn fix_cassette(path: &Path) -> Result<Vec<Fixed>, Error> {
 }
 
 /// Writes the blobs of `cassette` that are not yet in `folder/blobs/`.
-fn write_blobs(folder: &Path, cassette: &Cassette) -> Result<(), Error> {
+fn write_blobs(folder: &Path, cassette: &Cassette, root: &Path) -> Result<(), Error> {
     for blob in cassette.blobs() {
         let Some(bytes) = &blob.bytes else { continue };
         let path = folder.join(BLOB_DIR).join(&blob.sha256);
@@ -452,6 +486,7 @@ fn write_blobs(folder: &Path, cassette: &Cassette) -> Result<(), Error> {
         }
         let dir = path.parent().expect("blob paths have a folder");
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        confined(root, dir)?;
         write_atomic(&path, bytes)?;
     }
     Ok(())
@@ -497,8 +532,7 @@ pub fn remove_unreferenced_blobs(folder: &Path) -> Result<Vec<PathBuf>, Error> {
 /// fails when one of them is no longer there (the file changed since it was judged unused).
 pub fn remove_recordings(path: &Path, which: &[(Key, usize)]) -> Result<usize, Error> {
     let dir = path.parent().expect("cassette paths have a folder");
-    let lock = lock_file(dir)?;
-    lock.lock().map_err(|e| Error::io(dir, e))?;
+    let _lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
     let mut cassette = read_cassette(path)?;
     let positions: Vec<(Key, usize)> = cassette
         .interactions
@@ -532,8 +566,7 @@ pub fn remove_recordings(path: &Path, which: &[(Key, usize)]) -> Result<usize, E
 /// Removes a cassette folder's cassettes, under its lock, and the folder once empty. Files
 /// that are not cassettes are left where they are, and returned.
 pub fn remove_folder(folder: &Path) -> Result<Vec<PathBuf>, Error> {
-    let lock = lock_file(folder)?;
-    lock.lock().map_err(|e| Error::io(folder, e))?;
+    let lock = lock_folder(folder, DEFAULT_LOCK_TIMEOUT)?;
     for file in json_files(folder)? {
         if read_cassette(&file).is_ok() {
             std::fs::remove_file(&file).map_err(|e| Error::io(&file, e))?;
@@ -596,6 +629,45 @@ pub fn read_cassette_with_blobs(path: &Path) -> Result<Cassette, Error> {
     let mut cassette = read_cassette(path)?;
     cassette.load_blobs(path.parent().expect("cassette paths have a folder"))?;
     Ok(cassette)
+}
+
+/// Takes a folder's exclusive lock, waiting up to `timeout` for another process to release it,
+/// then failing with an error that names the folder. Blocks: call it off the async workers.
+fn lock_folder(dir: &Path, timeout: Duration) -> Result<File, Error> {
+    let file = lock_file(dir)?;
+    let started = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < timeout => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::Locked {
+                    folder: dir.to_path_buf(),
+                    waited: timeout,
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(dir, e)),
+        }
+    }
+}
+
+/// Fails unless `path`, with every link resolved, lies inside `root`.
+pub fn confined(root: &Path, path: &Path) -> Result<(), Error> {
+    let root = root.canonicalize().map_err(|e| Error::io(root, e))?;
+    let real = path.canonicalize().map_err(|e| Error::io(path, e))?;
+    if real.starts_with(&root) {
+        Ok(())
+    } else {
+        Err(Error::Outside {
+            path: path.to_path_buf(),
+            resolved: real,
+            root,
+        })
+    }
 }
 
 // The folder itself is the lock on Unix, so no lock file is left beside the cassettes.
@@ -861,6 +933,79 @@ mod tests {
             let hit = Store::new(dir.path()).entry(&test, &provider).unwrap().next(&key, false).unwrap().hit;
             proptest::prop_assert_eq!(&hit.unwrap().body[..], &answer[..]);
         }
+    }
+
+    /// A folder another process holds delays that folder's recordings alone, then fails
+    /// naming it; the entry stays usable meanwhile and after.
+    #[test]
+    fn a_held_folder_lock_times_out_naming_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path()).with_lock_timeout(Duration::from_millis(200));
+        let (test, provider) = (
+            TestId::new("t$locked"),
+            ProviderName::new("openai").unwrap(),
+        );
+        let entry = store.entry(&test, &provider).unwrap();
+        let folder = entry.path.parent().unwrap().to_path_buf();
+        std::fs::create_dir_all(&folder).unwrap();
+        let held = lock_file(&folder).unwrap();
+        held.lock().unwrap();
+        let x = interaction("held", "{}");
+        let key = x.key.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = entry.clone();
+        let handle = std::thread::spawn(move || tx.send(writer.record(0, x)).unwrap());
+        // While the write waits for the lock, the same entry still answers lookups.
+        assert_eq!(entry.next(&key, false).unwrap().ordinal, 0);
+        let err = rx.recv().unwrap().unwrap_err().to_string();
+        handle.join().unwrap();
+        assert!(
+            err.contains(&folder.display().to_string()) && err.contains("lock"),
+            "{err}"
+        );
+        held.unlock().unwrap();
+        entry.record(0, interaction("held", "{}")).unwrap();
+    }
+
+    /// A cassette folder that is a link out of the cassette dir is refused, and nothing is
+    /// written where it points.
+    #[cfg(unix)]
+    #[test]
+    fn writes_never_leave_the_cassette_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("c"));
+        let (test, provider) = (
+            TestId::new("t$linked"),
+            ProviderName::new("openai").unwrap(),
+        );
+        let entry = store.entry(&test, &provider).unwrap();
+        std::fs::create_dir_all(dir.path().join("c")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), entry.path.parent().unwrap()).unwrap();
+        let err = entry.record(0, interaction("x", "{}")).unwrap_err();
+        assert!(matches!(err, Error::Outside { .. }), "{err}");
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    /// New cassettes are 0666 less the umask, not 0600; a re-record keeps the file's mode.
+    #[cfg(unix)]
+    #[test]
+    fn file_modes_are_ordinary_and_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let (test, provider) = (TestId::new("t$modes"), ProviderName::new("openai").unwrap());
+        let entry = store.entry(&test, &provider).unwrap();
+        entry.record(0, interaction("a", "{}")).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // The umask of this process, read without changing it: a file made with 0666.
+        let probe = dir.path().join("probe");
+        std::fs::write(&probe, b"").unwrap();
+        assert_eq!(mode(&entry.path), mode(&probe));
+        assert_ne!(mode(&entry.path), 0o600);
+        std::fs::set_permissions(&entry.path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        entry.record(1, interaction("b", "{}")).unwrap();
+        assert_eq!(mode(&entry.path), 0o640, "a re-record keeps the mode");
     }
 
     #[test]

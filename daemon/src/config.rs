@@ -10,6 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The file name looked for at the workspace root.
 pub const CONFIG_FILE: &str = "llmreplay.toml";
@@ -83,6 +84,99 @@ struct FileConfig {
     matching: MatchSection,
     #[serde(default)]
     redact: RedactSection,
+    #[serde(default)]
+    upstream: UpstreamSection,
+    #[serde(default)]
+    limits: LimitsSection,
+}
+
+/// `[upstream]`: how long to wait for a provider.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpstreamSection {
+    connect_timeout_s: Option<f64>,
+    idle_timeout_s: Option<f64>,
+}
+
+/// `[limits]`: what the daemon accepts from clients and waits for.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsSection {
+    body_mib: Option<f64>,
+    header_read_timeout_s: Option<f64>,
+    lock_timeout_s: Option<f64>,
+}
+
+/// Timeouts and sizes, each with SPEC's default and a key in `llmreplay.toml`.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// `[upstream] connect_timeout_s`: a provider that does not accept the connection.
+    pub connect_timeout: Duration,
+    /// `[upstream] idle_timeout_s`: a provider that sends no byte for this long.
+    pub idle_timeout: Duration,
+    /// `[limits] body_mib`: larger request bodies get 413.
+    pub body_bytes: u64,
+    /// `[limits] header_read_timeout_s`: a client that has not sent a whole request head this
+    /// long after connecting, or after its last answer on a kept-alive connection, is dropped.
+    pub header_read_timeout: Duration,
+    /// `[limits] lock_timeout_s`: how long a recording waits for a folder another process holds.
+    pub lock_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connect_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(300),
+            body_bytes: 100 << 20,
+            header_read_timeout: Duration::from_secs(60),
+            lock_timeout: cassettes::DEFAULT_LOCK_TIMEOUT,
+        }
+    }
+}
+
+impl Limits {
+    fn read(upstream: &UpstreamSection, limits: &LimitsSection) -> Result<Limits, ConfigError> {
+        let d = Limits::default();
+        let seconds = |v: Option<f64>, name: &str, default: Duration| match v {
+            None => Ok(default),
+            Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+            Some(s) => Err(ConfigError::Invalid(format!(
+                "{name} = {s}: give a number of seconds above 0"
+            ))),
+        };
+        Ok(Limits {
+            connect_timeout: seconds(
+                upstream.connect_timeout_s,
+                "[upstream] connect_timeout_s",
+                d.connect_timeout,
+            )?,
+            idle_timeout: seconds(
+                upstream.idle_timeout_s,
+                "[upstream] idle_timeout_s",
+                d.idle_timeout,
+            )?,
+            header_read_timeout: seconds(
+                limits.header_read_timeout_s,
+                "[limits] header_read_timeout_s",
+                d.header_read_timeout,
+            )?,
+            lock_timeout: seconds(
+                limits.lock_timeout_s,
+                "[limits] lock_timeout_s",
+                d.lock_timeout,
+            )?,
+            body_bytes: match limits.body_mib {
+                None => d.body_bytes,
+                Some(m) if m > 0.0 && m.is_finite() => (m * (1u64 << 20) as f64) as u64,
+                Some(m) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "[limits] body_mib = {m}: give a size in MiB above 0"
+                    )))
+                }
+            },
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,6 +225,7 @@ pub struct Settings {
     pub realtime: bool,
     /// Replay the last recording of a key to requests beyond its recordings, instead of missing.
     pub allow_repeats: bool,
+    pub limits: Limits,
 }
 
 impl Settings {
@@ -268,6 +363,7 @@ impl Settings {
                 .collect(),
             realtime: overrides.realtime,
             allow_repeats: overrides.allow_repeats,
+            limits: Limits::read(&file.upstream, &file.limits)?,
         })
     }
 }

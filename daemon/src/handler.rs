@@ -29,6 +29,14 @@ pub type Body = UnsyncBoxBody<Bytes, io::Error>;
 const PROMPT_PREVIEW: usize = 200;
 
 pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    if let Some(port) = state.loopback_port {
+        if !loopback_host(req.headers().get(http::header::HOST), port) {
+            return text(
+                StatusCode::FORBIDDEN,
+                format!("cargo-llmreplay: the Host header must name this daemon (127.0.0.1:{port}, localhost:{port} or [::1]:{port}); a web page reaching it through another name is refused. To serve other hosts, bind one with --addr"),
+            );
+        }
+    }
     if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
         let rest = rest.to_string();
         return control(&state, &rest, req).await;
@@ -46,11 +54,32 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
     };
     let route = match route::resolve(req.uri().path(), test_header, &state.settings.providers) {
         Ok(route) => route,
-        Err(message) => return text(StatusCode::NOT_FOUND, message),
+        Err(e) => return text(e.status(), e.message()),
     };
+    let kind = route.provider.kind;
+    let limit = state.settings.limits.body_bytes;
+    let too_large = || {
+        provider_error(
+            kind,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "llmreplay_body_too_large",
+            &format!("cargo-llmreplay: the request body is over the limit of {limit} bytes; raise [limits] body_mib in llmreplay.toml if this is meant"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return too_large();
+    }
     let (parts, body) = req.into_parts();
-    let body = match body.collect().await {
+    let body = match http_body_util::Limited::new(body, limit as usize)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
         Err(e) => {
             return text(
                 StatusCode::BAD_REQUEST,
@@ -58,7 +87,6 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
             )
         }
     };
-    let kind = route.provider.kind;
     let content_type = parts
         .headers
         .get(CONTENT_TYPE)
@@ -267,9 +295,29 @@ async fn proxy(
         }
     };
     let started = Instant::now();
-    let answer = match state.client.request(upstream).await {
-        Ok(answer) => answer,
-        Err(e) => {
+    let idle = state.settings.limits.idle_timeout;
+    let answer = match tokio::time::timeout(idle, state.client.request(upstream)).await {
+        Ok(Ok(answer)) => answer,
+        Err(_) => {
+            let message = format!(
+                "cargo-llmreplay: the {} upstream at {root} sent nothing for {}s; nothing was saved. Raise [upstream] idle_timeout_s in llmreplay.toml if it is this slow",
+                route.provider.name,
+                idle.as_secs_f64()
+            );
+            state.journal.log(
+                recording.call,
+                Outcome::Error,
+                504,
+                Some(Detail::message(message.clone())),
+            );
+            return provider_error(
+                kind,
+                StatusCode::GATEWAY_TIMEOUT,
+                "llmreplay_upstream_timeout",
+                &message,
+            );
+        }
+        Ok(Err(e)) => {
             let message = format!(
                 "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
                 route.provider.name, root, route.provider.name, route.provider.name
@@ -295,11 +343,25 @@ async fn proxy(
             response = response.header(name, value);
         }
     }
-    // Rate limits and server errors reach the client but are never saved.
-    if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
-        state
-            .journal
-            .log(recording.call, Outcome::Passthrough, status.as_u16(), None);
+    // Rate limits, server errors and refused keys reach the client but are never saved: a
+    // wrong key must not be replayed forever.
+    let refused = matches!(status.as_u16(), 401 | 403 | 407);
+    if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() || refused {
+        let detail = (save && refused).then(|| {
+            let vars = route.provider.key_vars().join(" or ");
+            let message = format!(
+                "cargo-llmreplay: the {} upstream answered {status} for {} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407)",
+                route.provider.name, parts.method, route.upstream_path
+            );
+            tracing::warn!("{message}");
+            Detail::message(message)
+        });
+        state.journal.log(
+            recording.call,
+            Outcome::Passthrough,
+            status.as_u16(),
+            detail,
+        );
         return response
             .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
             .expect("headers copied from a valid response");
@@ -340,6 +402,34 @@ fn upstream_failed(
         Some(Detail::message(message.clone())),
     );
     provider_error(kind, StatusCode::BAD_GATEWAY, code, &message)
+}
+
+/// Whether a `Host` header names this daemon on loopback: `127.0.0.1`, `localhost` or `[::1]`,
+/// with its port (or none, as a client on port 80 would send).
+fn loopback_host(host: Option<&http::HeaderValue>, port: u16) -> bool {
+    let Some(value) = host else {
+        // HTTP/1.0 clients may send none; a browser always does.
+        return true;
+    };
+    let Ok(host) = value.to_str() else {
+        return false;
+    };
+    let (name, given) = match host.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) => (format!("[{addr}]"), rest.strip_prefix(':')),
+            None => return false,
+        },
+        None => match host.split_once(':') {
+            Some((name, p)) => (name.to_string(), Some(p)),
+            None => (host.to_string(), None),
+        },
+    };
+    let port_ok = given.is_none_or(|p| p.parse::<u16>() == Ok(port));
+    port_ok
+        && matches!(
+            name.to_ascii_lowercase().as_str(),
+            "127.0.0.1" | "localhost" | "[::1]"
+        )
 }
 
 /// The response headers a cassette keeps: no secrets, cookies, account ids or transfer details.
@@ -430,8 +520,16 @@ impl Capture {
             headers_at,
         } = self;
         let mut frames: Vec<(Bytes, u64)> = Vec::new();
+        let idle = state.settings.limits.idle_timeout;
         loop {
-            match body.frame().await {
+            let next = match tokio::time::timeout(idle, body.frame()).await {
+                Ok(next) => next.map(|r| r.map_err(io::Error::other)),
+                Err(_) => Some(Err(io::Error::other(format!(
+                    "no byte for {}s ([upstream] idle_timeout_s)",
+                    idle.as_secs_f64()
+                )))),
+            };
+            match next {
                 Some(Ok(frame)) => {
                     let Ok(data) = frame.into_data() else {
                         continue;
@@ -584,4 +682,35 @@ fn provider_error(kind: Kind, status: StatusCode, code: &str, message: &str) -> 
             serde_json::to_vec(&body).expect("JSON serialises").into(),
         ))
         .expect("static headers")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::loopback_host;
+    use http::HeaderValue;
+
+    #[test]
+    fn only_loopback_names_of_this_port_pass() {
+        let ok = |h: &str| loopback_host(Some(&HeaderValue::from_str(h).unwrap()), 4090);
+        for good in [
+            "127.0.0.1:4090",
+            "localhost:4090",
+            "LOCALHOST:4090",
+            "[::1]:4090",
+            "localhost",
+        ] {
+            assert!(ok(good), "{good}");
+        }
+        for bad in [
+            "evil.example:4090",
+            "127.0.0.1:4091",
+            "attacker.localhost.evil:4090",
+            "[::1]:80",
+            "127.0.0.2:4090",
+            "localhost:x",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+        assert!(loopback_host(None, 4090), "HTTP/1.0 without Host");
+    }
 }

@@ -8,8 +8,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Hits kept one by one; past this they are only counted, so a long-running daemon (or a load
-/// test) does not grow without bound. Misses, recordings and errors are always kept.
+/// test) does not grow without bound.
 pub const MAX_KEPT_HITS: usize = 100_000;
+
+/// Misses, recordings and errors kept one by one, with their details; past this they are only
+/// counted (and their tests noted), so memory stays bounded for every outcome. The report lists
+/// the first ones and counts all.
+pub const MAX_KEPT_OTHERS: usize = 10_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -99,6 +104,15 @@ pub struct Journal {
     listed: Mutex<std::collections::BTreeSet<String>>,
     kept_hits: AtomicUsize,
     counted_hits: AtomicUsize,
+    kept_others: AtomicUsize,
+    /// What was only counted, past `MAX_KEPT_OTHERS`.
+    overflow: Mutex<Overflow>,
+}
+
+#[derive(Default)]
+struct Overflow {
+    stats: Stats,
+    tests: std::collections::BTreeSet<String>,
 }
 
 /// A request that found no recording.
@@ -114,6 +128,21 @@ pub struct Miss {
     pub ordinal: usize,
     #[serde(flatten)]
     pub detail: Detail,
+}
+
+impl Stats {
+    fn count_of(&mut self, outcome: Outcome) -> &mut usize {
+        match outcome {
+            Outcome::Hit => &mut self.hits,
+            Outcome::Miss => &mut self.misses,
+            Outcome::Recorded => &mut self.recorded,
+            Outcome::Replaced => &mut self.replaced,
+            Outcome::Unchanged => &mut self.unchanged,
+            Outcome::Passthrough => &mut self.passthrough,
+            Outcome::Broken => &mut self.broken,
+            Outcome::Error => &mut self.errors,
+        }
+    }
 }
 
 /// Counts by outcome.
@@ -160,6 +189,17 @@ impl Journal {
             self.counted_hits.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        if record.outcome != Outcome::Hit
+            && self.kept_others.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_OTHERS
+        {
+            let mut overflow = self.overflow.lock().expect("journal lock");
+            overflow.stats.requests += 1;
+            *overflow.stats.count_of(record.outcome) += 1;
+            if !overflow.tests.contains(record.call.entry.test.as_str()) {
+                overflow.tests.insert(record.call.entry.test.to_string());
+            }
+            return;
+        }
         self.records.lock().expect("journal lock").push(record);
     }
 
@@ -172,17 +212,9 @@ impl Journal {
             ..Stats::default()
         };
         for r in records.iter() {
-            *match r.outcome {
-                Outcome::Hit => &mut s.hits,
-                Outcome::Miss => &mut s.misses,
-                Outcome::Recorded => &mut s.recorded,
-                Outcome::Replaced => &mut s.replaced,
-                Outcome::Unchanged => &mut s.unchanged,
-                Outcome::Passthrough => &mut s.passthrough,
-                Outcome::Broken => &mut s.broken,
-                Outcome::Error => &mut s.errors,
-            } += 1;
+            *s.count_of(r.outcome) += 1;
         }
+        s += &self.overflow.lock().expect("journal lock").stats;
         s
     }
 
@@ -237,6 +269,14 @@ impl Journal {
         for r in self.records.lock().expect("journal lock").iter() {
             tests.insert(r.call.entry.test.to_string());
         }
+        tests.extend(
+            self.overflow
+                .lock()
+                .expect("journal lock")
+                .tests
+                .iter()
+                .cloned(),
+        );
         tests
     }
 
@@ -257,5 +297,50 @@ impl Journal {
                 detail: r.detail.as_deref().cloned().unwrap_or_default(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cassettes::{ProviderName, Store, TestId};
+
+    /// 20,000 misses keep at most `MAX_KEPT_OTHERS` records with details, and count them all.
+    #[test]
+    fn memory_is_bounded_for_every_outcome() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let journal = Journal::default();
+        let provider = ProviderName::new("openai").unwrap();
+        for i in 0..20_000 {
+            let entry = store
+                .entry(&TestId::new(format!("t${}", i % 7)), &provider)
+                .unwrap();
+            let call = Call {
+                entry,
+                method: http::Method::POST,
+                path: "/v1/chat/completions".into(),
+                key: cassettes::Key::of(&cassettes::Normalizer::default().request(
+                    "POST",
+                    "/",
+                    None,
+                    None,
+                    b"",
+                    &[],
+                )),
+                ordinal: i,
+            };
+            journal.log(
+                call,
+                Outcome::Miss,
+                404,
+                Some(Detail::message("x".repeat(500))),
+            );
+        }
+        assert_eq!(journal.records.lock().unwrap().len(), MAX_KEPT_OTHERS);
+        let stats = journal.stats();
+        assert_eq!((stats.requests, stats.misses), (20_000, 20_000));
+        assert_eq!(journal.misses().len(), MAX_KEPT_OTHERS);
+        assert_eq!(journal.tests().len(), 7);
     }
 }

@@ -17,7 +17,7 @@ pub use journal::{Journal, Miss, Outcome, Stats};
 use cassettes::Store;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,6 +25,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+
+/// How long the accept loop waits after an error, doubling up to the most.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// How long shutdown waits for requests in flight (a recording stream, say) before it stops.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -42,6 +46,9 @@ pub enum DaemonError {
 
 pub(crate) struct State {
     pub settings: Settings,
+    /// The port a `Host` header must name, when the daemon listens on loopback only: a page
+    /// that reaches it through DNS rebinding names its own host instead.
+    pub loopback_port: Option<u16>,
     pub store: Arc<Store>,
     pub journal: Arc<Journal>,
     pub client: upstream::Client,
@@ -58,9 +65,17 @@ impl Daemon {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| DaemonError::Bind { addr, source })?;
-        let client = upstream::client().map_err(|e| DaemonError::Tls(e.to_string()))?;
+        let client = upstream::client(settings.limits.connect_timeout)
+            .map_err(|e| DaemonError::Tls(e.to_string()))?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| DaemonError::Bind { addr, source })?;
         let state = Arc::new(State {
-            store: Arc::new(Store::new(settings.cassette_dir.clone())),
+            store: Arc::new(
+                Store::new(settings.cassette_dir.clone())
+                    .with_lock_timeout(settings.limits.lock_timeout),
+            ),
+            loopback_port: local.ip().is_loopback().then_some(local.port()),
             settings,
             journal: Arc::default(),
             client,
@@ -88,10 +103,29 @@ impl Daemon {
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Stats {
         let graceful = GracefulShutdown::new();
         tokio::pin!(shutdown);
+        let header_read_timeout = self.state.settings.limits.header_read_timeout;
+        let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {
-                    let Ok((socket, _)) = accepted else { continue };
+                    let socket = match accepted {
+                        Ok((socket, _)) => {
+                            backoff = ACCEPT_BACKOFF_MIN;
+                            socket
+                        }
+                        // Out of file descriptors, say: the same error comes back at once, so
+                        // wait before the next accept instead of spinning, and keep serving
+                        // the connections already open.
+                        Err(e) => {
+                            tracing::warn!("cargo-llmreplay: cannot accept a connection ({e}); retrying in {backoff:?}");
+                            tokio::select! {
+                                _ = tokio::time::sleep(backoff) => {}
+                                _ = &mut shutdown => break,
+                            }
+                            backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                            continue;
+                        }
+                    };
                     // Streams are many small writes: without this they wait on delayed ACKs.
                     let _ = socket.set_nodelay(true);
                     let state = self.state.clone();
@@ -99,7 +133,12 @@ impl Daemon {
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(handler::handle(state, req).await) }
                     });
-                    let conn = http1::Builder::new().serve_connection(TokioIo::new(socket), service);
+                    // The header read timeout also ends idle kept-alive connections: its clock
+                    // starts whenever the connection waits for a request head.
+                    let conn = http1::Builder::new()
+                        .timer(TokioTimer::new())
+                        .header_read_timeout(header_read_timeout)
+                        .serve_connection(TokioIo::new(socket), service);
                     let conn = graceful.watch(conn);
                     tokio::spawn(async move {
                         let _ = conn.await;

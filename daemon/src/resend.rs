@@ -30,7 +30,8 @@ pub struct Resender {
 impl Resender {
     pub fn new(settings: &Settings) -> Result<Self, DaemonError> {
         Ok(Resender {
-            client: upstream::client().map_err(|e| DaemonError::Tls(e.to_string()))?,
+            client: upstream::client(settings.limits.connect_timeout)
+                .map_err(|e| DaemonError::Tls(e.to_string()))?,
             redact: settings.redact_headers.clone(),
         })
     }

@@ -15,16 +15,52 @@ pub struct Route {
     pub upstream_path: String,
 }
 
+/// Why a path routes nowhere; each says what to do.
+#[derive(Debug)]
+pub enum RouteError {
+    /// No provider prefix and no well-known path: 404.
+    NoProvider(String),
+    /// Not a path to send anywhere (dot segments, an undecodable test id): 400.
+    Bad(String),
+}
+
+impl RouteError {
+    pub fn status(&self) -> http::StatusCode {
+        match self {
+            RouteError::NoProvider(_) => http::StatusCode::NOT_FOUND,
+            RouteError::Bad(_) => http::StatusCode::BAD_REQUEST,
+        }
+    }
+
+    pub fn message(self) -> String {
+        match self {
+            RouteError::NoProvider(m) | RouteError::Bad(m) => m,
+        }
+    }
+}
+
 pub fn resolve(
     path: &str,
     test_header: Option<&str>,
     providers: &[Arc<Provider>],
-) -> Result<Route, String> {
+) -> Result<Route, RouteError> {
+    // `..` would climb out of the upstream's prefix; clients that mean it resolve it themselves.
+    let dot = path.split('/').any(|segment| {
+        let decoded = percent_decode_str(segment).decode_utf8_lossy();
+        decoded == "." || decoded == ".."
+    });
+    if dot {
+        return Err(RouteError::Bad(format!(
+            "cargo-llmreplay: the path {path:?} has a '.' or '..' segment; send the path as the provider's API names it"
+        )));
+    }
     let (test, rest) = match path.strip_prefix("/t/") {
         Some(after) => {
             let (encoded, rest) = after.split_at(after.find('/').unwrap_or(after.len()));
             let id = percent_decode_str(encoded).decode_utf8().map_err(|_| {
-                format!("the test id in {path:?} is not UTF-8 once percent-decoded")
+                RouteError::Bad(format!(
+                    "cargo-llmreplay: the test id in {path:?} is not UTF-8 once percent-decoded"
+                ))
             })?;
             (Some(TestId::new(id)), rest)
         }
@@ -59,10 +95,10 @@ pub fn resolve(
         });
     }
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
-    Err(format!(
+    Err(RouteError::NoProvider(format!(
         "cargo-llmreplay: no provider for path {rest:?}. Prefix the path with a provider name ({}), e.g. /openai/v1/chat/completions, or add one under [providers.NAME] in llmreplay.toml",
         names.join(", ")
-    ))
+    )))
 }
 
 #[cfg(test)]
@@ -111,6 +147,15 @@ mod tests {
         );
         assert!(resolve("/t/x/elsewhere", None, &ps)
             .unwrap_err()
+            .message()
             .contains("no provider"));
+        for dots in [
+            "/t/x/openai/v1/../../admin",
+            "/openai/./v1/x",
+            "/t/x/openai/v1/%2e%2E/y",
+        ] {
+            let e = resolve(dots, None, &ps).unwrap_err();
+            assert_eq!(e.status(), 400, "{dots}");
+        }
     }
 }

@@ -9,10 +9,12 @@ use hyper_util::rt::TokioExecutor;
 
 pub type Client = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-pub fn client() -> Result<Client, rustls::Error> {
+/// `connect_timeout` bounds how long a provider may take to accept the connection.
+pub fn client(connect_timeout: std::time::Duration) -> Result<Client, rustls::Error> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
+    http.set_connect_timeout(Some(connect_timeout));
     let https = hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
         .https_or_http()

@@ -227,6 +227,9 @@ async fn answer(
     if prompt.contains("RATE429") {
         return Ok(error_status(429));
     }
+    if prompt.contains("AUTH401") {
+        return Ok(error_status(401));
+    }
     let mut suffix = state.suffix.lock().unwrap().clone();
     for (when, extra) in state.suffix_for.lock().unwrap().iter() {
         if prompt.contains(when.as_str()) {
