@@ -498,3 +498,207 @@ async fn prune_never_removes_outside_the_cassette_dir() {
         "the victim is untouched"
     );
 }
+
+/// Every cassette file below `dir` parses; returns how many there are.
+fn all_parse(dir: &Path) -> usize {
+    let files = cassettes::cassette_files(dir).unwrap();
+    for f in &files {
+        cassettes::read_cassette(f).unwrap_or_else(|e| panic!("{e}"));
+    }
+    files.len()
+}
+
+/// `kill -9` of a recording daemon in the middle of a stream: what was saved before still
+/// parses, nothing half-written is left, and recording again saves what was lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_daemon_killed_mid_stream_loses_only_that_answer() {
+    use futures_util::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let up = format!("openai={}", fake.url());
+    let serve = Serve::recording(dir.path(), &up);
+    let url = format!("{}/openai/v1/chat/completions", serve.for_test("h$killed"));
+    let saved = http().post(&url).json(&chat("kept")).send().await.unwrap();
+    saved.bytes().await.unwrap();
+    let release = std::sync::Arc::new(tokio::sync::Notify::new());
+    *fake.state.hold.lock().unwrap() = Some(release.clone());
+    let streamed = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "cut short"}]});
+    let mut stream = http()
+        .post(&url)
+        .json(&streamed)
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    stream.next().await.unwrap().unwrap();
+    drop(serve); // SIGKILL, with the stream half-way
+    release.notify_one();
+    assert_eq!(all_parse(&dir.path().join("c")), 1);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("c/h--killed"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    let again = Serve::start(
+        dir.path(),
+        &[
+            "--cassette-dir",
+            "c",
+            "--mode",
+            "record-missing",
+            "--upstream",
+            &up,
+        ],
+    );
+    let url = format!("{}/openai/v1/chat/completions", again.for_test("h$killed"));
+    for body in [chat("kept"), streamed] {
+        let r = http().post(&url).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    let stopped = again.stop();
+    assert!(
+        stopped.stderr.contains("1 replayed, 0 missing, 1 recorded"),
+        "{}",
+        stopped.stderr
+    );
+    let file = support::read_json(&dir.path().join("c/h--killed/openai.json"));
+    assert_eq!(file["interactions"].as_array().unwrap().len(), 2);
+}
+
+/// `kill -9` of `cargo llmreplay test` (and its whole process group) in the middle of a
+/// recording run: every cassette parses, and the next run records what was lost.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_run_killed_mid_way_leaves_files_that_parse() {
+    use std::os::unix::process::CommandExt;
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    let state = tempfile::tempdir().unwrap();
+    let ups = [
+        format!("openai={}", fake.url()),
+        format!("anthropic={}", fake.url()),
+    ];
+    let args = [
+        "llmreplay",
+        "test",
+        "--record-missing",
+        "--retries",
+        "1",
+        "--upstream",
+        &ups[0],
+        "--upstream",
+        &ups[1],
+    ];
+    let mut child = sample
+        .command(support::binary())
+        .args(args)
+        .env("SAMPLE_BLOCK", state.path())
+        .env("SAMPLE_STATE_DIR", state.path())
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = state.path().join("started");
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while !started.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended first");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the test never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    child.wait().unwrap();
+    let cassettes = sample.root.join("tests/cassettes");
+    all_parse(&cassettes);
+
+    let run = sample.run(&args[2..], &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        all_parse(&cassettes),
+        5,
+        "every test that calls a provider has its cassette"
+    );
+}
+
+/// An upstream that answers with something that is not HTTP: a 502 in the provider's shape,
+/// nothing saved, and the daemon keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_answers_garbage_gets_a_502() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = format!("openai=http://{}", garbage.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for socket in garbage.incoming() {
+            let mut s = socket.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"\x00\xffNOT HTTP\r\n\r\ngarbage");
+        }
+    });
+    let serve = serve_with(dir.path(), "", "record", &up);
+    let resp = http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("h$garbage")
+        ))
+        .json(&chat("hello?"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["error"]["code"], "llmreplay_upstream_unreachable",
+        "{body}"
+    );
+    assert_eq!(health(&serve).await, 200);
+    serve.stop();
+    assert!(!dir.path().join("c/h--garbage").exists());
+}
+
+/// Two `--record` runs of one suite at once: the folder locks serialise their writes, and every
+/// cassette holds exactly the interactions one run gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_recording_runs_lose_nothing() {
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    let ups = [
+        format!("openai={}", fake.url()),
+        format!("anthropic={}", fake.url()),
+    ];
+    let args = [
+        "--record",
+        "--retries",
+        "1",
+        "--upstream",
+        &ups[0],
+        "--upstream",
+        &ups[1],
+    ];
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| sample.run(&args, &[]));
+        let b = s.spawn(|| sample.run(&args, &[]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(a.code, Some(0), "{}", a.stderr);
+    assert_eq!(b.code, Some(0), "{}", b.stderr);
+    let count = |slug: &str, provider: &str| {
+        let c = cassettes::read_cassette(&sample.cassette(slug, provider)).unwrap();
+        c.interactions.len()
+    };
+    assert_eq!(count("sample--chat--answers_hello", "openai"), 1);
+    assert_eq!(count("sample--chat--answers_twice", "openai"), 2);
+    assert_eq!(count("sample--chat--asks_claude", "anthropic"), 1);
+    assert_eq!(count("sample--chat--retries_once", "openai"), 1);
+    assert_eq!(count("sample--chat--plain_cargo_test", "openai"), 1);
+}

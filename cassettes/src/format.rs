@@ -754,6 +754,60 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Streams of any bytes, cut into frames anywhere, split into events that give back
+        /// every byte, and a cassette of them reads back equal.
+        #[test]
+        fn any_stream_splits_and_round_trips(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            cuts in proptest::collection::vec(0usize..600, 0..6),
+            ndjson in proptest::prelude::any::<bool>(),
+        ) {
+            let format = if ndjson { StreamFormat::Ndjson } else { StreamFormat::Sse };
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(bytes.len())).collect();
+            cuts.sort_unstable();
+            let mut frames = Vec::new();
+            let mut start = 0;
+            for c in cuts.into_iter().chain([bytes.len()]) {
+                frames.push((Bytes::copy_from_slice(&bytes[start..c]), c as u64));
+                start = c;
+            }
+            let r = RecordedResponse::with_stream(200, BTreeMap::new(), format, &frames);
+            proptest::prop_assert_eq!(&r.body_bytes()[..], &bytes[..]);
+            let text = serde_json::to_string_pretty(&r).unwrap();
+            let back: RecordedResponse = serde_json::from_str(&text).unwrap();
+            proptest::prop_assert_eq!(&back.body_bytes()[..], &bytes[..]);
+            proptest::prop_assert_eq!(back, r);
+        }
+
+        /// The loader never panics, whatever it is fed; what it accepts writes back and reads
+        /// back the same.
+        #[test]
+        fn the_loader_takes_any_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400)) {
+            let text = String::from_utf8_lossy(&bytes);
+            if let Ok(c) = Cassette::parse(Path::new("x.json"), &text) {
+                let again = Cassette::parse(Path::new("x.json"), std::str::from_utf8(&c.to_bytes()).unwrap()).unwrap();
+                proptest::prop_assert_eq!(again, c);
+            }
+        }
+
+        /// Text that looks like a cassette, with any bodies in it, loads and round-trips.
+        #[test]
+        fn cassettes_of_any_text_round_trip(
+            body in "\\PC{0,40}",
+            raw in "[a-z:{}\\n \"]{0,40}",
+        ) {
+            let text = format!(
+                r#"{{"llmreplay":1,"test":"t","provider":"p","interactions":[{{"key":"k","request":{{"method":"POST","path":"/","body_text":{}}},"response":{{"status":200,"chunks":[{{"raw":{}}}]}}}}]}}"#,
+                serde_json::to_string(&body).unwrap(),
+                serde_json::to_string(&raw).unwrap()
+            );
+            let c = Cassette::parse(Path::new("x.json"), &text).unwrap();
+            let again = Cassette::parse(Path::new("x.json"), std::str::from_utf8(&c.to_bytes()).unwrap()).unwrap();
+            proptest::prop_assert_eq!(again, c);
+        }
+    }
+
     #[test]
     fn corrupt_cassettes_name_the_line() {
         let e = Cassette::parse(

@@ -158,4 +158,17 @@ mod tests {
             assert_eq!(e.status(), 400, "{dots}");
         }
     }
+
+    proptest::proptest! {
+        /// Any path and test header: a route or an error, never a panic; a route's upstream
+        /// path is a suffix of the path and has no dot segment.
+        #[test]
+        fn any_path_routes_or_errs(path in "/[\\PC/%.]{0,80}", header in proptest::option::of("\\PC{0,20}")) {
+            let ps = providers();
+            if let Ok(r) = resolve(&path, header.as_deref(), &ps) {
+                proptest::prop_assert!(path.ends_with(&r.upstream_path) || r.upstream_path == "/");
+                proptest::prop_assert!(!r.upstream_path.split('/').any(|s| s == ".."));
+            }
+        }
+    }
 }
