@@ -702,3 +702,49 @@ async fn two_concurrent_recording_runs_lose_nothing() {
     assert_eq!(count("sample--chat--retries_once", "openai"), 1);
     assert_eq!(count("sample--chat--plain_cargo_test", "openai"), 1);
 }
+
+/// A provider that never accepts the connection (its backlog full) gets a 504 after
+/// `[upstream] connect_timeout_s`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_does_not_accept_gets_a_504() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = socket.local_addr().unwrap();
+    let listener = socket.listen(1).unwrap();
+    // Never accepted: these fill the backlog, and the kernel drops later connection attempts.
+    let fill: Vec<_> = (0..8)
+        .filter_map(|_| {
+            let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200));
+            s.ok()
+        })
+        .collect();
+    assert!(!fill.is_empty());
+    let up = format!("openai=http://{addr}");
+    let serve = serve_with(
+        dir.path(),
+        "[upstream]\nconnect_timeout_s = 0.5\n",
+        "record",
+        &up,
+    );
+    let resp = http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("h$backlog")
+        ))
+        .json(&chat("knock knock"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 504);
+    let body: Value = resp.json().await.unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("connect_timeout_s"),
+        "{body}"
+    );
+    serve.stop();
+    drop(listener);
+}

@@ -264,6 +264,21 @@ impl Entry {
     /// Takes the next ordinal for `key` and returns the recording it maps to, if any. With
     /// `repeat_last`, a request beyond the recordings gets the last one (vcrpy's playback repeats).
     pub fn next(&self, key: &Key, repeat_last: bool) -> Result<Lookup, Error> {
+        self.lookup(key, repeat_last, true)
+    }
+
+    /// As [`Entry::next`], for replay: a key with no recording gets ordinal 0 and no cursor, so
+    /// a stream of requests that miss (every one a new key) takes no memory.
+    pub fn next_recorded(&self, key: &Key, repeat_last: bool) -> Result<Lookup, Error> {
+        self.lookup(key, repeat_last, false)
+    }
+
+    fn lookup(
+        &self,
+        key: &Key,
+        repeat_last: bool,
+        count_unrecorded: bool,
+    ) -> Result<Lookup, Error> {
         let mut state = self.state.lock().expect("entry lock");
         let state = &mut *state;
         let loaded = self.ensure_loaded(&mut state.loaded)?;
@@ -273,10 +288,11 @@ impl Entry {
                 *cursor += 1;
                 *cursor - 1
             }
-            None => {
+            None if count_unrecorded || loaded.index.contains_key(key) => {
                 state.cursors.insert(key.clone(), 1);
                 0
             }
+            None => 0,
         };
         let position = loaded.index.get(key).and_then(|positions| {
             let n = if repeat_last {
@@ -1006,6 +1022,31 @@ mod tests {
         std::fs::set_permissions(&entry.path, std::fs::Permissions::from_mode(0o640)).unwrap();
         entry.record(1, interaction("b", "{}")).unwrap();
         assert_eq!(mode(&entry.path), 0o640, "a re-record keeps the mode");
+    }
+
+    /// Replay keeps no cursor for a key that has no recording: misses take no memory.
+    #[test]
+    fn misses_in_replay_take_no_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let entry = store
+            .entry(
+                &TestId::new("t$miss"),
+                &ProviderName::new("openai").unwrap(),
+            )
+            .unwrap();
+        for i in 0..1000 {
+            let x = interaction(&format!("never {i}"), "{}");
+            assert!(entry.next_recorded(&x.key, false).unwrap().hit.is_none());
+        }
+        assert!(entry.state.lock().unwrap().cursors.is_empty());
+        let x = interaction("never 1", "{}");
+        assert_eq!(entry.next(&x.key, false).unwrap().ordinal, 0);
+        assert_eq!(
+            entry.next(&x.key, false).unwrap().ordinal,
+            1,
+            "record modes count"
+        );
     }
 
     #[test]

@@ -122,7 +122,12 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         let recording = Recording { call, request };
         return proxy(&state, &parts, &route, body, recording, false).await;
     }
-    let lookup = match call.entry.next(&call.key, state.settings.allow_repeats) {
+    let repeat = state.settings.allow_repeats;
+    let lookup = match state.settings.mode {
+        Mode::Replay => call.entry.next_recorded(&call.key, repeat),
+        _ => call.entry.next(&call.key, repeat),
+    };
+    let lookup = match lookup {
         Ok(lookup) => lookup,
         Err(e) => {
             let message = e.to_string();
@@ -269,6 +274,7 @@ async fn proxy(
                 state,
                 recording.call,
                 kind,
+                StatusCode::BAD_GATEWAY,
                 "llmreplay_no_upstream",
                 message,
             )
@@ -317,6 +323,21 @@ async fn proxy(
                 &message,
             );
         }
+        Ok(Err(e)) if timed_out(&e) => {
+            let message = format!(
+                "cargo-llmreplay: the {} upstream at {root} did not accept a connection within {}s; nothing was saved. Raise [upstream] connect_timeout_s in llmreplay.toml, or check the upstream",
+                route.provider.name,
+                state.settings.limits.connect_timeout.as_secs_f64()
+            );
+            return upstream_failed(
+                state,
+                recording.call,
+                kind,
+                StatusCode::GATEWAY_TIMEOUT,
+                "llmreplay_upstream_timeout",
+                message,
+            );
+        }
         Ok(Err(e)) => {
             let message = format!(
                 "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
@@ -326,6 +347,7 @@ async fn proxy(
                 state,
                 recording.call,
                 kind,
+                StatusCode::BAD_GATEWAY,
                 "llmreplay_upstream_unreachable",
                 message,
             );
@@ -386,22 +408,38 @@ async fn proxy(
         .expect("headers copied from a valid response")
 }
 
-/// A request that could not be sent upstream: journalled as an error, answered 502 in the
-/// provider's shape.
+/// A request that got no answer from upstream: journalled as an error, answered with `status`
+/// in the provider's shape.
 fn upstream_failed(
     state: &State,
     call: Call,
     kind: Kind,
+    status: StatusCode,
     code: &str,
     message: String,
 ) -> Response<Body> {
     state.journal.log(
         call,
         Outcome::Error,
-        502,
+        status.as_u16(),
         Some(Detail::message(message.clone())),
     );
-    provider_error(kind, StatusCode::BAD_GATEWAY, code, &message)
+    provider_error(kind, status, code, &message)
+}
+
+/// Whether a client error comes from a timeout somewhere in its chain (the connect timeout).
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        next = err.source();
+    }
+    false
 }
 
 /// Whether a `Host` header names this daemon on loopback: `127.0.0.1`, `localhost` or `[::1]`,
