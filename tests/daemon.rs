@@ -510,14 +510,7 @@ async fn a_miss_names_the_test_the_differing_field_and_the_command() {
         before,
         "replay mode never goes upstream"
     );
-    let journal: Value = init()
-        .get(format!("{}/__llmreplay/journal", replay.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let journal = replay.journal().await;
     assert_eq!(journal[0]["outcome"], "miss");
     assert_eq!(journal[0]["closest"], json!(["/body/temperature"]));
     let stopped = replay.stop();

@@ -55,6 +55,19 @@ fn raw(addr: &str, request: &[u8]) -> (Option<u16>, String) {
     (status, text)
 }
 
+/// A chat request of `prompt` from the test `test`, through the daemon.
+async fn ask(serve: &Serve, test: &str, prompt: &str) -> reqwest::Response {
+    http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test(test)
+        ))
+        .json(&chat(prompt))
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn health(serve: &Serve) -> u16 {
     http()
         .get(format!("{}/__llmreplay/health", serve.base))
@@ -119,14 +132,7 @@ async fn a_held_folder_lock_delays_that_test_alone() {
             "an answer that could not be saved fails the read"
         );
     }
-    let journal: Value = http()
-        .get(format!("{}/__llmreplay/journal", serve.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let journal = serve.journal().await;
     let errors: Vec<&Value> = journal
         .as_array()
         .unwrap()
@@ -171,15 +177,7 @@ async fn an_upstream_that_hangs_gets_a_504_and_nothing_is_saved() {
         "record",
         &up,
     );
-    let resp = http()
-        .post(format!(
-            "{}/openai/v1/chat/completions",
-            serve.for_test("h$hang")
-        ))
-        .json(&chat("anyone?"))
-        .send()
-        .await
-        .unwrap();
+    let resp = ask(&serve, "h$hang", "anyone?").await;
     assert_eq!(resp.status(), 504);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(
@@ -202,15 +200,7 @@ async fn a_refused_key_is_passed_on_not_saved_and_explained() {
     let fake = FakeProvider::start().await;
     let up = format!("openai={}", fake.url());
     let serve = serve_with(dir.path(), "", "record", &up);
-    let resp = http()
-        .post(format!(
-            "{}/openai/v1/chat/completions",
-            serve.for_test("h$key")
-        ))
-        .json(&chat("AUTH401 please"))
-        .send()
-        .await
-        .unwrap();
+    let resp = ask(&serve, "h$key", "AUTH401 please").await;
     assert_eq!(resp.status(), 401);
     let stopped = serve.stop();
     assert!(!dir.path().join("c/h--key").exists(), "a 401 is not saved");
@@ -646,15 +636,7 @@ async fn an_upstream_that_answers_garbage_gets_a_502() {
         }
     });
     let serve = serve_with(dir.path(), "", "record", &up);
-    let resp = http()
-        .post(format!(
-            "{}/openai/v1/chat/completions",
-            serve.for_test("h$garbage")
-        ))
-        .json(&chat("hello?"))
-        .send()
-        .await
-        .unwrap();
+    let resp = ask(&serve, "h$garbage", "hello?").await;
     assert_eq!(resp.status(), 502);
     let body: Value = resp.json().await.unwrap();
     assert_eq!(
@@ -727,15 +709,7 @@ async fn an_upstream_that_does_not_accept_gets_a_504() {
         "record",
         &up,
     );
-    let resp = http()
-        .post(format!(
-            "{}/openai/v1/chat/completions",
-            serve.for_test("h$backlog")
-        ))
-        .json(&chat("knock knock"))
-        .send()
-        .await
-        .unwrap();
+    let resp = ask(&serve, "h$backlog", "knock knock").await;
     assert_eq!(resp.status(), 504);
     let body: Value = resp.json().await.unwrap();
     assert!(

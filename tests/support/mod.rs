@@ -681,6 +681,18 @@ impl Serve {
         }
     }
 
+    /// What the daemon answered so far (`GET /__llmreplay/journal`).
+    pub async fn journal(&self) -> Value {
+        http()
+            .get(format!("{}/__llmreplay/journal", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
     /// The per-test base URL the runner injects, built by the runner's own code.
     pub fn for_test(&self, test_id: &str) -> String {
         runner_plugin::test_base_url(&self.base, test_id)
