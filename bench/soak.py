@@ -194,7 +194,7 @@ def main():
 
         # Warm: cassettes loaded, and the journal at its bounds (it keeps the first 100,000 hits
         # and 10,000 other outcomes one by one, then counts).
-        time.sleep(max(10, a.seconds / 10))
+        time.sleep(max(10, a.seconds / 5))
         rss_start = {"R": rss_kb(r.pid), "M": rss_kb(m.pid)}
         latencies = {"R": [], "M": []}
         series = {"R": [], "M": []}
