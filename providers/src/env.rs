@@ -212,9 +212,12 @@ pub fn upstream_from(
             continue;
         };
         let mut url = value.trim().trim_end_matches('/').to_string();
-        // OLLAMA_HOST is often `host:port` alone.
+        // OLLAMA_HOST is often `host:port` alone, or a bare host that means Ollama's own port.
         if !url.contains("://") {
             url = format!("http://{url}");
+        }
+        if kind == Kind::Ollama && !has_port(&url) {
+            url.push_str(":11434");
         }
         if let Some(stripped) = url.strip_suffix(v.suffix).filter(|_| !v.suffix.is_empty()) {
             url = stripped.to_string();
@@ -222,6 +225,20 @@ pub fn upstream_from(
         return Some((url, v.name));
     }
     None
+}
+
+/// Whether `scheme://host[:port][/path]` names a port.
+fn has_port(url: &str) -> bool {
+    let authority = url.split("://").nth(1).unwrap_or(url);
+    let host = authority.split('/').next().unwrap_or(authority);
+    match host.rsplit_once(':') {
+        Some((h, p)) => {
+            !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && (!h.contains('[') || h.ends_with(']'))
+        }
+        None => false,
+    }
 }
 
 #[cfg(test)]
@@ -280,6 +297,10 @@ mod tests {
         assert_eq!(
             upstream_from(Kind::Ollama, env(&[("OLLAMA_HOST", "10.1.2.3:11434")])),
             Some(("http://10.1.2.3:11434".into(), "OLLAMA_HOST"))
+        );
+        assert_eq!(
+            upstream_from(Kind::Ollama, env(&[("OLLAMA_HOST", "0.0.0.0")])),
+            Some(("http://0.0.0.0:11434".into(), "OLLAMA_HOST"))
         );
         assert_eq!(upstream_from(Kind::Anthropic, env(&[])), None);
         assert_eq!(
