@@ -57,35 +57,9 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         Err(e) => return text(e.status(), e.message()),
     };
     let kind = route.provider.kind;
-    let limit = state.settings.limits.body_bytes;
-    let too_large = || {
-        provider_error(
-            kind,
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "llmreplay_body_too_large",
-            &format!("cargo-llmreplay: the request body is over the limit of {limit} bytes; raise [limits] body_mib in llmreplay.toml if this is meant"),
-        )
-    };
-    let declared = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return too_large();
-    }
-    let (parts, body) = req.into_parts();
-    let body = match http_body_util::Limited::new(body, limit as usize)
-        .collect()
-        .await
-    {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
-        Err(e) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("cargo-llmreplay: could not read the request body: {e}"),
-            )
-        }
+    let (parts, body) = match read_body(req, kind, state.settings.limits.body_bytes).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
     };
     let content_type = parts
         .headers
@@ -151,6 +125,42 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
             let recording = Recording { call, request };
             proxy(&state, &parts, &route, body, recording, true).await
         }
+    }
+}
+
+/// The request's head and whole body, or the answer that refuses it: 413 in the provider's
+/// shape past `limit` bytes (said by `content-length`, or counted as the body arrives).
+async fn read_body(
+    req: Request<Incoming>,
+    kind: Kind,
+    limit: u64,
+) -> Result<(http::request::Parts, Bytes), Response<Body>> {
+    let too_large = || {
+        provider_error(
+            kind,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "llmreplay_body_too_large",
+            &format!("cargo-llmreplay: the request body is over the limit of {limit} bytes; raise [limits] body_mib in llmreplay.toml if this is meant"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let (parts, body) = req.into_parts();
+    match http_body_util::Limited::new(body, limit as usize)
+        .collect()
+        .await
+    {
+        Ok(b) => Ok((parts, b.to_bytes())),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(text(
+            StatusCode::BAD_REQUEST,
+            format!("cargo-llmreplay: could not read the request body: {e}"),
+        )),
     }
 }
 
