@@ -6,7 +6,7 @@ use cassettes::git::{changes_against_head, Change, ChangeKind};
 use cassettes::{Slug, Store, TestId};
 use daemon::{Journal, Miss, Mode, Stats};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -163,6 +163,9 @@ pub struct Report {
     pub counts: Stats,
     pub missing: Vec<Missing>,
     pub unused: Vec<Unused>,
+    /// Requests a fault answered, per test that asked for faults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub faults: BTreeMap<String, usize>,
     pub changed: Vec<Change>,
     /// False when the cassettes are not in a git repository (so `changed` says nothing).
     pub git: bool,
@@ -237,6 +240,7 @@ impl Report {
             counts: inputs.stats,
             missing,
             unused,
+            faults: inputs.journal.faults(),
             git: changes.is_some(),
             changed: changes.unwrap_or_default(),
             suite,
@@ -282,6 +286,9 @@ impl Report {
             out.counts += &r.counts;
             out.missing.extend(r.missing);
             out.unused.extend(r.unused);
+            for (test, n) in r.faults {
+                *out.faults.entry(test).or_default() += n;
+            }
             for c in r.changed {
                 if !out.changed.iter().any(|o| o.path == c.path) {
                     out.changed.push(c);
@@ -345,6 +352,15 @@ impl Report {
             paint("1", "cargo-llmreplay:"),
             c.requests, c.hits, c.misses, c.recorded, c.replaced, c.unchanged, c.passthrough
         );
+        if !self.faults.is_empty() {
+            out.push_str(&format!(
+                "answered by faults the tests asked for ({}):\n",
+                c.faults
+            ));
+            for (test, n) in &self.faults {
+                out.push_str(&format!("  {test}  {n}\n"));
+            }
+        }
         if !self.missing.is_empty() {
             out.push_str(&paint(
                 "1;31",

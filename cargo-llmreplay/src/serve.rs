@@ -87,7 +87,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
         }
         let stats = daemon.run(shutdown_signal()).await;
         eprintln!(
-            "cargo-llmreplay: {} requests: {} replayed, {} missing, {} recorded, {} re-recorded, {} unchanged, {} passed through{}{}",
+            "cargo-llmreplay: {} requests: {} replayed, {} missing, {} recorded, {} re-recorded, {} unchanged, {} passed through{}{}{}",
             stats.requests,
             stats.hits,
             stats.misses,
@@ -97,6 +97,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
             stats.passthrough,
             if stats.broken > 0 { format!(", {} broken streams", stats.broken) } else { String::new() },
             if stats.errors > 0 { format!(", {} errors", stats.errors) } else { String::new() },
+            if stats.faults > 0 { format!(", {} answered by faults", stats.faults) } else { String::new() },
         );
         for miss in journal.misses() {
             let prompt = miss.detail.prompt.map(|p| format!(" {p:?}")).unwrap_or_default();

@@ -267,6 +267,23 @@ impl Entry {
         self.lookup(key, repeat_last, true)
     }
 
+    /// The recording the next request with `key` would get, without taking it: a faulted
+    /// request must not move the sequence.
+    pub fn peek(&self, key: &Key, repeat_last: bool) -> Result<Option<Arc<Prepared>>, Error> {
+        let mut state = self.state.lock().expect("entry lock");
+        let state = &mut *state;
+        let loaded = self.ensure_loaded(&mut state.loaded)?;
+        let ordinal = state.cursors.get(key).copied().unwrap_or(0);
+        Ok(loaded.index.get(key).and_then(|positions| {
+            let n = if repeat_last {
+                ordinal.min(positions.len() - 1)
+            } else {
+                ordinal
+            };
+            positions.get(n).map(|i| loaded.prepared[*i].clone())
+        }))
+    }
+
     /// As [`Entry::next`], for replay: a key with no recording gets ordinal 0 and no cursor, so
     /// a stream of requests that miss (every one a new key) takes no memory.
     pub fn next_recorded(&self, key: &Key, repeat_last: bool) -> Result<Lookup, Error> {

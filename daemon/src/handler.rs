@@ -3,6 +3,7 @@
 //! proxied call whose answer is forwarded as it arrives and recorded when it ends.
 
 use crate::config::Mode;
+use crate::faults::{FaultKind, FaultSpec};
 use crate::journal::{Call, Detail, Outcome};
 use crate::provider::{Kind, NOT_FORWARDED, NOT_RECORDED};
 use crate::route::{self, Route};
@@ -36,6 +37,10 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
                 format!("cargo-llmreplay: the Host header must name this daemon (127.0.0.1:{port}, localhost:{port} or [::1]:{port}); a web page reaching it through another name is refused. To serve other hosts, bind one with --addr"),
             );
         }
+    }
+    if let Some(prefix) = req.uri().path().strip_suffix("/__llmreplay/faults") {
+        let prefix = prefix.to_string();
+        return faults_route(&state, &prefix, req).await;
     }
     if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
         let rest = rest.to_string();
@@ -92,6 +97,15 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         key,
         ordinal: 0,
     };
+    // With no fault registered this is one atomic load.
+    match state.faults.take(&route.test, &route.provider.name) {
+        None => {}
+        Some(FaultKind::Delay { ms }) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        Some(fault) => {
+            let recorded = call.entry.peek(&call.key, state.settings.allow_repeats);
+            return answer_fault(&state, call, kind, fault, recorded.ok().flatten());
+        }
+    }
     if state.settings.mode == Mode::Passthrough {
         let recording = Recording { call, request };
         return proxy(&state, &parts, &route, body, recording, false).await;
@@ -125,6 +139,194 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
             let recording = Recording { call, request };
             proxy(&state, &parts, &route, body, recording, true).await
         }
+    }
+}
+
+/// Answers a request with the fault it drew, from the recording it would have got (if any),
+/// without moving the sequence, forwarding or saving anything.
+fn answer_fault(
+    state: &State,
+    call: Call,
+    kind: Kind,
+    fault: FaultKind,
+    recorded: Option<Arc<Prepared>>,
+) -> Response<Body> {
+    let response = match fault {
+        FaultKind::Status {
+            status,
+            headers,
+            body,
+        } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let body = body.unwrap_or_else(|| {
+                kind.family().error_body(
+                    status.as_u16(),
+                    "llmreplay_fault",
+                    &format!("cargo-llmreplay: a fault this test asked for ({})", status),
+                )
+            });
+            let bytes = match body {
+                serde_json::Value::String(s) => s.into_bytes(),
+                other => serde_json::to_vec(&other).expect("JSON serialises"),
+            };
+            let mut b = Response::builder()
+                .status(status)
+                .header(CONTENT_TYPE, "application/json");
+            for (name, value) in &headers {
+                b = b.header(name.as_str(), value.as_str());
+            }
+            b.body(full(bytes.into()))
+        }
+        FaultKind::Disconnect { after_chunks } => {
+            let (head, pieces) = recorded_pieces(recorded.as_deref());
+            let items: Vec<Result<Frame<Bytes>, io::Error>> = pieces
+                .into_iter()
+                .take(after_chunks)
+                .map(|p| Ok(Frame::data(p)))
+                .collect();
+            // An error ends the body without its end: the connection closes mid-answer, as a
+            // real one does. The yield before it lets hyper flush what came first.
+            let sent = !items.is_empty();
+            let cut = futures_util::stream::once(async move {
+                if sent {
+                    tokio::task::yield_now().await;
+                }
+                Err(io::Error::other("a fault this test asked for: disconnect"))
+            });
+            let body = futures_util::StreamExt::chain(futures_util::stream::iter(items), cut);
+            head.body(BodyExt::boxed_unsync(StreamBody::new(body)))
+        }
+        FaultKind::Malformed => {
+            let (head, pieces) = recorded_pieces(recorded.as_deref());
+            let streamed = recorded.as_ref().is_some_and(|p| p.chunks.is_some());
+            let mut bytes: Vec<u8> = Vec::new();
+            if streamed {
+                // The first event as recorded, then one that breaks off mid-JSON.
+                bytes.extend_from_slice(pieces.first().map_or(&b""[..], |p| &p[..]));
+                bytes.extend_from_slice(b"data: {\"choices\": [{\"delta\": \n\n");
+            } else {
+                bytes.extend_from_slice(b"{\"malformed\": ");
+            }
+            head.body(full(bytes.into()))
+        }
+        FaultKind::Delay { .. } => unreachable!("a delay is answered as usual"),
+    };
+    let response = response.unwrap_or_else(|e| {
+        text(
+            StatusCode::BAD_REQUEST,
+            format!("cargo-llmreplay: the fault's headers are not valid: {e}"),
+        )
+    });
+    state
+        .journal
+        .log(call, Outcome::Fault, response.status().as_u16(), None);
+    response
+}
+
+/// The recorded status and headers, and the answer in pieces: its stream chunks, or its body
+/// in 1 KiB slices. With no recording, a 200 of JSON and nothing in it.
+fn recorded_pieces(recorded: Option<&Prepared>) -> (http::response::Builder, Vec<Bytes>) {
+    let Some(p) = recorded else {
+        let head = Response::builder().header(CONTENT_TYPE, "application/json");
+        return (head, Vec::new());
+    };
+    let mut head = Response::builder().status(p.status);
+    for (name, value) in &p.headers {
+        head = head.header(name, value);
+    }
+    let pieces = match &p.chunks {
+        Some(chunks) => chunks.iter().map(|(b, _)| b.clone()).collect(),
+        None => (0..p.body.len())
+            .step_by(1024)
+            .map(|i| p.body.slice(i..(i + 1024).min(p.body.len())))
+            .collect(),
+    };
+    (head, pieces)
+}
+
+/// `POST .../__llmreplay/faults` registers a fault for the test of the base URL (or of
+/// `X-Test-Id`, or `?test=`); `DELETE` clears its faults.
+async fn faults_route(state: &State, prefix: &str, req: Request<Incoming>) -> Response<Body> {
+    let from_path = match prefix.strip_prefix("/t/") {
+        Some(encoded) if !encoded.contains('/') => {
+            match percent_encoding::percent_decode_str(encoded).decode_utf8() {
+                Ok(id) => Some(id.into_owned()),
+                Err(_) => {
+                    return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: the test id in the path is not UTF-8 once percent-decoded".into())
+                }
+            }
+        }
+        _ if prefix.is_empty() => None,
+        _ => {
+            return text(StatusCode::NOT_FOUND, format!("cargo-llmreplay: faults live at <LLMREPLAY_BASE_URL>/__llmreplay/faults, not under {prefix:?}"))
+        }
+    };
+    let test = from_path
+        .or_else(|| {
+            req.uri().query().and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix("test="))
+                    .map(|v| {
+                        percent_encoding::percent_decode_str(v)
+                            .decode_utf8_lossy()
+                            .into_owned()
+                    })
+            })
+        })
+        .or_else(|| {
+            req.headers()
+                .get("x-test-id")
+                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+                .map(str::to_string)
+        });
+    let Some(test) = test else {
+        return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: a fault belongs to a test: post it to <LLMREPLAY_BASE_URL>/__llmreplay/faults (the per-test base URL), or send X-Test-Id".into());
+    };
+    let test = TestId::new(test);
+    match *req.method() {
+        Method::DELETE => {
+            let cleared = state.faults.clear(&test);
+            json(serde_json::json!({ "cleared": cleared }))
+        }
+        Method::POST => {
+            let body = match req.into_body().collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!("cargo-llmreplay: could not read the fault: {e}"),
+                    )
+                }
+            };
+            let spec: FaultSpec = match serde_json::from_slice(&body) {
+                Ok(spec) => spec,
+                Err(e) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: the fault is not valid: {e}. Send JSON such as {{\"status\": 429, \"headers\": {{\"retry-after\": \"1\"}}}}")),
+            };
+            if spec.test.is_some() {
+                return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: \"test\" belongs in [[faults]] of llmreplay.toml; a posted fault is for the test of its URL".into());
+            }
+            let names: Vec<&str> = state
+                .settings
+                .providers
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            match state.faults.add(test, spec, &names) {
+                Ok(id) => {
+                    let mut r = json(serde_json::json!({ "id": id }));
+                    *r.status_mut() = StatusCode::CREATED;
+                    r
+                }
+                Err(message) => text(
+                    StatusCode::BAD_REQUEST,
+                    format!("cargo-llmreplay: {message}"),
+                ),
+            }
+        }
+        _ => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "cargo-llmreplay: POST a fault, or DELETE to clear them".into(),
+        ),
     }
 }
 

@@ -35,6 +35,8 @@ pub enum Outcome {
     Broken,
     /// Anything else that went wrong (upstream unreachable, corrupt cassette, ...).
     Error,
+    /// Answered by a fault the test asked for: not forwarded, not saved.
+    Fault,
 }
 
 /// Which request a record is about: built once per request, consumed when it is logged.
@@ -105,6 +107,8 @@ pub struct Journal {
     kept_hits: AtomicUsize,
     counted_hits: AtomicUsize,
     kept_others: AtomicUsize,
+    /// Faults answered, per test: small (one count a test), so always kept.
+    faults: Mutex<std::collections::BTreeMap<String, usize>>,
     /// What was only counted, past `MAX_KEPT_OTHERS`.
     overflow: Mutex<Overflow>,
 }
@@ -141,6 +145,7 @@ impl Stats {
             Outcome::Passthrough => &mut self.passthrough,
             Outcome::Broken => &mut self.broken,
             Outcome::Error => &mut self.errors,
+            Outcome::Fault => &mut self.faults,
         }
     }
 }
@@ -157,6 +162,9 @@ pub struct Stats {
     pub passthrough: usize,
     pub broken: usize,
     pub errors: usize,
+    /// Requests answered by a fault the test asked for.
+    #[serde(default)]
+    pub faults: usize,
 }
 
 /// Adds the counts of another run: a sharded suite's reports are merged this way.
@@ -171,6 +179,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.passthrough += o.passthrough;
         self.broken += o.broken;
         self.errors += o.errors;
+        self.faults += o.faults;
     }
 }
 
@@ -183,6 +192,14 @@ impl Journal {
             status,
             detail: detail.map(Box::new),
         };
+        if record.outcome == Outcome::Fault {
+            *self
+                .faults
+                .lock()
+                .expect("journal lock")
+                .entry(record.call.entry.test.to_string())
+                .or_default() += 1;
+        }
         if record.outcome == Outcome::Hit
             && self.kept_hits.fetch_add(1, Ordering::Relaxed) >= MAX_KEPT_HITS
         {
@@ -238,6 +255,11 @@ impl Journal {
             })
             .collect();
         serde_json::to_vec_pretty(&lines).expect("journal serialises")
+    }
+
+    /// How many requests of each test a fault answered.
+    pub fn faults(&self) -> std::collections::BTreeMap<String, usize> {
+        self.faults.lock().expect("journal lock").clone()
     }
 
     /// Notes that a test started (the runner says so before it execs the test).

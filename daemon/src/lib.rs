@@ -4,6 +4,7 @@
 //! it is keyed lives in the `cassettes` crate; this crate is the HTTP in and out.
 
 pub mod config;
+pub mod faults;
 mod handler;
 pub mod journal;
 pub mod provider;
@@ -46,6 +47,7 @@ pub enum DaemonError {
 
 pub(crate) struct State {
     pub settings: Settings,
+    pub faults: faults::Faults,
     /// The port a `Host` header must name, when the daemon listens on loopback only: a page
     /// that reaches it through DNS rebinding names its own host instead.
     pub loopback_port: Option<u16>,
@@ -76,6 +78,7 @@ impl Daemon {
                     .with_lock_timeout(settings.limits.lock_timeout),
             ),
             loopback_port: local.ip().is_loopback().then_some(local.port()),
+            faults: faults::Faults::default(),
             settings,
             journal: Arc::default(),
             client,

@@ -1,9 +1,12 @@
 //! What runs inside a test's process tree: the nextest target runner that points each test at
-//! the daemon (`cargo-llmreplay __runner`), the per-test base URL, and helpers that give a test
-//! its id under plain `cargo test`. No async runtime: the runner must start in microseconds.
+//! the daemon (`cargo-llmreplay __runner`), the per-test base URL, helpers that give a test its
+//! id under plain `cargo test`, and `fault()` for a test's own faults. No async runtime: the
+//! runner must start in microseconds.
 
+mod fault;
 mod runner;
 
+pub use fault::{clear_faults, fault, Fault};
 pub use runner::{run, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, PLACEHOLDER_KEY, RAN_FILE_ENV};
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};

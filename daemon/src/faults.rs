@@ -1,0 +1,297 @@
+//! Faults on demand, per test: a test registers, through its own base URL, which of its requests
+//! fail and how (a status such as 429 or 500, a connection cut after some chunks, a delay before
+//! the first byte, a malformed body). Deterministic and scoped to the one test: nothing random,
+//! nothing shared. A faulted request is answered here: never forwarded, never saved, and it does
+//! not move the test's replay sequence. With no fault registered the request path pays one
+//! atomic load.
+
+use cassettes::{ProviderName, TestId};
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// What a fault does to the request it takes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FaultKind {
+    /// Answers this status; `body` defaults to the provider's own error shape.
+    Status {
+        status: u16,
+        headers: BTreeMap<String, String>,
+        body: Option<Value>,
+    },
+    /// Sends the first `after_chunks` chunks of the recorded answer, then cuts the connection
+    /// (0: before any byte).
+    Disconnect { after_chunks: usize },
+    /// Waits this long before the first byte, then answers as usual.
+    Delay { ms: u64 },
+    /// Answers a body that is not valid JSON, or a stream whose last event is broken.
+    Malformed,
+}
+
+/// How many matching requests a fault takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Times {
+    Count(u64),
+    Always,
+}
+
+/// One registered fault.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    pub id: u64,
+    pub provider: Option<ProviderName>,
+    /// Matching requests let through before it fires.
+    pub after: u64,
+    pub times: Times,
+    pub kind: FaultKind,
+    seen: u64,
+    fired: u64,
+}
+
+/// The request body of `POST .../__llmreplay/faults`, and of a `[[faults]]` table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FaultSpec {
+    pub provider: Option<String>,
+    pub after: Option<i64>,
+    pub times: Option<Value>,
+    pub status: Option<i64>,
+    pub headers: Option<BTreeMap<String, String>>,
+    pub body: Option<Value>,
+    pub disconnect: Option<DisconnectSpec>,
+    pub delay_ms: Option<i64>,
+    pub malformed: Option<bool>,
+    /// A nextest filterset, in `llmreplay.toml` only.
+    #[serde(default)]
+    pub test: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DisconnectSpec {
+    pub after_chunks: i64,
+}
+
+impl FaultSpec {
+    /// Checks a spec: exactly one kind, counts that are not negative, a provider that exists.
+    /// The error says what is wrong.
+    pub fn into_fault(self, id: u64, providers: &[&str]) -> Result<Fault, String> {
+        let kinds: Vec<&str> = [
+            ("status", self.status.is_some()),
+            ("disconnect", self.disconnect.is_some()),
+            ("delay_ms", self.delay_ms.is_some()),
+            ("malformed", self.malformed == Some(true)),
+        ]
+        .iter()
+        .filter(|k| k.1)
+        .map(|k| k.0)
+        .collect();
+        match kinds.len() {
+            0 => return Err("a fault needs one of \"status\", \"disconnect\", \"delay_ms\" or \"malformed\": true".into()),
+            1 => {}
+            _ => {
+                return Err(format!(
+                    "a fault is one kind at a time; this one has {}",
+                    kinds.join(" and ")
+                ))
+            }
+        }
+        let spec = self;
+        let kind = if let Some(status) = spec.status {
+            if !(100..=599).contains(&status) {
+                return Err(format!(
+                    "\"status\": {status} is not an HTTP status (100 to 599)"
+                ));
+            }
+            FaultKind::Status {
+                status: status as u16,
+                headers: spec.headers.clone().unwrap_or_default(),
+                body: spec.body.clone(),
+            }
+        } else {
+            if spec.headers.is_some() || spec.body.is_some() {
+                return Err("\"headers\" and \"body\" go with \"status\" only".into());
+            }
+            if let Some(d) = &spec.disconnect {
+                FaultKind::Disconnect {
+                    after_chunks: non_negative("disconnect.after_chunks", d.after_chunks)? as usize,
+                }
+            } else if let Some(ms) = spec.delay_ms {
+                FaultKind::Delay {
+                    ms: non_negative("delay_ms", ms)?,
+                }
+            } else {
+                FaultKind::Malformed
+            }
+        };
+        let provider = match spec.provider.as_deref() {
+            None | Some("any") => None,
+            Some(name) if providers.contains(&name) => ProviderName::new(name),
+            Some(name) => {
+                return Err(format!(
+                    "no provider named {name:?}; known: {}",
+                    providers.join(", ")
+                ))
+            }
+        };
+        let times = match &spec.times {
+            None => Times::Count(1),
+            Some(Value::String(s)) if s == "always" => Times::Always,
+            Some(v) => match v.as_i64() {
+                Some(n) if n >= 1 => Times::Count(n as u64),
+                _ => {
+                    return Err(format!(
+                        "\"times\": {v} is not a count of 1 or more, nor \"always\""
+                    ))
+                }
+            },
+        };
+        Ok(Fault {
+            id,
+            provider,
+            after: non_negative("after", spec.after.unwrap_or(0))?,
+            times,
+            kind,
+            seen: 0,
+            fired: 0,
+        })
+    }
+}
+
+fn non_negative(name: &str, n: i64) -> Result<u64, String> {
+    u64::try_from(n).map_err(|_| format!("\"{name}\": {n} is negative"))
+}
+
+/// Every test's faults.
+#[derive(Default)]
+pub struct Faults {
+    /// False while no fault was ever registered: the request path checks only this.
+    any: AtomicBool,
+    next_id: AtomicU64,
+    by_test: Mutex<HashMap<TestId, Vec<Fault>>>,
+}
+
+impl Faults {
+    /// Registers a fault for `test`; returns its id.
+    pub fn add(&self, test: TestId, spec: FaultSpec, providers: &[&str]) -> Result<u64, String> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let fault = spec.into_fault(id, providers)?;
+        self.by_test
+            .lock()
+            .expect("faults lock")
+            .entry(test)
+            .or_default()
+            .push(fault);
+        self.any.store(true, Ordering::Release);
+        Ok(id)
+    }
+
+    /// Removes every fault of `test`; returns how many there were.
+    pub fn clear(&self, test: &TestId) -> usize {
+        self.by_test
+            .lock()
+            .expect("faults lock")
+            .remove(test)
+            .map_or(0, |f| f.len())
+    }
+
+    /// The fault that takes this request of `test` to `provider`, if one does: every matching
+    /// fault counts the request, and the first that is due fires.
+    pub fn take(&self, test: &TestId, provider: &ProviderName) -> Option<FaultKind> {
+        if !self.any.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut by_test = self.by_test.lock().expect("faults lock");
+        let faults = by_test.get_mut(test.as_str())?;
+        let mut fired = None;
+        for f in faults.iter_mut() {
+            if f.provider.as_ref().is_some_and(|p| p != provider) {
+                continue;
+            }
+            f.seen += 1;
+            let due = f.seen > f.after
+                && match f.times {
+                    Times::Always => true,
+                    Times::Count(n) => f.fired < n,
+                };
+            if due && fired.is_none() {
+                f.fired += 1;
+                fired = Some(f.kind.clone());
+            }
+        }
+        fired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: Value) -> FaultSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    const PROVIDERS: &[&str] = &["openai", "anthropic"];
+
+    #[test]
+    fn bad_specs_say_what_is_wrong() {
+        for (v, says) in [
+            (json!({}), "needs one of"),
+            (json!({"status": 429, "delay_ms": 5}), "status and delay_ms"),
+            (json!({"status": 429, "times": -1}), "\"times\": -1"),
+            (json!({"delay_ms": -3}), "\"delay_ms\": -3 is negative"),
+            (
+                json!({"status": 429, "after": -1}),
+                "\"after\": -1 is negative",
+            ),
+            (
+                json!({"status": 429, "provider": "nope"}),
+                "no provider named \"nope\"",
+            ),
+            (json!({"status": 42}), "not an HTTP status"),
+            (
+                json!({"malformed": true, "body": "x"}),
+                "go with \"status\" only",
+            ),
+        ] {
+            let e = spec(v.clone()).into_fault(1, PROVIDERS).unwrap_err();
+            assert!(e.contains(says), "{v}: {e}");
+        }
+        assert!(serde_json::from_value::<FaultSpec>(json!({"kind": "x"})).is_err());
+    }
+
+    #[test]
+    fn after_times_and_providers() {
+        let faults = Faults::default();
+        let (t, other) = (TestId::new("a$t"), TestId::new("a$other"));
+        let (openai, anthropic) = (
+            ProviderName::new("openai").unwrap(),
+            ProviderName::new("anthropic").unwrap(),
+        );
+        assert_eq!(faults.take(&t, &openai), None, "none registered");
+        faults
+            .add(
+                t.clone(),
+                spec(json!({"provider": "openai", "after": 1, "times": 2, "status": 500})),
+                PROVIDERS,
+            )
+            .unwrap();
+        let fired: Vec<bool> = (0..5).map(|_| faults.take(&t, &openai).is_some()).collect();
+        assert_eq!(fired, [false, true, true, false, false]);
+        assert_eq!(faults.take(&t, &anthropic), None, "another provider");
+        assert_eq!(faults.take(&other, &openai), None, "another test");
+        faults
+            .add(
+                t.clone(),
+                spec(json!({"times": "always", "delay_ms": 1})),
+                PROVIDERS,
+            )
+            .unwrap();
+        assert!((0..3).all(|_| faults.take(&t, &anthropic) == Some(FaultKind::Delay { ms: 1 })));
+        assert_eq!(faults.clear(&t), 2);
+        assert_eq!(faults.take(&t, &anthropic), None);
+    }
+}

@@ -1,0 +1,308 @@
+//! Faults on demand, per test, through the real `cargo-llmreplay serve`: real clients
+//! (async-openai with its own retries, reqwest, the official Python SDK) against recorded
+//! answers, with faults registered by `llmreplay_runner::fault()` on the test's own base URL.
+
+mod support;
+
+use async_openai::config::OpenAIConfig;
+use async_openai::types::chat::{
+    ChatCompletionRequestUserMessageArgs, CreateChatCompletionRequestArgs,
+};
+use futures_util::StreamExt;
+use runner_plugin::fault;
+use serde_json::{json, Value};
+use support::{http, sdk_python, FakeProvider, Serve};
+
+const TEST: &str = "faults::retry$handles_a_429";
+
+/// Records a chat answer and a streamed one for `TEST` (and one for another test), then
+/// returns a replaying daemon: faults are tested offline, on recorded answers.
+async fn recorded(dir: &std::path::Path) -> Serve {
+    let mut fake = FakeProvider::start().await;
+    let rec = Serve::recording(dir, &format!("openai={}", fake.url()));
+    for (test, stream) in [(TEST, false), (TEST, true), ("faults::retry$other", false)] {
+        let r = http()
+            .post(format!("{}/openai/v1/chat/completions", rec.for_test(test)))
+            .json(&chat_body(stream))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    }
+    assert!(rec.stop().status.success());
+    fake.stop();
+    Serve::replaying(dir)
+}
+
+/// The body async-openai sends for "Hello there" (no `stream` unless streaming).
+fn chat_body(stream: bool) -> Value {
+    let mut body =
+        json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hello there"}]});
+    if stream {
+        body["stream"] = json!(true);
+    }
+    body
+}
+
+fn openai(base: &str) -> async_openai::Client<OpenAIConfig> {
+    async_openai::Client::with_config(
+        OpenAIConfig::new()
+            .with_api_base(format!("{base}/openai/v1"))
+            .with_api_key("sk-test"),
+    )
+}
+
+fn outcomes(journal: &Value) -> Vec<(String, String)> {
+    journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["test"].as_str().unwrap().to_string(),
+                l["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A 429 with `retry-after`: async-openai retries it by itself and its retry gets the recording
+/// the first attempt would have got; reqwest sees the header; the fault touches no other test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_with_retry_after_then_the_recorded_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = recorded(dir.path()).await;
+    let base = serve.for_test(TEST);
+    let id = fault()
+        .provider("openai")
+        .status(429)
+        .header("retry-after", "0")
+        .register_at(&base)
+        .unwrap();
+    assert!(id > 0);
+    let request = CreateChatCompletionRequestArgs::default()
+        .model("gpt-4o-mini")
+        .messages(vec![ChatCompletionRequestUserMessageArgs::default()
+            .content("Hello there")
+            .build()
+            .unwrap()
+            .into()])
+        .build()
+        .unwrap();
+    // async-openai retries a 429 by itself; the retry gets what the first attempt would have.
+    let answer = openai(&base).chat().create(request.clone()).await.unwrap();
+    assert_eq!(
+        answer.choices[0].message.content.as_deref(),
+        Some("You said: Hello there")
+    );
+    fault()
+        .status(429)
+        .header("retry-after", "1")
+        .register_at(&base)
+        .unwrap();
+    let limited = http()
+        .post(format!("{base}/openai/v1/chat/completions"))
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(limited.status(), 429);
+    assert_eq!(limited.headers()["retry-after"], "1");
+    let other = openai(&serve.for_test("faults::retry$other"))
+        .chat()
+        .create(request)
+        .await
+        .unwrap();
+    assert!(other.choices[0].message.content.is_some());
+    let journal = serve.journal().await;
+    assert_eq!(
+        outcomes(&journal),
+        [
+            (TEST.to_string(), "fault".to_string()),
+            (TEST.to_string(), "hit".to_string()),
+            (TEST.to_string(), "fault".to_string()),
+            ("faults::retry$other".to_string(), "hit".to_string()),
+        ]
+    );
+    assert_eq!(journal[0]["status"], 429);
+    let stopped = serve.stop();
+    assert!(
+        stopped.stderr.contains("2 answered by faults"),
+        "{}",
+        stopped.stderr
+    );
+}
+
+/// A 500 reaches the client in the provider's shape; a stream cut after two chunks is an error,
+/// not a short answer; a malformed body fails to parse; a delay delays and then answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_cut_streams_malformed_bodies_and_delays() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = recorded(dir.path()).await;
+    let base = serve.for_test(TEST);
+    let url = format!("{base}/openai/v1/chat/completions");
+
+    fault().status(500).register_at(&base).unwrap();
+    let r = http()
+        .post(&url)
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "llmreplay_fault", "{body}");
+
+    fault().disconnect_after(2).register_at(&base).unwrap();
+    let mut stream = http()
+        .post(&url)
+        .json(&chat_body(true))
+        .send()
+        .await
+        .unwrap()
+        .bytes_stream();
+    let mut got = Vec::new();
+    let mut broke = false;
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(c) => got.extend_from_slice(&c),
+            Err(_) => {
+                broke = true;
+                break;
+            }
+        }
+    }
+    assert!(
+        broke,
+        "the client sees the cut: {}",
+        String::from_utf8_lossy(&got)
+    );
+    assert_eq!(String::from_utf8_lossy(&got).matches("data: ").count(), 2);
+
+    fault().malformed().register_at(&base).unwrap();
+    let r = http()
+        .post(&url)
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.json::<Value>().await.is_err(), "not JSON");
+
+    fault().delay_ms(300).register_at(&base).unwrap();
+    let started = std::time::Instant::now();
+    let r = http()
+        .post(&url)
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(300));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "You said: Hello there"
+    );
+
+    // The faults did not move the sequence: the stream's recording is still the next one.
+    let r = http()
+        .post(&url)
+        .json(&chat_body(true))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+    fault().always().status(503).register_at(&base).unwrap();
+    let stats: Value = http()
+        .get(format!("{}/__llmreplay/stats", serve.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["faults"], 3, "delays answer as usual: {stats}");
+    let clear = http()
+        .delete(format!("{base}/__llmreplay/faults"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(clear.json::<Value>().await.unwrap()["cleared"], 5);
+    serve.stop();
+}
+
+/// Bad faults get a 400 that says what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_faults_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::replaying(dir.path());
+    let url = format!("{}/__llmreplay/faults", serve.for_test(TEST));
+    for (body, says) in [
+        (json!({"explode": true}), "unknown field `explode`"),
+        (json!({"status": 429, "delay_ms": 5}), "one kind at a time"),
+        (json!({"status": 429, "times": -2}), "\"times\": -2"),
+        (json!({"disconnect": {"after_chunks": -1}}), "is negative"),
+        (
+            json!({"status": 429, "provider": "nobody"}),
+            "no provider named \"nobody\"",
+        ),
+        (json!({}), "needs one of"),
+    ] {
+        let r = http().post(&url).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{body}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(says), "{body}: {text}");
+    }
+    let root = http()
+        .post(format!("{}/__llmreplay/faults", serve.base))
+        .json(&json!({"status": 500}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(root.status(), 400, "a fault needs its test");
+    serve.stop();
+}
+
+/// The official Python SDK with `max_retries=2`: one 429 with `retry-after-ms`, then the
+/// replayed answer; one fault counted for that test, none for the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_retries_a_429_and_gets_the_replayed_answer() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let serve = recorded(dir.path()).await;
+    let base = serve.for_test(TEST);
+    fault()
+        .status(429)
+        .header("retry-after-ms", "10")
+        .register_at(&base)
+        .unwrap();
+    let script = "import openai, sys\nc = openai.OpenAI(max_retries=2)\nr = c.chat.completions.create(model='gpt-4o-mini', messages=[{'role': 'user', 'content': 'Hello there'}])\nprint(r.choices[0].message.content)\n";
+    let dir_py = tempfile::tempdir().unwrap();
+    std::fs::write(dir_py.path().join("retry.py"), script).unwrap();
+    let out = std::process::Command::new(&python)
+        .arg(dir_py.path().join("retry.py"))
+        .env("OPENAI_BASE_URL", format!("{base}/openai/v1"))
+        .env("OPENAI_API_KEY", "sk-test")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "You said: Hello there"
+    );
+    let journal = serve.journal().await;
+    let faults: Vec<_> = outcomes(&journal)
+        .into_iter()
+        .filter(|(_, o)| o == "fault")
+        .collect();
+    assert_eq!(faults, [(TEST.to_string(), "fault".to_string())]);
+    serve.stop();
+}
