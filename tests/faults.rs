@@ -306,3 +306,68 @@ async fn the_python_sdk_retries_a_429_and_gets_the_replayed_answer() {
     assert_eq!(faults, [(TEST.to_string(), "fault".to_string())]);
     serve.stop();
 }
+
+/// `[[faults]]` in `llmreplay.toml`, with a filterset that selects one test of a suite running
+/// in parallel under `cargo llmreplay test`: that test alone gets the fault, and the report
+/// counts it for that test alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_faults_reach_only_the_tests_their_filterset_selects() {
+    let fake = FakeProvider::start().await;
+    let sample = support::Sample::new();
+    let ups = [
+        format!("openai={}", fake.url()),
+        format!("anthropic={}", fake.url()),
+    ];
+    let rec = sample.run(
+        &[
+            "--record",
+            "--retries",
+            "1",
+            "--upstream",
+            &ups[0],
+            "--upstream",
+            &ups[1],
+        ],
+        &[],
+    );
+    assert_eq!(rec.code, Some(0), "{}", rec.stderr);
+    std::fs::write(
+        sample.root.join("llmreplay.toml"),
+        "[[faults]]\ntest = \"test(=answers_hello)\"\nstatus = 500\n",
+    )
+    .unwrap();
+    let run = sample.run(&["-E", "not test(=retries_once)"], &[("CI", "true")]);
+    assert_ne!(
+        run.code,
+        Some(0),
+        "answers_hello fails on its 500: {}",
+        run.stderr
+    );
+    assert_eq!(
+        run.report["faults"],
+        json!({"sample::chat$answers_hello": 1}),
+        "{}",
+        run.report
+    );
+    assert_eq!(run.report["counts"]["faults"], 1);
+    assert_eq!(run.report["missing"], json!([]), "{}", run.report);
+    let failed: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("FAIL ["))
+        .collect();
+    assert!(!failed.is_empty(), "{}", run.stderr);
+    assert!(
+        failed.iter().all(|l| l.contains("answers_hello")),
+        "only the selected test fails: {failed:?}"
+    );
+
+    std::fs::write(
+        sample.root.join("llmreplay.toml"),
+        "[[faults]]\ntest = \"test(=answers_hello\"\nstatus = 500\n",
+    )
+    .unwrap();
+    let bad = sample.run(&[], &[("CI", "true")]);
+    assert_ne!(bad.code, Some(0));
+    assert!(bad.stderr.contains("[[faults]] #1"), "{}", bad.stderr);
+}

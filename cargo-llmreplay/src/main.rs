@@ -2,7 +2,6 @@
 //! happened; the logic lives in the `daemon` and `cassettes` crates.
 
 mod diff_cmd;
-mod filter;
 mod locate;
 mod prune;
 mod report;

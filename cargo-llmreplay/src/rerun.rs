@@ -4,7 +4,7 @@
 //! cassettes as a re-record would put them, for `cargo llmreplay diff` to show.
 
 use crate::diff_cmd::Format;
-use crate::filter::Filter;
+use cassettes::filter::Filter;
 use cassettes::review::{answer_text, text_diff, tokens};
 use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
 use clap::Args;

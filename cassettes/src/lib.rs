@@ -4,6 +4,7 @@
 
 pub mod audit;
 mod body;
+pub mod filter;
 mod format;
 pub mod git;
 mod id;

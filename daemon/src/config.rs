@@ -88,6 +88,8 @@ struct FileConfig {
     upstream: UpstreamSection,
     #[serde(default)]
     limits: LimitsSection,
+    #[serde(default)]
+    faults: Vec<crate::faults::FaultSpec>,
 }
 
 /// `[upstream]`: how long to wait for a provider.
@@ -226,6 +228,8 @@ pub struct Settings {
     /// Replay the last recording of a key to requests beyond its recordings, instead of missing.
     pub allow_repeats: bool,
     pub limits: Limits,
+    /// `[[faults]]`: faults for the tests each filterset selects.
+    pub declared_faults: Vec<crate::faults::Declared>,
 }
 
 impl Settings {
@@ -344,6 +348,22 @@ impl Settings {
             provider.upstream = Some(url);
             provider.source = UpstreamSource::Flag;
         }
+        let names: Vec<&str> = providers.keys().map(String::as_str).collect();
+        let mut declared_faults = Vec::new();
+        for (i, spec) in file.faults.into_iter().enumerate() {
+            let at = format!("[[faults]] #{}", i + 1);
+            let Some(expr) = spec.test.clone() else {
+                return Err(ConfigError::Invalid(format!(
+                    "{at}: needs test = \"<filterset>\", e.g. test = \"test(=handles_rate_limits)\""
+                )));
+            };
+            let filter = cassettes::filter::Filter::parse(&expr)
+                .map_err(|e| ConfigError::Invalid(format!("{at}: test = {expr:?}: {e}")))?;
+            let fault = spec
+                .into_fault(0, &names)
+                .map_err(|e| ConfigError::Invalid(format!("{at}: {e}")))?;
+            declared_faults.push(crate::faults::Declared { filter, fault });
+        }
         let normalizer = Normalizer::new(&file.matching.ignore, &file.matching.replace)?;
         let cassette_dir = overrides
             .cassette_dir
@@ -364,6 +384,7 @@ impl Settings {
             realtime: overrides.realtime,
             allow_repeats: overrides.allow_repeats,
             limits: Limits::read(&file.upstream, &file.limits)?,
+            declared_faults,
         })
     }
 }

@@ -5,10 +5,11 @@
 //! not move the test's replay sequence. With no fault registered the request path pays one
 //! atomic load.
 
+use cassettes::filter::Filter;
 use cassettes::{ProviderName, TestId};
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -164,37 +165,73 @@ fn non_negative(name: &str, n: i64) -> Result<u64, String> {
     u64::try_from(n).map_err(|_| format!("\"{name}\": {n} is negative"))
 }
 
+/// A `[[faults]]` table of `llmreplay.toml`: a fault for every test its filterset selects.
+#[derive(Debug)]
+pub struct Declared {
+    pub filter: Filter,
+    pub fault: Fault,
+}
+
 /// Every test's faults.
 #[derive(Default)]
 pub struct Faults {
-    /// False while no fault was ever registered: the request path checks only this.
+    /// False while no fault was ever registered or declared: the request path checks only this.
     any: AtomicBool,
     next_id: AtomicU64,
-    by_test: Mutex<HashMap<TestId, Vec<Fault>>>,
+    declared: Vec<Declared>,
+    state: Mutex<PerTest>,
+}
+
+#[derive(Default)]
+struct PerTest {
+    by_test: HashMap<TestId, Vec<Fault>>,
+    /// Tests given their declared faults already: each gets its own copy, once.
+    seeded: HashSet<TestId>,
 }
 
 impl Faults {
+    /// The faults of `llmreplay.toml`, given to each test its filterset selects.
+    pub fn with_declared(declared: Vec<Declared>) -> Faults {
+        Faults {
+            any: AtomicBool::new(!declared.is_empty()),
+            declared,
+            ..Faults::default()
+        }
+    }
+
     /// Registers a fault for `test`; returns its id.
     pub fn add(&self, test: TestId, spec: FaultSpec, providers: &[&str]) -> Result<u64, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let fault = spec.into_fault(id, providers)?;
-        self.by_test
-            .lock()
-            .expect("faults lock")
-            .entry(test)
-            .or_default()
-            .push(fault);
+        let mut state = self.state.lock().expect("faults lock");
+        self.seed(&mut state, &test);
+        state.by_test.entry(test).or_default().push(fault);
         self.any.store(true, Ordering::Release);
         Ok(id)
     }
 
     /// Removes every fault of `test`; returns how many there were.
     pub fn clear(&self, test: &TestId) -> usize {
-        self.by_test
-            .lock()
-            .expect("faults lock")
-            .remove(test)
-            .map_or(0, |f| f.len())
+        let mut state = self.state.lock().expect("faults lock");
+        // Cleared means cleared: its declared faults do not come back either.
+        state.seeded.insert(test.clone());
+        state.by_test.remove(test).map_or(0, |f| f.len())
+    }
+
+    /// Gives `test` its declared faults, the first time it is seen.
+    fn seed(&self, state: &mut PerTest, test: &TestId) {
+        if self.declared.is_empty() || !state.seeded.insert(test.clone()) {
+            return;
+        }
+        for d in self
+            .declared
+            .iter()
+            .filter(|d| d.filter.matches(test.as_str()))
+        {
+            let mut fault = d.fault.clone();
+            fault.id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+            state.by_test.entry(test.clone()).or_default().push(fault);
+        }
     }
 
     /// The fault that takes this request of `test` to `provider`, if one does: every matching
@@ -203,8 +240,9 @@ impl Faults {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
-        let mut by_test = self.by_test.lock().expect("faults lock");
-        let faults = by_test.get_mut(test.as_str())?;
+        let mut state = self.state.lock().expect("faults lock");
+        self.seed(&mut state, test);
+        let faults = state.by_test.get_mut(test.as_str())?;
         let mut fired = None;
         for f in faults.iter_mut() {
             if f.provider.as_ref().is_some_and(|p| p != provider) {
@@ -293,5 +331,31 @@ mod tests {
         assert!((0..3).all(|_| faults.take(&t, &anthropic) == Some(FaultKind::Delay { ms: 1 })));
         assert_eq!(faults.clear(&t), 2);
         assert_eq!(faults.take(&t, &anthropic), None);
+    }
+
+    #[test]
+    fn declared_faults_are_each_tests_own() {
+        let declared = |expr: &str| Declared {
+            filter: Filter::parse(expr).unwrap(),
+            fault: spec(json!({"status": 429}))
+                .into_fault(0, PROVIDERS)
+                .unwrap(),
+        };
+        let faults = Faults::with_declared(vec![declared("test(~rate)")]);
+        let openai = ProviderName::new("openai").unwrap();
+        let (a, b, c) = (
+            TestId::new("k$rate_a"),
+            TestId::new("k$rate_b"),
+            TestId::new("k$calm"),
+        );
+        assert!(faults.take(&a, &openai).is_some());
+        assert!(faults.take(&a, &openai).is_none(), "once, by default");
+        assert!(
+            faults.take(&b, &openai).is_some(),
+            "each selected test has its own"
+        );
+        assert!(faults.take(&c, &openai).is_none(), "not selected");
+        assert_eq!(faults.clear(&b), 1);
+        assert!(faults.take(&b, &openai).is_none(), "cleared stays cleared");
     }
 }

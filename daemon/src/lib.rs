@@ -72,13 +72,15 @@ impl Daemon {
         let local = listener
             .local_addr()
             .map_err(|source| DaemonError::Bind { addr, source })?;
+        let mut settings = settings;
+        let declared = std::mem::take(&mut settings.declared_faults);
         let state = Arc::new(State {
             store: Arc::new(
                 Store::new(settings.cassette_dir.clone())
                     .with_lock_timeout(settings.limits.lock_timeout),
             ),
             loopback_port: local.ip().is_loopback().then_some(local.port()),
-            faults: faults::Faults::default(),
+            faults: faults::Faults::with_declared(declared),
             settings,
             journal: Arc::default(),
             client,

@@ -1,5 +1,5 @@
-//! The part of nextest's filterset language that makes sense over the test ids stored in
-//! cassettes (`<binary id>$<test name>`), for `rerun -E`: `test()`, `binary_id()`, `binary()`,
+//! The part of nextest's filterset language that makes sense over test ids
+//! (`<binary id>$<test name>`), for `rerun -E` and the `[[faults]]` of `llmreplay.toml`: `test()`, `binary_id()`, `binary()`,
 //! `package()`, `all()`, `none()`, with `=exact`, `~contains`, `/regex/` and `#glob` matchers,
 //! combined with `|`/`or`, `&`/`and`, `-` (and not), `not`/`!` and parentheses.
 
