@@ -314,23 +314,7 @@ async fn the_python_sdk_retries_a_429_and_gets_the_replayed_answer() {
 async fn declared_faults_reach_only_the_tests_their_filterset_selects() {
     let fake = FakeProvider::start().await;
     let sample = support::Sample::new();
-    let ups = [
-        format!("openai={}", fake.url()),
-        format!("anthropic={}", fake.url()),
-    ];
-    let rec = sample.run(
-        &[
-            "--record",
-            "--retries",
-            "1",
-            "--upstream",
-            &ups[0],
-            "--upstream",
-            &ups[1],
-        ],
-        &[],
-    );
-    assert_eq!(rec.code, Some(0), "{}", rec.stderr);
+    sample.record_all(&fake);
     std::fs::write(
         sample.root.join("llmreplay.toml"),
         "[[faults]]\ntest = \"test(=answers_hello)\"\nstatus = 500\n",

@@ -450,21 +450,7 @@ async fn running_out_of_file_descriptors_does_not_spin() {
 async fn prune_never_removes_outside_the_cassette_dir() {
     let fake = FakeProvider::start().await;
     let sample = Sample::new();
-    let up = format!("openai={}", fake.url());
-    let anth = format!("anthropic={}", fake.url());
-    let rec = sample.run(
-        &[
-            "--record",
-            "--retries",
-            "1",
-            "--upstream",
-            &up,
-            "--upstream",
-            &anth,
-        ],
-        &[],
-    );
-    assert_eq!(rec.code, Some(0), "{}", rec.stderr);
+    let rec = sample.record_all(&fake);
     let victim = sample.root.join("victim");
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("openai.json"), b"{}").unwrap();
@@ -567,24 +553,14 @@ async fn a_recording_run_killed_mid_way_leaves_files_that_parse() {
     let fake = FakeProvider::start().await;
     let sample = Sample::new();
     let state = tempfile::tempdir().unwrap();
-    let ups = [
-        format!("openai={}", fake.url()),
-        format!("anthropic={}", fake.url()),
-    ];
-    let args = [
-        "llmreplay",
-        "test",
-        "--record-missing",
-        "--retries",
-        "1",
-        "--upstream",
-        &ups[0],
-        "--upstream",
-        &ups[1],
-    ];
+    let mut args: Vec<String> = ["llmreplay", "test", "--record-missing", "--retries", "1"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(support::upstream_args(&fake));
     let mut child = sample
         .command(support::binary())
-        .args(args)
+        .args(&args)
         .env("SAMPLE_BLOCK", state.path())
         .env("SAMPLE_STATE_DIR", state.path())
         .process_group(0)
@@ -611,7 +587,8 @@ async fn a_recording_run_killed_mid_way_leaves_files_that_parse() {
     let cassettes = sample.root.join("tests/cassettes");
     all_parse(&cassettes);
 
-    let run = sample.run(&args[2..], &[]);
+    let rest: Vec<&str> = args[2..].iter().map(String::as_str).collect();
+    let run = sample.run(&rest, &[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(
         all_parse(&cassettes),
@@ -654,19 +631,9 @@ async fn an_upstream_that_answers_garbage_gets_a_502() {
 async fn two_concurrent_recording_runs_lose_nothing() {
     let fake = FakeProvider::start().await;
     let sample = Sample::new();
-    let ups = [
-        format!("openai={}", fake.url()),
-        format!("anthropic={}", fake.url()),
-    ];
-    let args = [
-        "--record",
-        "--retries",
-        "1",
-        "--upstream",
-        &ups[0],
-        "--upstream",
-        &ups[1],
-    ];
+    let mut args = vec!["--record".to_string(), "--retries".into(), "1".into()];
+    args.extend(support::upstream_args(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (a, b) = std::thread::scope(|s| {
         let a = s.spawn(|| sample.run(&args, &[]));
         let b = s.spawn(|| sample.run(&args, &[]));

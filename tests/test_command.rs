@@ -7,12 +7,7 @@ use serde_json::Value;
 use support::{FakeProvider, Sample};
 
 fn upstreams(fake: &FakeProvider) -> Vec<String> {
-    vec![
-        "--upstream".into(),
-        format!("openai={}", fake.url()),
-        "--upstream".into(),
-        format!("anthropic={}", fake.url()),
-    ]
+    support::upstream_args(fake)
 }
 
 fn args<'a>(fixed: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
@@ -25,10 +20,7 @@ fn args<'a>(fixed: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
 
 /// Records every test of the sample (the retried one needs `--retries 1`).
 async fn record(sample: &Sample, fake: &FakeProvider) -> support::Run {
-    let ups = upstreams(fake);
-    let run = sample.run(&args(&["--record", "--retries", "1"], &ups), &[]);
-    assert_eq!(run.code, Some(0), "{}", run.stderr);
-    run
+    sample.record_all(fake)
 }
 
 fn unused_folders(report: &Value) -> Vec<String> {

@@ -591,6 +591,16 @@ fn without_provider_env(cmd: &mut Command) {
     }
 }
 
+/// `--upstream openai=<fake> --upstream anthropic=<fake>`: the sample's providers.
+pub fn upstream_args(fake: &FakeProvider) -> Vec<String> {
+    vec![
+        "--upstream".into(),
+        format!("openai={}", fake.url()),
+        "--upstream".into(),
+        format!("anthropic={}", fake.url()),
+    ]
+}
+
 /// The built `cargo-llmreplay` binary.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cargo-llmreplay"))
@@ -854,6 +864,17 @@ impl Sample {
     }
 
     /// Runs `cargo llmreplay ARGS` (status, diff, prune, report ...) in the sample.
+    /// `cargo llmreplay test --record` of every test (the retried one needs `--retries 1`),
+    /// recording from `fake`; fails the calling test if the run fails.
+    pub fn record_all(&self, fake: &FakeProvider) -> Run {
+        let mut args = vec!["--record".to_string(), "--retries".into(), "1".into()];
+        args.extend(upstream_args(fake));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let run = self.run(&args, &[]);
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        run
+    }
+
     pub fn llmreplay(&self, args: &[&str]) -> Output {
         Output::of(self.command(binary()).arg("llmreplay").args(args))
     }
