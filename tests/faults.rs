@@ -134,6 +134,16 @@ async fn a_429_with_retry_after_then_the_recorded_answer() {
     );
 }
 
+/// The chat request of `chat_body(stream)` to `url`.
+async fn ask(url: &str, stream: bool) -> reqwest::Response {
+    http()
+        .post(url)
+        .json(&chat_body(stream))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// A 500 reaches the client in the provider's shape; a stream cut after two chunks is an error,
 /// not a short answer; a malformed body fails to parse; a delay delays and then answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,24 +154,13 @@ async fn statuses_cut_streams_malformed_bodies_and_delays() {
     let url = format!("{base}/openai/v1/chat/completions");
 
     fault().status(500).register_at(&base).unwrap();
-    let r = http()
-        .post(&url)
-        .json(&chat_body(false))
-        .send()
-        .await
-        .unwrap();
+    let r = ask(&url, false).await;
     assert_eq!(r.status(), 500);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "llmreplay_fault", "{body}");
 
     fault().disconnect_after(2).register_at(&base).unwrap();
-    let mut stream = http()
-        .post(&url)
-        .json(&chat_body(true))
-        .send()
-        .await
-        .unwrap()
-        .bytes_stream();
+    let mut stream = ask(&url, true).await.bytes_stream();
     let mut got = Vec::new();
     let mut broke = false;
     while let Some(chunk) = stream.next().await {
@@ -181,23 +180,13 @@ async fn statuses_cut_streams_malformed_bodies_and_delays() {
     assert_eq!(String::from_utf8_lossy(&got).matches("data: ").count(), 2);
 
     fault().malformed().register_at(&base).unwrap();
-    let r = http()
-        .post(&url)
-        .json(&chat_body(false))
-        .send()
-        .await
-        .unwrap();
+    let r = ask(&url, false).await;
     assert_eq!(r.status(), 200);
     assert!(r.json::<Value>().await.is_err(), "not JSON");
 
     fault().delay_ms(300).register_at(&base).unwrap();
     let started = std::time::Instant::now();
-    let r = http()
-        .post(&url)
-        .json(&chat_body(false))
-        .send()
-        .await
-        .unwrap();
+    let r = ask(&url, false).await;
     assert_eq!(r.status(), 200);
     assert!(started.elapsed() >= std::time::Duration::from_millis(300));
     let body: Value = r.json().await.unwrap();
@@ -207,12 +196,7 @@ async fn statuses_cut_streams_malformed_bodies_and_delays() {
     );
 
     // The faults did not move the sequence: the stream's recording is still the next one.
-    let r = http()
-        .post(&url)
-        .json(&chat_body(true))
-        .send()
-        .await
-        .unwrap();
+    let r = ask(&url, true).await;
     assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
     fault().always().status(503).register_at(&base).unwrap();
     let stats: Value = http()
