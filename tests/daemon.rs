@@ -826,3 +826,37 @@ async fn health_and_unknown_routes() {
     assert!(stopped.status.success());
     assert!(stopped.stderr.contains("0 requests"), "{}", stopped.stderr);
 }
+
+/// Passthrough: every request goes upstream, answers reach the client, and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_forwards_everything_and_writes_nothing() {
+    let (http, dir, fake, up) = setup().await;
+    let s = Serve::start(
+        dir.path(),
+        &[
+            "--cassette-dir",
+            "c",
+            "--mode",
+            "passthrough",
+            "--upstream",
+            &up,
+        ],
+    );
+    let url = format!("{}/openai/v1/chat/completions", s.for_test("crate$through"));
+    for _ in 0..2 {
+        let body =
+            json!({"model": "m", "messages": [{"role": "user", "content": "Straight through"}]});
+        let (status, _, answer) = post(&http, &url, &[], body).await;
+        assert_eq!(status, 200);
+        assert!(String::from_utf8_lossy(&answer).contains("You said: Straight through"));
+    }
+    let stopped = s.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains("2 passed through"),
+        "{}",
+        stopped.stderr
+    );
+    assert_eq!(fake.received().len(), 2, "both went upstream");
+    assert!(!dir.path().join("c").exists(), "nothing written");
+}
