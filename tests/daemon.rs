@@ -18,18 +18,6 @@ type Call = (&'static str, Vec<(&'static str, &'static str)>, Value);
 
 const SECRET: &str = "sk-test-SECRET-must-never-be-written";
 
-/// `serve` arguments that record into `c/` from the given `--upstream NAME=URL`.
-fn record_args(upstream: &str) -> [&str; 6] {
-    [
-        "--cassette-dir",
-        "c",
-        "--mode",
-        "record",
-        "--upstream",
-        upstream,
-    ]
-}
-
 /// A client, a temp dir, a fake provider, and the `--upstream openai=URL` that points at it.
 async fn setup() -> (reqwest::Client, tempfile::TempDir, FakeProvider, String) {
     let fake = FakeProvider::start().await;
@@ -371,10 +359,9 @@ async fn repeated_identical_requests_replay_in_recorded_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_daemons_recording_into_one_cassette_lose_nothing() {
     let (http, dir, _fake, up) = setup().await;
-    let args = record_args(&up);
     let (a, b) = (
-        Serve::start(dir.path(), &args),
-        Serve::start(dir.path(), &args),
+        Serve::recording(dir.path(), &up),
+        Serve::recording(dir.path(), &up),
     );
     let test = "crate$shared";
     let mut tasks = Vec::new();
@@ -563,7 +550,6 @@ async fn rate_limits_errors_and_broken_streams_reach_the_client_but_are_not_save
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_replaces_in_place() {
     let (http, dir, fake, up) = setup().await;
-    let args = record_args(&up);
     let send = |base: String, prompt: &'static str| {
         let http = http.clone();
         async move {
@@ -576,7 +562,7 @@ async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_repl
             .await
         }
     };
-    let s = Serve::start(dir.path(), &args);
+    let s = Serve::recording(dir.path(), &up);
     send(s.for_test("crate$rr"), "first").await;
     send(s.for_test("crate$rr"), "second").await;
     s.stop();
@@ -584,7 +570,7 @@ async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_repl
     let original = std::fs::read(&path).unwrap();
 
     // New ids, timestamps, fingerprints and request ids: the file stays as it was.
-    let s = Serve::start(dir.path(), &args);
+    let s = Serve::recording(dir.path(), &up);
     send(s.for_test("crate$rr"), "first").await;
     send(s.for_test("crate$rr"), "second").await;
     assert!(s.stop().stderr.contains("2 unchanged"));
@@ -592,7 +578,7 @@ async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_repl
 
     // A new answer to the first prompt replaces that entry and nothing else.
     *fake.state.suffix.lock().unwrap() = " (new model)".into();
-    let s = Serve::start(dir.path(), &args);
+    let s = Serve::recording(dir.path(), &up);
     send(s.for_test("crate$rr"), "first").await;
     assert!(s.stop().stderr.contains("1 re-recorded"));
     let (old, new) = (
@@ -721,7 +707,7 @@ async fn recording_forwards_each_chunk_as_it_arrives() {
     let release = std::sync::Arc::new(tokio::sync::Notify::new());
     *fake.state.hold.lock().unwrap() = Some(release.clone());
     let up = format!("openai={}", fake.url());
-    let s = Serve::start(dir.path(), &record_args(&up));
+    let s = Serve::recording(dir.path(), &up);
     let url = format!("{}/openai/v1/chat/completions", s.for_test("crate$live"));
     let body = json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "first then the rest"}]});
     let mut stream = http
@@ -803,14 +789,7 @@ async fn health_and_unknown_routes() {
     let http = init();
     let dir = tempfile::tempdir().unwrap();
     let s = Serve::start(dir.path(), &[]);
-    let health: Value = http
-        .get(format!("{}/__llmreplay/health", s.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let health = s.control("health").await;
     assert_eq!(
         (health["status"].as_str(), health["mode"].as_str()),
         (Some("ok"), Some("replay"))

@@ -199,14 +199,7 @@ async fn statuses_cut_streams_malformed_bodies_and_delays() {
     let r = ask(&url, true).await;
     assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
     fault().always().status(503).register_at(&base).unwrap();
-    let stats: Value = http()
-        .get(format!("{}/__llmreplay/stats", serve.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let stats = serve.control("stats").await;
     assert_eq!(stats["faults"], 3, "delays answer as usual: {stats}");
     let clear = http()
         .delete(format!("{base}/__llmreplay/faults"))

@@ -691,16 +691,21 @@ impl Serve {
         }
     }
 
-    /// What the daemon answered so far (`GET /__llmreplay/journal`).
-    pub async fn journal(&self) -> Value {
+    /// `GET /__llmreplay/<route>` (health, stats, journal) as JSON.
+    pub async fn control(&self, route: &str) -> Value {
         http()
-            .get(format!("{}/__llmreplay/journal", self.base))
+            .get(format!("{}/__llmreplay/{route}", self.base))
             .send()
             .await
             .unwrap()
             .json()
             .await
             .unwrap()
+    }
+
+    /// What the daemon answered so far.
+    pub async fn journal(&self) -> Value {
+        self.control("journal").await
     }
 
     /// The per-test base URL the runner injects, built by the runner's own code.
