@@ -11,7 +11,7 @@ use async_openai::types::chat::{
 use futures_util::StreamExt;
 use runner_plugin::fault;
 use serde_json::{json, Value};
-use support::{http, sdk_python, FakeProvider, Serve};
+use support::{http, run_sdk_script, sdk_python, FakeProvider, Serve};
 
 const TEST: &str = "faults::retry$handles_a_429";
 
@@ -257,24 +257,13 @@ async fn the_python_sdk_retries_a_429_and_gets_the_replayed_answer() {
         .header("retry-after-ms", "10")
         .register_at(&base)
         .unwrap();
-    let script = "import openai, sys\nc = openai.OpenAI(max_retries=2)\nr = c.chat.completions.create(model='gpt-4o-mini', messages=[{'role': 'user', 'content': 'Hello there'}])\nprint(r.choices[0].message.content)\n";
-    let dir_py = tempfile::tempdir().unwrap();
-    std::fs::write(dir_py.path().join("retry.py"), script).unwrap();
-    let out = std::process::Command::new(&python)
-        .arg(dir_py.path().join("retry.py"))
-        .env("OPENAI_BASE_URL", format!("{base}/openai/v1"))
-        .env("OPENAI_API_KEY", "sk-test")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "You said: Hello there"
-    );
+    let base_url = format!("{base}/openai/v1");
+    let env = [
+        ("OPENAI_BASE_URL", base_url.as_str()),
+        ("OPENAI_API_KEY", "sk-test"),
+    ];
+    let out = run_sdk_script(&python, "openai_retry.py", &env);
+    assert_eq!(out.trim(), "You said: Hello there");
     let journal = serve.journal().await;
     let faults: Vec<_> = outcomes(&journal)
         .into_iter()
