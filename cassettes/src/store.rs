@@ -450,12 +450,12 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let dir = path.parent().expect("cassette paths have a folder");
     let mut builder = tempfile::Builder::new();
     builder.prefix(".llmreplay-").suffix(".tmp");
-    // A new file is readable as any file the user makes (0666 less the umask), not 0600; a
+    // A new file is readable as any file the user makes (0644 less the umask, SPEC), not 0600; a
     // re-recorded one keeps the mode it had.
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        builder.permissions(std::fs::Permissions::from_mode(0o666));
+        builder.permissions(std::fs::Permissions::from_mode(0o644));
     }
     let mut tmp = builder.tempfile_in(dir).map_err(|e| Error::io(dir, e))?;
     if let Ok(existing) = std::fs::metadata(path) {
