@@ -507,7 +507,8 @@ async fn a_recording_daemon_killed_mid_stream_loses_only_that_answer() {
         .unwrap()
         .bytes_stream();
     stream.next().await.unwrap().unwrap();
-    drop(serve); // SIGKILL, with the stream half-way
+    // SIGKILL, with the stream half-way.
+    drop(serve);
     // Taken out of the fake so the next run's re-recording is not held as well; notify_one
     // leaves a permit if the held stream is already gone.
     fake.state.hold.lock().unwrap().take();
