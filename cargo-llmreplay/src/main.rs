@@ -10,6 +10,9 @@ mod serve;
 mod status;
 mod test_cmd;
 
+#[cfg(test)]
+mod snapshots;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 

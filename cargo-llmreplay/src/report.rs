@@ -333,6 +333,10 @@ impl Report {
     /// The summary on stderr: colour on a terminal, none under `NO_COLOR`.
     pub fn print(&self, root: &Path, path: &Path) {
         let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        eprint!("{}", self.summary(root, path, colour));
+    }
+
+    pub fn summary(&self, root: &Path, path: &Path, colour: bool) -> String {
         let paint = |code: &str, s: &str| {
             if colour {
                 format!("\x1b[{code}m{s}\x1b[0m")
@@ -459,7 +463,7 @@ impl Report {
             out.push_str("  (one partition of the suite: cassette folders are judged by `cargo llmreplay report merge` over every partition's report)\n");
         }
         out.push_str(&format!("report: {}\n", path.display()));
-        eprint!("{out}");
+        out
     }
 
     /// nextest's own status when tests failed; else 1 when anything is missing, or unused or

@@ -12,7 +12,7 @@ use daemon::provider::Provider;
 use daemon::resend::Resender;
 use daemon::{Overrides, Settings};
 use futures_util::StreamExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -70,7 +70,7 @@ pub struct RerunArgs {
     cassette_dir: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Identical,
@@ -79,7 +79,7 @@ pub enum Verdict {
 }
 
 /// What became of one recorded request.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct RerunResult {
     pub test: String,
     pub provider: String,
@@ -552,7 +552,7 @@ fn save(
     Ok(())
 }
 
-fn totals(results: &[RerunResult]) -> Totals {
+pub(crate) fn totals(results: &[RerunResult]) -> Totals {
     let mut t = Totals::default();
     for r in results {
         match r.verdict {
@@ -622,7 +622,7 @@ fn verdict_word(v: Verdict) -> &'static str {
     }
 }
 
-fn text(results: &[RerunResult], totals: &Totals) -> String {
+pub(crate) fn text(results: &[RerunResult], totals: &Totals) -> String {
     let mut out = String::new();
     for r in results {
         out.push_str(&format!(
@@ -654,7 +654,7 @@ fn text(results: &[RerunResult], totals: &Totals) -> String {
     out
 }
 
-fn markdown(results: &[RerunResult], totals: &Totals) -> String {
+pub(crate) fn markdown(results: &[RerunResult], totals: &Totals) -> String {
     let mut out = format!(
         "### cargo-llmreplay rerun\n\n**{}**\n\n| | test | request | tokens | latency (ms) |\n| --- | --- | --- | --- | --- |\n",
         totals_line(totals)

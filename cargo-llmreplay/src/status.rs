@@ -7,7 +7,7 @@ use cassettes::audit::{audit, Finding, Problem};
 use cassettes::git::{changes_against_head, Change, ChangeKind};
 use cassettes::{cassette_files, fix_cassette, Fixed};
 use clap::Args;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,8 +41,8 @@ pub struct StatusArgs {
     cassette_dir: Option<PathBuf>,
 }
 
-#[derive(Serialize)]
-struct Status {
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Status {
     changed: Vec<Change>,
     /// False when the cassettes are not in a git repository.
     git: bool,
@@ -52,10 +52,11 @@ struct Status {
     problems: Vec<Finding>,
     /// What --fix changed, per file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     fixed: Vec<FixedFile>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 struct FixedFile {
     path: PathBuf,
     interactions: Vec<Fixed>,
@@ -116,7 +117,7 @@ pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
     })
 }
 
-fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
+pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
     let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
     let mut out = String::new();
     for f in &s.fixed {

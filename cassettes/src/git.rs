@@ -137,7 +137,7 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
 
 /// One cassette file that differs between the base and the work tree, told interaction by
 /// interaction.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FileDiff {
     /// Relative to the repository's root.
     pub path: PathBuf,
@@ -151,7 +151,7 @@ pub struct FileDiff {
 }
 
 /// Every changed cassette between a base commit and the work tree.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Diff {
     /// What the work tree was compared with, e.g. `merge base of HEAD and main (1a2b3c4d)`.
     pub base: String,

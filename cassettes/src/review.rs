@@ -6,11 +6,11 @@
 use crate::format::{ordinals, Cassette, Interaction, RecordedResponse, Summary};
 use crate::key::{differing_fields, Key};
 use crate::summary::Tokens;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Change {
     Added,
@@ -19,7 +19,7 @@ pub enum Change {
 }
 
 /// One interaction that is not the same on both sides.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct InteractionDiff {
     pub change: Change,
     pub method: String,
@@ -30,13 +30,13 @@ pub struct InteractionDiff {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
     /// Request fields that differ (JSON pointers); empty when the same request got a new answer.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub request_fields: Vec<String>,
     /// The previous last user message, when it changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_before: Option<String>,
     /// Response fields that differ when the answer's text does not (usage, finish reason...).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub response_fields: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_before: Option<u16>,

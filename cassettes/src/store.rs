@@ -471,12 +471,12 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 }
 
 /// What `fix_cassette` changed in one interaction.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Fixed {
     /// Position in the file, from 0.
     pub index: usize,
     /// The stored key and the key of the stored request, when they differed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<(Key, Key)>,
     /// True when the summary was derived anew.
     pub summary: bool,

@@ -1,0 +1,162 @@
+//! Snapshots of every rendered output on fixed inputs: the report summary and its markdown,
+//! `diff` as text, markdown and JSON, `status` as text and JSON, `rerun` as text and markdown.
+//! Taken before the render module was written, so that refactoring shows no unintended change.
+
+use crate::report::Report;
+use cassettes::git::Diff;
+use serde_json::json;
+use std::path::Path;
+
+const KEY: &str = "3f2a9c0b1d4e5f60718293a4b5c6d7e8f90123456789abcdef0123456789abcd";
+
+pub(crate) fn report() -> Report {
+    serde_json::from_value(json!({
+        "llmreplay_report": 1,
+        "mode": "replay",
+        "scope": {"filtered": false, "partition": null},
+        "generated_at_ms": 1,
+        "tests_passed": true,
+        "cassette_dir": "/ws/tests/cassettes",
+        "counts": {"requests": 7, "hits": 4, "misses": 1, "recorded": 1, "replaced": 0,
+                   "unchanged": 0, "passthrough": 0, "broken": 0, "errors": 0, "faults": 1},
+        "missing": [{
+            "test": "sample::chat$answers_hello", "provider": "openai", "method": "POST",
+            "path": "/v1/chat/completions",
+            "cassette": "/ws/tests/cassettes/sample--chat--answers_hello/openai.json",
+            "key": KEY, "ordinal": 0, "model": "gpt-4o-mini", "prompt": "Say hello",
+            "closest": ["/body/messages/0/content"],
+            "command": "cargo llmreplay test --record-missing -E 'test(=answers_hello)'"
+        }],
+        "unused": [
+            {"kind": "recording", "test": "sample::chat$old", "provider": "openai",
+             "cassette": "/ws/tests/cassettes/sample--chat--old/openai.json", "key": KEY,
+             "ordinal": 1, "answer": "You said: old"},
+            {"kind": "folder", "folder": "/ws/tests/cassettes/sample--gone"}
+        ],
+        "faults": {"sample::chat$flaky": 1},
+        "changed": [
+            {"path": "tests/cassettes/sample--chat--new/openai.json", "kind": "new",
+             "added": 1, "replaced": 0, "removed": 0, "unchanged": 0},
+            {"path": "tests/cassettes/sample--chat--x/openai.json", "kind": "modified",
+             "added": 1, "replaced": 2, "removed": 0, "unchanged": 3},
+            {"path": "tests/cassettes/sample--chat--y/anthropic.json", "kind": "deleted",
+             "added": 0, "replaced": 0, "removed": 2, "unchanged": 0}
+        ],
+        "git": true
+    }))
+    .unwrap()
+}
+
+pub(crate) fn diff() -> Diff {
+    serde_json::from_value(json!({
+        "base": "HEAD (1a2b3c4d)",
+        "files": [
+            {"path": "tests/cassettes/sample--chat--answers_hello/openai.json",
+             "test": "sample::chat$answers_hello", "provider": "openai", "kind": "modified",
+             "interactions": [{
+                "change": "changed", "method": "POST", "path": "/v1/chat/completions",
+                "model": "gpt-4o-mini", "prompt": "Hello there", "prompt_before": "Hello",
+                "request_fields": ["/body/messages/0/content"],
+                "answer_before": "You said: Hello", "answer_after": "You said: Hello there",
+                "answer_diff": "-You said: Hello\n+You said: Hello there\n",
+                "tokens_before": {"input": 5, "output": 3},
+                "tokens_after": {"input": 5, "output": 4}
+             }, {
+                "change": "changed", "method": "POST", "path": "/v1/chat/completions",
+                "model": "gpt-4o-mini", "prompt": "Same",
+                "response_fields": ["/usage/total_tokens"],
+                "answer_before": "Same answer", "answer_after": "Same answer",
+                "tokens_before": {"input": 5, "output": 2},
+                "tokens_after": {"input": 5, "output": 2}
+             }]},
+            {"path": "tests/cassettes/sample--chat--new/anthropic.json",
+             "test": "sample::chat$new", "provider": "anthropic", "kind": "new",
+             "interactions": [{
+                "change": "added", "method": "POST", "path": "/v1/messages",
+                "model": "claude-x", "prompt": "New question",
+                "answer_after": "A ```fenced``` answer\nover two lines",
+                "tokens_after": {"input": 5, "output": 6}
+             }]},
+            {"path": "tests/cassettes/sample--chat--broken/openai.json",
+             "test": "sample::chat$broken", "provider": "openai", "kind": "modified",
+             "interactions": [], "error": "expected value at line 1 column 1"}
+        ]
+    }))
+    .unwrap()
+}
+
+fn status() -> crate::status::Status {
+    serde_json::from_value(json!({
+        "changed": [{"path": "tests/cassettes/a--b/openai.json", "kind": "modified",
+                     "added": 1, "replaced": 0, "removed": 0, "unchanged": 1}],
+        "git": true,
+        "orphans": ["sample--gone"],
+        "listed": true,
+        "problems": [
+            {"path": "/ws/tests/cassettes/a--b/openai.json", "problem": "key_mismatch", "index": 0},
+            {"path": "/ws/tests/cassettes/a--c/openai.json", "problem": "corrupt",
+             "message": "expected value at line 3 column 5"}
+        ],
+        "fixed": [{"path": "/ws/tests/cassettes/a--d/openai.json",
+                   "interactions": [{"index": 1, "key": [KEY, KEY], "summary": true}]}]
+    }))
+    .unwrap()
+}
+
+fn rerun_results() -> Vec<crate::rerun::RerunResult> {
+    serde_json::from_value(json!([
+        {"test": "sample::chat$answers_hello", "provider": "openai",
+         "cassette": "/ws/tests/cassettes/sample--chat--answers_hello/openai.json",
+         "interaction": 1, "method": "POST", "path": "/v1/chat/completions",
+         "verdict": "changed", "diff": "-You said: Hello\n+Hi!\n",
+         "tokens_before": {"input": 5, "output": 3}, "tokens_after": {"input": 5, "output": 1},
+         "tokens_delta": -2,
+         "latency_before": {"ttfb_ms": 100, "total_ms": 300},
+         "latency_after": {"ttfb_ms": 80, "total_ms": 250}, "latency_delta_ms": -50,
+         "request_id": "req_1"},
+        {"test": "sample::chat$asks", "provider": "anthropic",
+         "cassette": "/ws/tests/cassettes/sample--chat--asks/anthropic.json",
+         "interaction": 2, "method": "POST", "path": "/v1/messages",
+         "verdict": "failed", "error": "could not reach http://127.0.0.1:1/v1/messages"}
+    ]))
+    .unwrap()
+}
+
+#[test]
+fn report_summary() {
+    let r = report();
+    let path = Path::new("/ws/target/llmreplay/report.json");
+    insta::assert_snapshot!("report_summary", r.summary(Path::new("/ws"), path, false));
+    insta::assert_snapshot!(
+        "report_summary_colour",
+        r.summary(Path::new("/ws"), path, true)
+    );
+    insta::assert_snapshot!("report_markdown", r.markdown());
+}
+
+#[test]
+fn diff_outputs() {
+    let d = diff();
+    insta::assert_snapshot!("diff_text", crate::diff_cmd::text(&d, false));
+    insta::assert_snapshot!("diff_text_colour", crate::diff_cmd::text(&d, true));
+    insta::assert_snapshot!("diff_markdown", crate::diff_cmd::markdown(&d));
+    insta::assert_snapshot!("diff_json", crate::diff_cmd::json(&d));
+}
+
+#[test]
+fn status_outputs() {
+    let s = status();
+    insta::assert_snapshot!(
+        "status_text",
+        crate::status::text(&s, Path::new("/ws"), Path::new("/ws/tests/cassettes"))
+    );
+    insta::assert_snapshot!("status_json", serde_json::to_string_pretty(&s).unwrap());
+}
+
+#[test]
+fn rerun_outputs() {
+    let r = rerun_results();
+    let totals = crate::rerun::totals(&r);
+    insta::assert_snapshot!("rerun_text", crate::rerun::text(&r, &totals));
+    insta::assert_snapshot!("rerun_markdown", crate::rerun::markdown(&r, &totals));
+}
