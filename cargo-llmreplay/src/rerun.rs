@@ -419,9 +419,7 @@ fn parse_param(p: &str) -> Result<(String, Value), String> {
     let pointer = if key.starts_with('/') {
         key.to_string()
     } else {
-        key.split('.')
-            .map(|k| format!("/{}", k.replace('~', "~0").replace('/', "~1")))
-            .collect()
+        cassettes::pointer::join(key.split('.'))
     };
     let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
     Ok((pointer, value))
@@ -430,11 +428,8 @@ fn parse_param(p: &str) -> Result<(String, Value), String> {
 /// Sets `value` at `pointer`, making the objects on the way.
 fn set_at(target: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
     let mut at = target;
-    let parts: Vec<String> = pointer
-        .split('/')
-        .skip(1)
-        .map(|p| p.replace("~1", "/").replace("~0", "~"))
-        .collect();
+    let parts =
+        cassettes::pointer::parse(pointer).map_err(|e| format!("--param {pointer}: {e}"))?;
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
         at = match at {

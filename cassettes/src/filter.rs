@@ -23,6 +23,7 @@ pub enum Matcher {
     Equal(String),
     Contains(String),
     Regex(Regex),
+    Glob(crate::glob::GlobMatcher),
 }
 
 impl Matcher {
@@ -31,23 +32,13 @@ impl Matcher {
             Matcher::Equal(x) => s == x,
             Matcher::Contains(x) => s.contains(x.as_str()),
             Matcher::Regex(r) => r.is_match(s),
+            Matcher::Glob(g) => g.is_match(s),
         }
     }
 
     fn parse(arg: &str, contains_by_default: bool) -> Result<Matcher, String> {
         let glob = |g: &str| -> Result<Matcher, String> {
-            let mut re = String::from("^");
-            for c in g.chars() {
-                match c {
-                    '*' => re.push_str(".*"),
-                    '?' => re.push('.'),
-                    c => re.push_str(&regex::escape(&c.to_string())),
-                }
-            }
-            re.push('$');
-            Regex::new(&re)
-                .map(Matcher::Regex)
-                .map_err(|e| e.to_string())
+            crate::glob::glob(g, crate::glob::Separator::Any).map(Matcher::Glob)
         };
         if let Some(x) = arg.strip_prefix('=') {
             Ok(Matcher::Equal(x.to_string()))

@@ -35,10 +35,6 @@ pub struct Change {
     pub error: Option<String>,
 }
 
-fn git_err(e: git2::Error) -> Error {
-    Error::Git(e.message().to_string())
-}
-
 /// The repository holding `cassette_dir`, its work tree, and the cassette folder relative to
 /// it; `None` outside a repository.
 fn open(cassette_dir: &Path) -> Result<Option<(git2::Repository, PathBuf, PathBuf)>, Error> {
@@ -79,7 +75,7 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
         .recurse_untracked_dirs(true)
         .include_ignored(false)
         .pathspec(&rel);
-    let statuses = repo.statuses(Some(&mut opts)).map_err(git_err)?;
+    let statuses = repo.statuses(Some(&mut opts))?;
     let head = repo.head().ok().and_then(|h| h.peel_to_tree().ok());
     let mut out = Vec::new();
     for entry in statuses.iter() {
@@ -167,21 +163,13 @@ pub fn diff_against(
     only: &[PathBuf],
 ) -> Result<Diff, Error> {
     let Some((repo, workdir, rel)) = open(cassette_dir)? else {
-        return Err(Error::Git(format!(
-            "{} is not inside a git repository, so there is nothing to compare with; commit your cassettes first",
-            cassette_dir.display()
-        )));
+        return Err(Error::NotInRepository(cassette_dir.to_path_buf()));
     };
     let (commit, base) = resolve_base(&repo, base)?;
     let mut old: BTreeMap<PathBuf, String> = BTreeMap::new();
-    if let Some(tree) = commit
-        .as_ref()
-        .map(|c| c.tree())
-        .transpose()
-        .map_err(git_err)?
-    {
+    if let Some(tree) = commit.as_ref().map(|c| c.tree()).transpose()? {
         let sub = match tree.get_path(&rel) {
-            Ok(entry) => Some(entry.to_object(&repo).map_err(git_err)?),
+            Ok(entry) => Some(entry.to_object(&repo)?),
             Err(_) => None,
         };
         if let Some(sub) = sub.as_ref().and_then(|o| o.as_tree()) {
@@ -194,8 +182,7 @@ pub fn diff_against(
                     }
                 }
                 git2::TreeWalkResult::Ok
-            })
-            .map_err(git_err)?;
+            })?;
         }
     }
     let mut new: BTreeMap<PathBuf, String> = BTreeMap::new();
@@ -300,11 +287,9 @@ fn resolve_base<'r>(
         let commit = repo
             .revparse_single(name)
             .and_then(|o| o.peel_to_commit())
-            .map_err(|e| {
-                Error::Git(format!(
-                    "cannot find the base revision {name:?} ({}); fetch it first (git fetch origin {name}) or name another with --base",
-                    e.message()
-                ))
+            .map_err(|source| Error::NoBase {
+                name: name.to_string(),
+                source,
             })?;
         let label = format!("{name} ({})", short(&commit));
         return Ok((Some(commit), label));

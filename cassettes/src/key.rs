@@ -299,31 +299,10 @@ impl Normalizer {
 
 /// RFC 6901 pointer, plus `*` for "every element or member", e.g. `/messages/*/timestamp`.
 fn parse_pointer(pointer: &str) -> Result<Vec<String>, Error> {
-    let bad = |reason: &str| Error::BadRule {
+    crate::pointer::parse(pointer).map_err(|reason| Error::BadRule {
         rule: format!("[match] ignore {pointer:?}"),
         reason: reason.to_string(),
-    };
-    let rest = pointer
-        .strip_prefix('/')
-        .ok_or_else(|| bad("a JSON pointer starts with '/', e.g. \"/metadata/request_id\""))?;
-    rest.split('/')
-        .map(|token| {
-            let mut out = String::with_capacity(token.len());
-            let mut chars = token.chars();
-            while let Some(c) = chars.next() {
-                if c != '~' {
-                    out.push(c);
-                    continue;
-                }
-                match chars.next() {
-                    Some('0') => out.push('~'),
-                    Some('1') => out.push('/'),
-                    _ => return Err(bad("'~' must be followed by 0 or 1 (RFC 6901 escapes)")),
-                }
-            }
-            Ok(out)
-        })
-        .collect()
+    })
 }
 
 fn remove_at(value: &mut Value, path: &[String]) {
@@ -379,7 +358,7 @@ fn diff_into(a: &Value, b: &Value, at: &mut String, out: &mut Vec<String>) {
             for (k, v) in x {
                 let len = at.len();
                 at.push('/');
-                at.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                at.push_str(&crate::pointer::escape(k));
                 match y.get(k) {
                     Some(w) => diff_into(v, w, at, out),
                     None => out.push(at.clone()),
@@ -387,7 +366,7 @@ fn diff_into(a: &Value, b: &Value, at: &mut String, out: &mut Vec<String>) {
                 at.truncate(len);
             }
             for k in y.keys().filter(|k| !x.contains_key(*k)) {
-                out.push(format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")));
+                out.push(format!("{at}/{}", crate::pointer::escape(k)));
             }
         }
         (Value::Array(x), Value::Array(y)) => {

@@ -7,8 +7,10 @@ mod body;
 pub mod filter;
 mod format;
 pub mod git;
+pub mod glob;
 mod id;
 mod key;
+pub mod pointer;
 pub mod review;
 mod store;
 mod summary;
@@ -66,8 +68,19 @@ pub enum Error {
         resolved: PathBuf,
         root: PathBuf,
     },
-    #[error("git: {0}")]
-    Git(String),
+    #[error("git: {source}")]
+    Git {
+        #[from]
+        source: git2::Error,
+    },
+    #[error("git: cannot find the base revision {name:?} ({source}); fetch it first (git fetch origin {name}) or name another with --base")]
+    NoBase {
+        name: String,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("{0} is not inside a git repository, so there is nothing to compare with; commit your cassettes first")]
+    NotInRepository(PathBuf),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,

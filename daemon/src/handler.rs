@@ -447,15 +447,15 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
     )
 }
 
-/// The command that records a missing request: a filter on the test under nextest, else the mode.
+/// The command that records a missing request, and the daemon's own way for other clients.
 fn record_hint(test: &TestId) -> String {
-    match test.as_str().split_once('$') {
-        Some((_, name)) => format!(
-            "cargo llmreplay test --record-missing -E 'test(={name})' (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
-        ),
-        None => {
-            "LLMREPLAY_MODE=record-missing (cargo llmreplay serve --mode record-missing)".into()
-        }
+    let command = crate::record_command(test.as_str());
+    if test.as_str().contains('$') {
+        format!(
+            "{command} (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
+        )
+    } else {
+        format!("LLMREPLAY_MODE=record-missing ({command})")
     }
 }
 

@@ -15,6 +15,15 @@ mod upstream;
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
 pub use journal::{Journal, Miss, Outcome, Stats};
 
+/// The command that records a test's missing requests: a filter on the test under nextest,
+/// else the daemon's record-missing mode for clients naming tests themselves.
+pub fn record_command(test: &str) -> String {
+    match test.split_once('$') {
+        Some((_, name)) => format!("cargo llmreplay test --record-missing -E 'test(={name})'"),
+        None => "cargo llmreplay serve --mode record-missing".into(),
+    }
+}
+
 use cassettes::Store;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
