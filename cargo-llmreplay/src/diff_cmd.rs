@@ -3,15 +3,17 @@
 //! interactions added, removed and changed, as text, as JSON, or as markdown for a pull
 //! request comment.
 
+use crate::args::{CassetteDirArg, Resolved};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, code, code_short, fenced, html, plural, term, term_lines, Styles};
 use cassettes::git::{diff_against, ChangeKind, Diff, FileDiff};
 use cassettes::review::{Change, InteractionDiff};
 use cassettes::Tokens;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::io::IsTerminal;
+use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -39,9 +41,8 @@ pub struct DiffArgs {
     base: Option<String>,
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
-    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
-    #[arg(long, value_name = "DIR")]
-    cassette_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cassettes: CassetteDirArg,
     /// Exit with status 1 when any cassette changed (for scripts).
     #[arg(long)]
     exit_code: bool,
@@ -49,25 +50,16 @@ pub struct DiffArgs {
     paths: Vec<PathBuf>,
 }
 
-pub fn run(args: DiffArgs) -> Result<ExitCode, String> {
-    let (_, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
-    let diff = diff_against(&cassette_dir, args.base.as_deref(), &args.paths)
-        .map_err(|e| e.to_string())?;
+pub fn run(args: DiffArgs) -> Result<Outcome> {
+    let resolved = Resolved::workspace(&args.cassettes)?;
+    let diff = diff_against(resolved.cassette_dir(), args.base.as_deref(), &args.paths)?;
     let out = match args.format {
-        Format::Text => text(&diff, colour()),
+        Format::Text => text(&diff, Styles::for_stdout()),
         Format::Markdown => markdown(&diff),
-        Format::Json => json(&diff),
+        Format::Json => json(&diff)?,
     };
-    print!("{out}");
-    Ok(if args.exit_code && !diff.files.is_empty() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
-}
-
-fn colour() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+    render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
+    Ok(Outcome::gate(args.exit_code && !diff.files.is_empty()))
 }
 
 /// The counts a reader wants first.
@@ -114,10 +106,6 @@ fn by_test(diff: &Diff) -> BTreeMap<&str, Vec<&FileDiff>> {
     tests
 }
 
-fn plural(n: usize, one: &str) -> String {
-    format!("{n} {one}{}", if n == 1 { "" } else { "s" })
-}
-
 fn headline(c: &Counts) -> String {
     let other = c.changed - c.answers_changed;
     let parts: Vec<String> = [
@@ -159,8 +147,7 @@ fn file_counts(f: &FileDiff) -> String {
 fn kind(k: ChangeKind) -> &'static str {
     match k {
         ChangeKind::New => "new file",
-        ChangeKind::Modified => "modified",
-        ChangeKind::Deleted => "deleted",
+        other => render::change_kind(other),
     }
 }
 
@@ -180,6 +167,7 @@ fn tokens_line(d: &InteractionDiff) -> Option<String> {
     }
 }
 
+/// The request in one line, unescaped: each medium escapes it.
 fn request_line(d: &InteractionDiff) -> String {
     format!(
         "{} {}{}",
@@ -200,57 +188,58 @@ fn change_word(c: Change) -> &'static str {
     }
 }
 
-/// For a terminal: coloured `-`/`+` lines when `colour`.
-pub fn text(diff: &Diff, colour: bool) -> String {
-    let paint = |code: &str, s: &str| {
-        if colour {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_string()
-        }
-    };
+/// For a terminal: coloured `-`/`+` lines when `styles` say so; control characters from the
+/// cassettes shown escaped.
+pub fn text(diff: &Diff, styles: Styles) -> String {
     let c = counts(diff);
     if diff.files.is_empty() {
-        return format!("No cassette changed against {}.\n", diff.base);
+        return format!("No cassette changed against {}.\n", term(&diff.base));
     }
-    let mut out = format!("{} (against {})\n", paint("1", &headline(&c)), diff.base);
+    let mut out = format!(
+        "{} (against {})\n",
+        styles.bold(&headline(&c)),
+        term(&diff.base)
+    );
     for (test, files) in by_test(diff) {
-        out.push_str(&format!("\n{}\n", paint("1", test)));
+        let _ = write!(out, "\n{}\n", styles.bold(&term(test)));
         for f in files {
-            out.push_str(&format!(
-                "  {} ({}): {}\n",
-                f.path.display(),
+            let _ = writeln!(
+                out,
+                "  {} ({}): {}",
+                term(&f.path.to_string_lossy()),
                 kind(f.kind),
                 file_counts(f)
-            ));
+            );
             if let Some(e) = &f.error {
-                out.push_str(&format!("    {e}\n"));
+                let _ = writeln!(out, "    {}", term(e));
             }
             for d in &f.interactions {
-                out.push_str(&format!(
-                    "  {} {}\n",
-                    paint("1", change_word(d.change)),
-                    request_line(d)
-                ));
+                let _ = writeln!(
+                    out,
+                    "  {} {}",
+                    styles.bold(change_word(d.change)),
+                    term(&request_line(d))
+                );
+                // Debug quoting shows control characters escaped.
                 match (&d.prompt_before, &d.prompt) {
-                    (Some(a), Some(b)) => out.push_str(&format!("    prompt: {a:?} -> {b:?}\n")),
-                    (None, Some(p)) => out.push_str(&format!("    prompt: {p:?}\n")),
+                    (Some(a), Some(b)) => {
+                        let _ = writeln!(out, "    prompt: {a:?} -> {b:?}");
+                    }
+                    (None, Some(p)) => {
+                        let _ = writeln!(out, "    prompt: {p:?}");
+                    }
                     _ => {}
                 }
                 if !d.request_fields.is_empty() {
-                    out.push_str(&format!(
-                        "    request fields changed: {}\n",
-                        d.request_fields.join(", ")
-                    ));
+                    let _ = writeln!(
+                        out,
+                        "    request fields changed: {}",
+                        term(&d.request_fields.join(", "))
+                    );
                 }
                 if let Some(diff) = &d.answer_diff {
                     for line in diff.lines() {
-                        let code = match line.chars().next() {
-                            Some('-') => "31",
-                            Some('+') => "32",
-                            _ => "0",
-                        };
-                        out.push_str(&format!("    {}\n", paint(code, line)));
+                        let _ = writeln!(out, "    {}", styles.diff_line(&term(line)));
                     }
                 } else if let Some(a) = d.answer_after.as_ref().or(d.answer_before.as_ref()) {
                     let label = if d.change == Change::Changed {
@@ -258,16 +247,17 @@ pub fn text(diff: &Diff, colour: bool) -> String {
                     } else {
                         "answer"
                     };
-                    out.push_str(&format!("    {label}: {}\n", indent(a, "      ")));
+                    let _ = writeln!(out, "    {label}: {}", indent(&term_lines(a), "      "));
                 }
                 if !d.response_fields.is_empty() {
-                    out.push_str(&format!(
-                        "    response fields changed: {}\n",
-                        d.response_fields.join(", ")
-                    ));
+                    let _ = writeln!(
+                        out,
+                        "    response fields changed: {}",
+                        term(&d.response_fields.join(", "))
+                    );
                 }
                 if let Some(t) = tokens_line(d) {
-                    out.push_str(&format!("    {t}\n"));
+                    let _ = writeln!(out, "    {t}");
                 }
             }
         }
@@ -279,90 +269,88 @@ fn indent(text: &str, by: &str) -> String {
     text.trim_end().replace('\n', &format!("\n{by}"))
 }
 
-fn html(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-}
-
-/// A code fence longer than any run of backticks in `body`.
-fn fenced(lang: &str, body: &str) -> String {
-    let longest = body.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let fence = "`".repeat(longest.max(2) + 1);
-    format!("{fence}{lang}\n{}\n{fence}\n", body.trim_end())
-}
-
-fn inline(s: &str) -> String {
-    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let short: String = one_line.chars().take(200).collect();
-    let short = if short.len() < one_line.len() {
-        format!("{short}…")
-    } else {
-        short
-    };
-    format!("`{}`", short.replace('`', "'"))
-}
-
-/// For a pull request comment: the counts first, then one collapsed section per test.
+/// For a pull request comment: the counts first, then one collapsed section per test. What
+/// comes from the cassettes sits in code spans, fenced blocks or escaped HTML, never as
+/// markdown of its own: PR comments are public.
 pub fn markdown(diff: &Diff) -> String {
     let c = counts(diff);
     let mut out = String::from("### cargo-llmreplay: recorded answers\n\n");
     if diff.files.is_empty() {
-        out.push_str(&format!("No cassette changed against {}.\n", diff.base));
+        let _ = writeln!(out, "No cassette changed against {}.", code(&diff.base));
         return out;
     }
-    out.push_str(&format!(
+    let _ = write!(
+        out,
         "**{}**, in {} (against {}).\n\n",
         headline(&c),
         plural(c.files, "cassette"),
-        diff.base
-    ));
+        code(&diff.base)
+    );
     for (test, files) in by_test(diff) {
         let summary: Vec<String> = files
             .iter()
             .map(|f| format!("{}: {}", html(&f.provider), file_counts(f)))
             .collect();
-        out.push_str(&format!(
+        let _ = write!(
+            out,
             "<details>\n<summary><code>{}</code> ({})</summary>\n\n",
             html(test),
             summary.join("; ")
-        ));
+        );
         for f in files {
-            out.push_str(&format!("`{}` ({})\n\n", f.path.display(), kind(f.kind)));
+            let _ = write!(
+                out,
+                "{} ({})\n\n",
+                code(&f.path.to_string_lossy()),
+                kind(f.kind)
+            );
             if let Some(e) = &f.error {
-                out.push_str(&format!("**does not parse**: {}\n\n", html(e)));
+                let _ = write!(out, "**does not parse**: {}\n\n", code(e));
             }
             for d in &f.interactions {
-                out.push_str(&format!(
-                    "**{}** `{}`\n\n",
+                let _ = write!(
+                    out,
+                    "**{}** {}\n\n",
                     change_word(d.change),
-                    request_line(d)
-                ));
+                    code(&request_line(d))
+                );
                 match (&d.prompt_before, &d.prompt) {
                     (Some(a), Some(b)) => {
-                        out.push_str(&format!("- prompt: {} → {}\n", inline(a), inline(b)))
+                        let _ = writeln!(
+                            out,
+                            "- prompt: {} → {}",
+                            code_short(a, 200),
+                            code_short(b, 200)
+                        );
                     }
-                    (None, Some(p)) => out.push_str(&format!("- prompt: {}\n", inline(p))),
+                    (None, Some(p)) => {
+                        let _ = writeln!(out, "- prompt: {}", code_short(p, 200));
+                    }
                     _ => {}
                 }
-                let code = |fields: &[String]| -> String {
-                    let quoted: Vec<String> = fields.iter().map(|f| format!("`{f}`")).collect();
-                    quoted.join(", ")
+                let codes = |fields: &[String]| -> String {
+                    fields
+                        .iter()
+                        .map(|f| code(f))
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 };
                 if !d.request_fields.is_empty() {
-                    out.push_str(&format!(
-                        "- request fields changed: {}\n",
-                        code(&d.request_fields)
-                    ));
+                    let _ = writeln!(
+                        out,
+                        "- request fields changed: {}",
+                        codes(&d.request_fields)
+                    );
                 }
                 if !d.response_fields.is_empty() {
-                    out.push_str(&format!(
-                        "- answer text unchanged; response fields changed: {}\n",
-                        code(&d.response_fields)
-                    ));
+                    let _ = writeln!(
+                        out,
+                        "- answer text unchanged; response fields changed: {}",
+                        codes(&d.response_fields)
+                    );
                 }
                 if let Some(t) = tokens_line(d) {
-                    out.push_str(&format!("- {t}\n"));
+                    let _ = writeln!(out, "- {t}");
                 }
                 out.push('\n');
                 if let Some(diff) = &d.answer_diff {
@@ -388,13 +376,13 @@ struct JsonDiff<'a> {
     diff: &'a Diff,
 }
 
-pub fn json(diff: &Diff) -> String {
+pub fn json(diff: &Diff) -> Result<String> {
     let mut s = serde_json::to_string_pretty(&JsonDiff {
         llmreplay_diff: 1,
         counts: counts(diff),
         diff,
     })
-    .expect("the diff serialises");
+    .map_err(|e| Error::io("cannot write the diff as JSON", std::io::Error::other(e)))?;
     s.push('\n');
-    s
+    Ok(s)
 }

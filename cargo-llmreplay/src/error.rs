@@ -27,6 +27,8 @@ pub enum Outcome {
     GateFailed,
     /// nextest's own status, when tests failed.
     Nextest(u8),
+    /// A usage error clap has already explained.
+    Usage,
 }
 
 impl Outcome {
@@ -44,6 +46,7 @@ impl Outcome {
             Outcome::Success => exit::SUCCESS,
             Outcome::GateFailed => exit::GATE,
             Outcome::Nextest(code) => code,
+            Outcome::Usage => exit::USAGE,
         }
     }
 }

@@ -1,9 +1,12 @@
 //! `cargo llmreplay`: the command line. It parses arguments, starts the daemon and prints what
 //! happened; the logic lives in the `daemon` and `cassettes` crates.
 
+mod args;
 mod diff_cmd;
+mod error;
 mod locate;
 mod prune;
+mod render;
 mod report;
 mod rerun;
 mod serve;
@@ -52,39 +55,6 @@ enum Command {
     Report(report::ReportCommand),
 }
 
-/// The workspace root (`cargo locate-project`) and the cassette folder: the flag, else
-/// `cassette_dir` of llmreplay.toml, else tests/cassettes.
-pub(crate) fn workspace(
-    cassette_dir: Option<std::path::PathBuf>,
-) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
-    let root = locate::workspace_root()?;
-    let overrides = daemon::Overrides {
-        cassette_dir,
-        ..daemon::Overrides::default()
-    };
-    let settings = daemon::Settings::load(&root, None, &overrides).map_err(|e| e.to_string())?;
-    Ok((root, settings.cassette_dir))
-}
-
-/// `CARGO_TARGET_DIR`, else the workspace's `target`.
-pub(crate) fn target_dir(root: &std::path::Path) -> std::path::PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => std::env::current_dir().unwrap_or_default().join(dir),
-        None => root.join("target"),
-    }
-}
-
-/// Modes that call real providers are refused under `CI`, unless forced.
-pub(crate) fn refuse_upstream_in_ci(mode: daemon::Mode, allowed: bool) -> Result<(), String> {
-    if mode.goes_upstream() && std::env::var_os("CI").is_some() && !allowed {
-        return Err(format!(
-            "mode {mode} calls real providers, and CI is set: CI replays only, so that a missing cassette fails \
-             instead of spending money. Record on a developer machine, or pass --allow-record-in-ci."
-        ));
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // Cargo runs `cargo-llmreplay llmreplay <args>` for `cargo llmreplay <args>`.
@@ -94,8 +64,8 @@ fn main() -> ExitCode {
     // The target runner, once per test process: before anything else, so it starts fast.
     if args.get(1).is_some_and(|a| a == "__runner") {
         let error = runner_plugin::run(args.split_off(2));
-        eprintln!("cargo-llmreplay __runner: {error}");
-        return ExitCode::from(101);
+        render::stderr(&format!("cargo-llmreplay __runner: {error}\n"));
+        return ExitCode::from(runner_plugin::RUNNER_FAILED);
     }
     let cli = Cli::parse_from(args);
     tracing_subscriber::fmt()
@@ -115,10 +85,28 @@ fn main() -> ExitCode {
         Command::Report(cmd) => report::run(cmd),
     };
     match result {
-        Ok(code) => code,
+        Ok(outcome) => outcome.into(),
         Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
+            render::stderr(&format!(
+                "error: {}\n",
+                render::term_lines(&error_chain(&e))
+            ));
+            ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// The error and its causes, as `error: what: why: deeper why`, each said once.
+fn error_chain(e: &error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = cause.source();
+    }
+    text
 }

@@ -3,12 +3,14 @@
 //! a report that can tell: one from an unfiltered run (or merged partitions) whose tests
 //! passed, written after the cassettes last changed.
 
+use crate::args::{CassetteDirArg, Resolved};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{plural, stderr, term};
 use crate::report::{Report, Unused};
 use cassettes::Key;
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 #[derive(Args)]
 #[command(
@@ -25,17 +27,17 @@ pub struct PruneArgs {
     /// The report to act on [default: <target dir>/llmreplay/report.json].
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
-    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
-    #[arg(long, value_name = "DIR")]
-    cassette_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cassettes: CassetteDirArg,
 }
 
-pub fn run(args: PruneArgs) -> Result<ExitCode, String> {
-    let (root, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
+pub fn run(args: PruneArgs) -> Result<Outcome> {
+    let resolved = Resolved::workspace(&args.cassettes)?;
+    let cassette_dir = resolved.cassette_dir().to_path_buf();
     let path = args
         .report
         .clone()
-        .unwrap_or_else(|| crate::target_dir(&root).join("llmreplay/report.json"));
+        .unwrap_or_else(|| resolved.default_report());
     let report = Report::read(&path)?;
     trust(&report, &path, &cassette_dir)?;
     // The report may come from another machine: its paths are rebased on this cassette
@@ -63,13 +65,13 @@ pub fn run(args: PruneArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    let rel = |p: &Path| p.strip_prefix(&root).unwrap_or(p).display().to_string();
+    let rel = |p: &Path| term(&resolved.rel(p)).into_owned();
     if recordings.is_empty() && folders.is_empty() {
-        eprintln!(
-            "nothing to prune: the report of {} found nothing unused",
+        stderr(&format!(
+            "nothing to prune: the report of {} found nothing unused\n",
             rel(&path)
-        );
-        return Ok(ExitCode::SUCCESS);
+        ));
+        return Ok(Outcome::Success);
     }
     let verb = if args.dry_run {
         "would remove"
@@ -78,50 +80,48 @@ pub fn run(args: PruneArgs) -> Result<ExitCode, String> {
     };
     for (file, which) in &recordings {
         if !args.dry_run {
-            cassettes::remove_recordings(file, which).map_err(|e| e.to_string())?;
+            cassettes::remove_recordings(file, which)?;
         }
-        eprintln!(
-            "{verb} {} recording{} from {}",
-            which.len(),
-            if which.len() == 1 { "" } else { "s" },
+        stderr(&format!(
+            "{verb} {} from {}\n",
+            plural(which.len(), "recording"),
             rel(file)
-        );
+        ));
     }
     for folder in &folders {
         if !folder.is_dir() {
             continue;
         }
         if args.dry_run {
-            eprintln!("{verb} {}/", rel(folder));
+            stderr(&format!("{verb} {}/\n", rel(folder)));
             continue;
         }
-        let left = cassettes::remove_folder(folder).map_err(|e| e.to_string())?;
+        let left = cassettes::remove_folder(folder)?;
         if left.is_empty() {
-            eprintln!("{verb} {}/", rel(folder));
+            stderr(&format!("{verb} {}/\n", rel(folder)));
         } else {
-            eprintln!(
-                "{verb} the cassettes of {}/ and left {} other file{} there",
+            stderr(&format!(
+                "{verb} the cassettes of {}/ and left {} there\n",
                 rel(folder),
-                left.len(),
-                if left.len() == 1 { "" } else { "s" }
-            );
+                plural(left.len(), "other file")
+            ));
         }
     }
     if args.dry_run {
-        eprintln!("(dry run: nothing was removed)");
+        stderr("(dry run: nothing was removed)\n");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Outcome::Success)
 }
 
 /// `path` if it names a cassette folder (`depth` 1) or a cassette file (2) of `cassette_dir`,
 /// links resolved: a report (edited, or from elsewhere) never makes prune remove anything else.
-fn inside(cassette_dir: &Path, path: PathBuf, depth: usize) -> Result<PathBuf, String> {
+fn inside(cassette_dir: &Path, path: PathBuf, depth: usize) -> Result<PathBuf> {
     let refuse = |why: &str| {
-        Err(format!(
+        Err(Error::Report(format!(
             "the report names {}, {why}; prune removes only cassettes of {} and removed nothing",
             path.display(),
             cassette_dir.display()
-        ))
+        )))
     };
     let Ok(rel) = path.strip_prefix(cassette_dir) else {
         return refuse("which is outside the cassette directory");
@@ -141,40 +141,40 @@ fn inside(cassette_dir: &Path, path: PathBuf, depth: usize) -> Result<PathBuf, S
 }
 
 /// Why this report cannot be trusted to say what is unused, if it cannot.
-fn trust(report: &Report, path: &Path, cassette_dir: &Path) -> Result<(), String> {
+fn trust(report: &Report, path: &Path, cassette_dir: &Path) -> Result<()> {
     let again = "Run `cargo llmreplay test` over the whole suite first";
     if report.scope.filtered {
-        return Err(format!(
+        return Err(Error::Report(format!(
             "{} comes from a filtered run (-E, -p or a test name): recordings of the tests it left out would look unused. {again}",
             path.display()
-        ));
+        )));
     }
     if let Some(p) = &report.scope.partition {
-        return Err(format!(
+        return Err(Error::Report(format!(
             "{} comes from a partitioned run ({p}): merge every partition's report with `cargo llmreplay report merge` and prune with --report on the merged one",
             path.display()
-        ));
+        )));
     }
     if !report.tests_passed {
-        return Err(format!(
+        return Err(Error::Report(format!(
             "tests failed in the run of {}: a failing test may stop before the calls it recorded, which would look unused. Fix them and run `cargo llmreplay test` again first",
             path.display()
-        ));
+        )));
     }
     if report.mode == "passthrough" {
-        return Err(format!(
+        return Err(Error::Report(format!(
             "{} comes from a passthrough run, which replays nothing. {again}",
             path.display()
-        ));
+        )));
     }
     if let Some(newer) =
         newest_cassette(cassette_dir).filter(|(ms, _)| *ms > report.generated_at_ms)
     {
-        return Err(format!(
+        return Err(Error::Report(format!(
             "{} changed after {} was written, so the report may be stale. {again}",
             newer.1.display(),
             path.display()
-        ));
+        )));
     }
     Ok(())
 }

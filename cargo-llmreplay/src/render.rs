@@ -18,10 +18,12 @@ pub struct Styles {
 }
 
 impl Styles {
+    #[cfg(test)]
     pub fn plain() -> Self {
         Styles { on: false }
     }
 
+    #[cfg(test)]
     pub fn coloured() -> Self {
         Styles { on: true }
     }
@@ -34,7 +36,7 @@ impl Styles {
         Self::choose(&std::io::stderr())
     }
 
-    fn choose(stream: &(impl anstream::stream::RawStream + ?Sized)) -> Self {
+    fn choose<S: anstream::stream::RawStream>(stream: &S) -> Self {
         Styles {
             on: anstream::AutoStream::choice(stream) != anstream::ColorChoice::Never,
         }

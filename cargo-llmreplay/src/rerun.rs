@@ -3,20 +3,23 @@
 //! diffs, tokens and latency before and after. With `--save` the new answers go into the
 //! cassettes as a re-record would put them, for `cargo llmreplay diff` to show.
 
+use crate::args::{CassetteDirArg, Resolved, UpstreamArg};
 use crate::diff_cmd::Format;
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, fenced, html, table_code, term};
 use cassettes::filter::Filter;
 use cassettes::review::{answer_text, text_diff, tokens};
 use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
 use clap::Args;
 use daemon::provider::Provider;
 use daemon::resend::Resender;
-use daemon::{Overrides, Settings};
+use daemon::Settings;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Args)]
@@ -56,18 +59,16 @@ pub struct RerunArgs {
     jobs: u16,
     #[arg(long, value_enum, default_value = "text")]
     format: Format,
-    /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080. Repeatable.
-    #[arg(long, value_name = "NAME=URL")]
-    upstream: Vec<String>,
+    #[command(flatten)]
+    upstream: UpstreamArg,
     /// Write the new answers into the cassettes, as a re-record would.
     #[arg(long)]
     save: bool,
     /// Exit 1 when any answer changed.
     #[arg(long)]
     fail_on_change: bool,
-    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
-    #[arg(long, value_name = "DIR")]
-    cassette_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cassettes: CassetteDirArg,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,38 +149,34 @@ struct Outgoing {
     request: cassettes::RecordedRequest,
 }
 
-pub fn run(args: RerunArgs) -> Result<ExitCode, String> {
-    let (root, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
-    let overrides = Overrides {
-        cassette_dir: Some(cassette_dir.clone()),
-        upstreams: args.upstream.clone(),
-        ..Overrides::default()
-    };
-    let settings = Settings::load(&root, None, &overrides).map_err(|e| e.to_string())?;
+pub fn run(args: RerunArgs) -> Result<Outcome> {
+    let Resolved { root, settings } =
+        Resolved::workspace_with_upstreams(&args.cassettes, &args.upstream)?;
+    let cassette_dir = settings.cassette_dir.clone();
     let filters = args
         .exprs
         .iter()
-        .map(|e| Filter::parse(e))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|e| Filter::parse(e).map_err(|e| Error::Usage(format!("-E: {e}"))))
+        .collect::<Result<Vec<_>>>()?;
     let params = args
         .params
         .iter()
         .map(|p| parse_param(p))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>>>()?;
     let selected = |test: &str| {
         args.filter.as_deref().is_none_or(|f| test.contains(f))
             && (filters.is_empty() || filters.iter().any(|f| f.matches(test)))
     };
     let (items, mut results) = pick(&cassette_dir, &root, selected)?;
     if items.is_empty() && results.is_empty() {
-        return Err(format!(
+        return Err(Error::Rerun(format!(
             "no recorded request matches{} in {}",
             args.filter
                 .as_deref()
                 .map(|f| format!(" {f:?}"))
                 .unwrap_or_default(),
             cassette_dir.display()
-        ));
+        )));
     }
     let providers: HashMap<String, Arc<Provider>> = settings
         .providers
@@ -189,18 +186,18 @@ pub fn run(args: RerunArgs) -> Result<ExitCode, String> {
     let used: std::collections::BTreeSet<&String> = items.iter().map(|i| &i.provider).collect();
     for p in used.into_iter().filter_map(|name| providers.get(name)) {
         if !p.key_vars().is_empty() && key_for(p).is_none() {
-            eprintln!(
-                "cargo-llmreplay: warning: {} is not set; {} requests go without a key",
+            render::stderr(&format!(
+                "cargo-llmreplay: warning: {} is not set; {} requests go without a key\n",
                 p.key_vars().join(" or "),
                 p.name
-            );
+            ));
         }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let resender = Resender::new(&settings).map_err(|e| e.to_string())?;
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    let resender = Resender::new(&settings)?;
     let progress = indicatif::ProgressBar::new(items.len() as u64).with_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} requests {msg}")
             .expect("a valid template"),
@@ -308,22 +305,18 @@ pub fn run(args: RerunArgs) -> Result<ExitCode, String> {
                 "totals": totals,
                 "results": results,
             }))
-            .expect("results serialise");
+            .map_err(|e| Error::io("cannot write the results as JSON", std::io::Error::other(e)))?;
             s.push('\n');
             s
         }
     };
-    print!("{out}");
+    render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
     if args.format != Format::Text {
-        eprintln!("{}", totals_line(&totals));
+        render::stderr(&format!("{}\n", totals_line(&totals)));
     }
-    Ok(
-        if totals.failed > 0 || (args.fail_on_change && totals.changed > 0) {
-            ExitCode::from(1)
-        } else {
-            ExitCode::SUCCESS
-        },
-    )
+    Ok(Outcome::gate(
+        totals.failed > 0 || (args.fail_on_change && totals.changed > 0),
+    ))
 }
 
 /// The key from the first of the provider's variables that is set.
@@ -340,9 +333,9 @@ fn pick(
     dir: &Path,
     root: &Path,
     selected: impl Fn(&str) -> bool,
-) -> Result<(Vec<Item>, Vec<RerunResult>), String> {
+) -> Result<(Vec<Item>, Vec<RerunResult>)> {
     let (mut items, mut broken) = (Vec::new(), Vec::new());
-    for path in cassettes::cassette_files(dir).map_err(|e| e.to_string())? {
+    for path in cassettes::cassette_files(dir)? {
         match cassettes::read_cassette_with_blobs(&path) {
             Ok(c) if selected(&c.test) => {
                 for (index, old) in c.interactions.into_iter().enumerate() {
@@ -407,14 +400,14 @@ fn blank(item: &Item, root: &Path) -> RerunResult {
 }
 
 /// `KEY=VALUE` as a JSON pointer and a value: JSON when it parses, else a string.
-fn parse_param(p: &str) -> Result<(String, Value), String> {
+fn parse_param(p: &str) -> Result<(String, Value)> {
     let (key, value) = p
         .split_once('=')
         .filter(|(k, _)| !k.is_empty())
         .ok_or_else(|| {
-            format!(
+            Error::Usage(format!(
                 "--param {p:?}: expected KEY=VALUE, e.g. temperature=0 or generationConfig.topK=1"
-            )
+            ))
         })?;
     let pointer = if key.starts_with('/') {
         key.to_string()
@@ -513,7 +506,7 @@ fn save(
     store: &cassettes::Store,
     mut saves: Vec<(usize, Item, Interaction)>,
     results: &mut [RerunResult],
-) -> Result<(), String> {
+) -> Result<()> {
     saves.sort_by(|a, b| (&a.1.cassette, a.1.index).cmp(&(&b.1.cassette, b.1.index)));
     let mut seen: HashMap<(PathBuf, Key), usize> = HashMap::new();
     for (at, item, interaction) in saves {
@@ -523,18 +516,14 @@ fn save(
         let ordinal = *n;
         *n += 1;
         let provider = ProviderName::new(&item.provider).ok_or_else(|| {
-            format!(
+            Error::Rerun(format!(
                 "{}: bad provider name {:?}",
                 item.cassette.display(),
                 item.provider
-            )
+            ))
         })?;
-        let entry = store
-            .entry(&TestId::new(item.test.as_str()), &provider)
-            .map_err(|e| e.to_string())?;
-        let outcome = entry
-            .record(ordinal, interaction)
-            .map_err(|e| e.to_string())?;
+        let entry = store.entry(&TestId::new(item.test.as_str()), &provider)?;
+        let outcome = entry.record(ordinal, interaction)?;
         results[at].saved = Some(
             match outcome {
                 RecordOutcome::Appended => "recorded",
@@ -620,28 +609,30 @@ fn verdict_word(v: Verdict) -> &'static str {
 pub(crate) fn text(results: &[RerunResult], totals: &Totals) -> String {
     let mut out = String::new();
     for r in results {
-        out.push_str(&format!(
-            "{:<9}  {} #{} ({} {} {})\n",
+        let who = if r.test.is_empty() {
+            r.cassette.to_string_lossy().into_owned()
+        } else {
+            r.test.clone()
+        };
+        let _ = writeln!(
+            out,
+            "{:<9}  {} #{} ({} {} {})",
             verdict_word(r.verdict),
-            if r.test.is_empty() {
-                r.cassette.display().to_string()
-            } else {
-                r.test.clone()
-            },
+            term(&who),
             r.interaction,
-            r.provider,
-            r.method,
-            r.path
-        ));
+            term(&r.provider),
+            term(&r.method),
+            term(&r.path)
+        );
         let f = figures(r);
         if !f.is_empty() {
-            out.push_str(&format!("           {f}\n"));
+            let _ = writeln!(out, "           {}", term(&f));
         }
         if let Some(e) = &r.error {
-            out.push_str(&format!("           {e}\n"));
+            let _ = writeln!(out, "           {}", term(e));
         }
         for line in r.diff.iter().flat_map(|d| d.lines()) {
-            out.push_str(&format!("           {line}\n"));
+            let _ = writeln!(out, "           {}", term(line));
         }
     }
     out.push_str(&totals_line(totals));
@@ -649,6 +640,7 @@ pub(crate) fn text(results: &[RerunResult], totals: &Totals) -> String {
     out
 }
 
+/// For a pull request or an issue: a table, then the diffs and errors in collapsed sections.
 pub(crate) fn markdown(results: &[RerunResult], totals: &Totals) -> String {
     let mut out = format!(
         "### cargo-llmreplay rerun\n\n**{}**\n\n| | test | request | tokens | latency (ms) |\n| --- | --- | --- | --- | --- |\n",
@@ -656,29 +648,33 @@ pub(crate) fn markdown(results: &[RerunResult], totals: &Totals) -> String {
     );
     for r in results {
         let delta = |d: Option<i64>| d.map(|d| format!("{d:+}")).unwrap_or_default();
-        out.push_str(&format!(
-            "| {} | `{}` #{} | {} `{}` | {} | {} |\n",
+        let _ = writeln!(
+            out,
+            "| {} | {} #{} | {} {} | {} | {} |",
             verdict_word(r.verdict),
-            r.test.replace('|', "\\|"),
+            table_code(&r.test),
             r.interaction,
-            r.provider,
-            r.path,
+            table_code(&r.provider),
+            table_code(&r.path),
             delta(r.tokens_delta),
             delta(r.latency_delta_ms)
-        ));
+        );
     }
     for r in results
         .iter()
         .filter(|r| r.diff.is_some() || r.error.is_some())
     {
-        out.push_str(&format!(
-            "\n<details>\n<summary>{} <code>{}</code> #{}</summary>\n\n```{}\n{}\n```\n\n</details>\n",
+        let _ = write!(
+            out,
+            "\n<details>\n<summary>{} <code>{}</code> #{}</summary>\n\n{}\n</details>\n",
             verdict_word(r.verdict),
-            r.test.replace('<', "&lt;"),
+            html(&r.test),
             r.interaction,
-            if r.diff.is_some() { "diff" } else { "text" },
-            r.diff.as_deref().or(r.error.as_deref()).unwrap_or("").trim_end()
-        ));
+            fenced(
+                if r.diff.is_some() { "diff" } else { "text" },
+                r.diff.as_deref().or(r.error.as_deref()).unwrap_or("")
+            )
+        );
     }
     out
 }
@@ -690,7 +686,7 @@ mod tests {
     #[test]
     fn a_gemini_model_goes_into_the_path_and_params_into_the_body() {
         let dir = tempfile::tempdir().unwrap();
-        let settings = Settings::load(dir.path(), None, &Overrides::default()).unwrap();
+        let settings = Settings::load(dir.path(), None, &daemon::Overrides::default()).unwrap();
         let body = r#"{"contents":[{"role":"user","parts":[{"text":"Hi"}]}]}"#;
         let request = settings.normalizer.request(
             "POST",

@@ -1,12 +1,13 @@
 //! `cargo llmreplay serve`: the daemon alone, for clients in any language and for plain
 //! `cargo test`. Prints its base URL first, serves until SIGINT or SIGTERM, then reports.
 
+use crate::args::{DaemonArgs, Resolved};
+use crate::error::{Error, Outcome, Result};
+use crate::render;
 use clap::Args;
-use daemon::{Daemon, Mode, Overrides, Settings};
-use std::io::Write;
+use daemon::Daemon;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 #[derive(Args)]
 #[command(
@@ -25,85 +26,56 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     addr: SocketAddr,
-    /// replay (answer from cassettes only), record-missing, record (re-record everything) or passthrough.
-    #[arg(long, env = "LLMREPLAY_MODE", value_parser = parse_mode, default_value = "replay")]
-    mode: Mode,
-    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
-    #[arg(long, value_name = "DIR")]
-    cassette_dir: Option<PathBuf>,
-    /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080. Repeatable.
-    #[arg(long, value_name = "NAME=URL")]
-    upstream: Vec<String>,
-    /// Replay streams at their recorded pace instead of all at once.
-    #[arg(long)]
-    realtime: bool,
-    /// Replay the last recording of a request to calls beyond those recorded (polling loops, load
-    /// tests), instead of answering them as missing.
-    #[arg(long)]
-    allow_repeats: bool,
     /// Configuration file [default: ./llmreplay.toml when present].
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
-    /// Allow a mode that calls real providers when the CI environment variable is set.
-    #[arg(long)]
-    allow_record_in_ci: bool,
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
-fn parse_mode(s: &str) -> Result<Mode, String> {
-    s.parse().map_err(|e: daemon::ConfigError| e.to_string())
-}
-
-pub fn run(args: ServeArgs) -> Result<ExitCode, String> {
-    crate::refuse_upstream_in_ci(args.mode, args.allow_record_in_ci)?;
-    let overrides = Overrides {
-        mode: Some(args.mode),
-        cassette_dir: args.cassette_dir,
-        upstreams: args.upstream,
-        realtime: args.realtime,
-        allow_repeats: args.allow_repeats,
-    };
+pub fn run(args: ServeArgs) -> Result<Outcome> {
     let root =
-        std::env::current_dir().map_err(|e| format!("cannot read the current directory: {e}"))?;
-    let settings =
-        Settings::load(&root, args.config.as_deref(), &overrides).map_err(|e| e.to_string())?;
+        std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    let resolved = Resolved::daemon(root, args.config.as_deref(), &args.daemon)?;
+    let settings = resolved.settings;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
     let upstreams = settings.upstream_report();
     runtime.block_on(async move {
         let mode = settings.mode;
         let dir = settings.cassette_dir.clone();
-        let daemon = Daemon::bind(settings, args.addr).await.map_err(|e| e.to_string())?;
+        let daemon = Daemon::bind(settings, args.addr).await?;
         let journal = daemon.journal();
-        let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "LLMREPLAY_BASE_URL=http://{}", daemon.local_addr())
-            .and_then(|_| stdout.flush())
-            .map_err(|e| format!("cannot write to stdout: {e}"))?;
-        drop(stdout);
-        eprintln!("cargo-llmreplay: serving in {mode} mode from {}", dir.display());
+        render::stdout(&format!(
+            "LLMREPLAY_BASE_URL=http://{}\n",
+            daemon.local_addr()
+        ))
+        .map_err(|e| Error::io("cannot write to stdout", e))?;
+        render::stderr(&format!(
+            "cargo-llmreplay: serving in {mode} mode from {}\n",
+            dir.display()
+        ));
         if mode.goes_upstream() {
-            eprint!("cargo-llmreplay: upstreams:\n{upstreams}");
+            render::stderr(&format!("cargo-llmreplay: upstreams:\n{upstreams}"));
         }
         let stats = daemon.run(shutdown_signal()).await;
-        eprintln!(
-            "cargo-llmreplay: {} requests: {} replayed, {} missing, {} recorded, {} re-recorded, {} unchanged, {} passed through{}{}{}",
-            stats.requests,
-            stats.hits,
-            stats.misses,
-            stats.recorded,
-            stats.replaced,
-            stats.unchanged,
-            stats.passthrough,
-            if stats.broken > 0 { format!(", {} broken streams", stats.broken) } else { String::new() },
-            if stats.errors > 0 { format!(", {} errors", stats.errors) } else { String::new() },
-            if stats.faults > 0 { format!(", {} answered by faults", stats.faults) } else { String::new() },
-        );
+        let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
         for miss in journal.misses() {
-            let prompt = miss.detail.prompt.map(|p| format!(" {p:?}")).unwrap_or_default();
-            eprintln!("  missing: {}: {}{prompt}", miss.test, miss.path);
+            let prompt = miss
+                .detail
+                .prompt
+                .map(|p| format!(" {p:?}"))
+                .unwrap_or_default();
+            out.push_str(&format!(
+                "  missing: {}: {}{prompt}\n",
+                render::term(&miss.test),
+                render::term(&miss.path)
+            ));
         }
-        Ok(if stats.misses > 0 || stats.errors > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        render::stderr(&out);
+        Ok(Outcome::gate(stats.misses > 0 || stats.errors > 0))
     })
 }
 

@@ -2,6 +2,7 @@
 //! `diff` as text, markdown and JSON, `status` as text and JSON, `rerun` as text and markdown.
 //! Taken before the render module was written, so that refactoring shows no unintended change.
 
+use crate::render::Styles;
 use crate::report::Report;
 use cassettes::git::Diff;
 use serde_json::json;
@@ -126,10 +127,13 @@ fn rerun_results() -> Vec<crate::rerun::RerunResult> {
 fn report_summary() {
     let r = report();
     let path = Path::new("/ws/target/llmreplay/report.json");
-    insta::assert_snapshot!("report_summary", r.summary(Path::new("/ws"), path, false));
+    insta::assert_snapshot!(
+        "report_summary",
+        r.summary(Path::new("/ws"), path, Styles::plain())
+    );
     insta::assert_snapshot!(
         "report_summary_colour",
-        r.summary(Path::new("/ws"), path, true)
+        r.summary(Path::new("/ws"), path, Styles::coloured())
     );
     insta::assert_snapshot!("report_markdown", r.markdown());
 }
@@ -137,10 +141,13 @@ fn report_summary() {
 #[test]
 fn diff_outputs() {
     let d = diff();
-    insta::assert_snapshot!("diff_text", crate::diff_cmd::text(&d, false));
-    insta::assert_snapshot!("diff_text_colour", crate::diff_cmd::text(&d, true));
+    insta::assert_snapshot!("diff_text", crate::diff_cmd::text(&d, Styles::plain()));
+    insta::assert_snapshot!(
+        "diff_text_colour",
+        crate::diff_cmd::text(&d, Styles::coloured())
+    );
     insta::assert_snapshot!("diff_markdown", crate::diff_cmd::markdown(&d));
-    insta::assert_snapshot!("diff_json", crate::diff_cmd::json(&d));
+    insta::assert_snapshot!("diff_json", crate::diff_cmd::json(&d).unwrap());
 }
 
 #[test]

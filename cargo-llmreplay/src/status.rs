@@ -2,15 +2,18 @@
 //! against HEAD, folders of no test (from `cargo nextest list`), files that do not parse or
 //! whose summary disagrees with their answer. `--check` makes any of these fail, for CI.
 
+use crate::args::{cargo, CassetteDirArg, Resolved};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, term};
 use crate::report::{list_tests, orphan_folders, RunScope};
 use cassettes::audit::{audit, Finding, Problem};
-use cassettes::git::{changes_against_head, Change, ChangeKind};
+use cassettes::git::{changes_against_head, Change};
 use cassettes::{cassette_files, fix_cassette, Fixed};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 #[derive(Args)]
 #[command(
@@ -36,9 +39,8 @@ pub struct StatusArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
-    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
-    #[arg(long, value_name = "DIR")]
-    cassette_dir: Option<PathBuf>,
+    #[command(flatten)]
+    cassettes: CassetteDirArg,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -58,15 +60,17 @@ pub(crate) struct Status {
 
 #[derive(Serialize, Deserialize)]
 struct FixedFile {
+    #[serde(with = "cassettes::lossy_path")]
     path: PathBuf,
     interactions: Vec<Fixed>,
 }
 
-pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
-    let (root, cassette_dir) = crate::workspace(args.cassette_dir.clone())?;
+pub fn run(args: StatusArgs) -> Result<Outcome> {
+    let resolved = Resolved::workspace(&args.cassettes)?;
+    let cassette_dir = resolved.cassette_dir();
     let mut fixed = Vec::new();
     if args.fix {
-        for path in cassette_files(&cassette_dir).map_err(|e| e.to_string())? {
+        for path in cassette_files(cassette_dir)? {
             // A file that does not parse cannot be fixed; the audit below names it.
             if let Ok(interactions) = fix_cassette(&path) {
                 if !interactions.is_empty() {
@@ -75,18 +79,16 @@ pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
             }
         }
     }
-    let changed = changes_against_head(&cassette_dir).map_err(|e| e.to_string())?;
-    let problems = audit(&cassette_dir).map_err(|e| e.to_string())?;
+    let changed = changes_against_head(cassette_dir)?;
+    let problems = audit(cassette_dir)?;
     let mut orphans = Vec::new();
     let mut listed = false;
     if !args.no_list {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let suite = list_tests(&cargo, &RunScope::whole_workspace()).map_err(|e| {
-            format!("cargo nextest list failed, so cassette folders cannot be matched with tests: {e}\n(--no-list skips this check)")
+        let suite = list_tests(&cargo(), &RunScope::whole_workspace()).map_err(|e| {
+            Error::Precondition(format!("{e}; so cassette folders cannot be matched with tests (--no-list skips this check)"))
         })?;
-        let folders: BTreeSet<String> = cassettes::Store::new(&cassette_dir)
-            .folders()
-            .map_err(|e| e.to_string())?
+        let folders: BTreeSet<String> = cassettes::Store::new(cassette_dir)
+            .folders()?
             .into_iter()
             .collect();
         orphans = orphan_folders(&suite, &folders);
@@ -101,24 +103,20 @@ pub fn run(args: StatusArgs) -> Result<ExitCode, String> {
         fixed,
     };
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&status).expect("status serialises")
-        );
+        let mut json = serde_json::to_string_pretty(&status)
+            .map_err(|e| Error::io("cannot write the status as JSON", std::io::Error::other(e)))?;
+        json.push('\n');
+        render::stdout(&json).map_err(|e| Error::io("cannot write to stdout", e))?;
     } else {
-        eprint!("{}", text(&status, &root, &cassette_dir));
+        render::stderr(&text(&status, &resolved.root, cassette_dir));
     }
     let any =
         !status.changed.is_empty() || !status.orphans.is_empty() || !status.problems.is_empty();
-    Ok(if args.check && any {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(Outcome::gate(args.check && any))
 }
 
 pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
-    let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
+    let rel = |p: &Path| term(&p.strip_prefix(root).unwrap_or(p).to_string_lossy()).into_owned();
     let mut out = String::new();
     for f in &s.fixed {
         for x in &f.interactions {
@@ -147,12 +145,12 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
     if !s.changed.is_empty() {
         out.push_str(&format!("changed against HEAD ({}):\n", s.changed.len()));
         for c in &s.changed {
-            let kind = match c.kind {
-                ChangeKind::New => "new     ",
-                ChangeKind::Modified => "modified",
-                ChangeKind::Deleted => "deleted ",
-            };
-            out.push_str(&format!("  {kind}  {}\n", c.path.display()));
+            let _ = writeln!(
+                out,
+                "  {}  {}",
+                render::change_kind_column(c.kind),
+                rel(&c.path)
+            );
         }
     }
     if !s.orphans.is_empty() {
@@ -168,7 +166,7 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
         out.push_str(&format!("broken ({}):\n", s.problems.len()));
         for f in &s.problems {
             let what = match &f.problem {
-                Problem::Corrupt { message } => message.clone(),
+                Problem::Corrupt { message } => term(message).into_owned(),
                 Problem::SummaryMismatch { index } => format!(
                     "interaction {}: its summary does not match its answer (edited by hand?); re-record the test with --record",
                     index + 1
@@ -177,7 +175,7 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                     "interaction {}: its key is not the key of its request (edited by hand?), so replay refuses it; run `cargo llmreplay status --fix`",
                     index + 1
                 ),
-                Problem::Blob { message } => message.clone(),
+                Problem::Blob { message } => term(message).into_owned(),
                 Problem::Misplaced { expected } => format!(
                     "its test and provider are looked up in {}; move it there",
                     rel(expected)

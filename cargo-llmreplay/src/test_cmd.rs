@@ -1,13 +1,16 @@
 //! `cargo llmreplay test`: starts the daemon in this process, runs `cargo nextest run` with the
 //! target runner that points every test at it, then reports what is missing, unused and changed.
 
+use crate::args::{cargo, DaemonArgs, Resolved};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, Styles};
 use crate::report::{self, Deny, RunScope};
-use clap::Parser;
-use daemon::{Daemon, Mode, Overrides, Settings};
+use clap::{CommandFactory, Parser};
+use daemon::Daemon;
 use runner_plugin::{CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,52 +29,47 @@ use std::process::{Command, ExitCode};
         cargo llmreplay test --deny unused --deny changed  # strict CI gate"
 )]
 pub struct TestArgs {
-    /// Re-record every request (proxied upstream; replaces entries in place).
-    #[arg(long, conflicts_with_all = ["record_missing", "passthrough"])]
-    record: bool,
-    /// Replay what is recorded, record what is not.
-    #[arg(long, conflicts_with = "passthrough")]
-    record_missing: bool,
-    /// Proxy everything upstream and write nothing.
-    #[arg(long)]
-    passthrough: bool,
-    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
-    #[arg(long, value_name = "DIR")]
-    cassette_dir: Option<PathBuf>,
-    /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080. Repeatable.
-    #[arg(long, value_name = "NAME=URL")]
-    upstream: Vec<String>,
+    #[command(flatten)]
+    daemon: DaemonArgs,
     /// Write the JSON report here [default: <target dir>/llmreplay/report.json].
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
     /// Fail the run on unused recordings or on cassettes changed against git HEAD. Repeatable.
     #[arg(long, value_enum)]
     deny: Vec<Deny>,
-    /// Replay streams at their recorded pace.
-    #[arg(long)]
-    realtime: bool,
-    /// Replay the last recording of a request to calls beyond those recorded.
-    #[arg(long)]
-    allow_repeats: bool,
-    /// Allow a mode that calls real providers when the CI environment variable is set.
-    #[arg(long)]
-    allow_record_in_ci: bool,
 }
 
-const SWITCHES: &[&str] = &[
-    "--record",
-    "--record-missing",
-    "--passthrough",
-    "--realtime",
-    "--allow-repeats",
-    "--allow-record-in-ci",
-    "-h",
-    "--help",
-];
-const WITH_VALUE: &[&str] = &["--cassette-dir", "--upstream", "--report", "--deny"];
+/// This command's own flags, from its clap definition: switches, and flags that take a value.
+/// Everything else goes to nextest, so a flag added to `TestArgs` is never passed on by mistake.
+fn own_flags() -> (Vec<String>, Vec<String>) {
+    let mut cmd = TestArgs::command();
+    cmd.build();
+    let (mut switches, mut with_value) = (Vec::new(), Vec::new());
+    for arg in cmd.get_arguments() {
+        let mut names: Vec<String> = arg
+            .get_long_and_visible_aliases()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| format!("--{l}"))
+            .collect();
+        names.extend(
+            arg.get_short_and_visible_aliases()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|c| format!("-{c}")),
+        );
+        if arg.get_action().takes_values() {
+            with_value.extend(names);
+        } else {
+            switches.extend(names);
+        }
+    }
+    (switches, with_value)
+}
 
 /// Splits the command line into this command's own flags and nextest's.
 fn split_args(args: Vec<OsString>) -> (Vec<OsString>, Vec<OsString>) {
+    let (switches, with_value) = own_flags();
     let (mut own, mut nextest) = (Vec::new(), Vec::new());
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
@@ -81,11 +79,11 @@ fn split_args(args: Vec<OsString>) -> (Vec<OsString>, Vec<OsString>) {
             nextest.extend(it.by_ref());
             break;
         }
-        if SWITCHES.contains(&s.as_ref())
-            || WITH_VALUE.iter().any(|f| s.starts_with(&format!("{f}=")))
+        if switches.iter().any(|f| *f == s)
+            || with_value.iter().any(|f| s.starts_with(&format!("{f}=")))
         {
             own.push(arg);
-        } else if WITH_VALUE.contains(&s.as_ref()) {
+        } else if with_value.iter().any(|f| *f == s) {
             own.push(arg);
             own.extend(it.next());
         } else {
@@ -95,48 +93,39 @@ fn split_args(args: Vec<OsString>) -> (Vec<OsString>, Vec<OsString>) {
     (own, nextest)
 }
 
-pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
+pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let (own, nextest_args) = split_args(args);
     let args = match TestArgs::try_parse_from(
         std::iter::once(OsString::from("cargo llmreplay test")).chain(own),
     ) {
         Ok(args) => args,
         Err(e) => {
+            // Help and version are printed on stdout and are no error.
             let _ = e.print();
-            return Ok(ExitCode::from(if e.use_stderr() { 2 } else { 0 }));
+            return Ok(if e.use_stderr() {
+                Outcome::Usage
+            } else {
+                Outcome::Success
+            });
         }
     };
-    let mode = if args.record {
-        Mode::Record
-    } else if args.record_missing {
-        Mode::RecordMissing
-    } else if args.passthrough {
-        Mode::Passthrough
-    } else {
-        match std::env::var("LLMREPLAY_MODE") {
-            Ok(m) => m
-                .parse()
-                .map_err(|e: daemon::ConfigError| format!("LLMREPLAY_MODE: {e}"))?,
-            Err(_) => Mode::Replay,
-        }
-    };
-    crate::refuse_upstream_in_ci(mode, args.allow_record_in_ci)?;
+    args.daemon.check_ci()?;
     let root = preconditions()?;
-    let overrides = Overrides {
-        mode: Some(mode),
-        cassette_dir: args.cassette_dir.clone(),
-        upstreams: args.upstream.clone(),
-        realtime: args.realtime,
-        allow_repeats: args.allow_repeats,
-    };
-    let settings = Settings::load(&root, None, &overrides).map_err(|e| e.to_string())?;
+    let resolved = Resolved::daemon(root, None, &args.daemon)?;
+    let root = resolved.root.clone();
+    let report_path = args
+        .report
+        .clone()
+        .unwrap_or_else(|| resolved.default_report());
+    let settings = resolved.settings;
+    let mode = settings.mode;
     let cassette_dir = settings.cassette_dir.clone();
     let gateways = settings.gateways();
     if mode.goes_upstream() {
-        eprint!(
+        render::stderr(&format!(
             "cargo-llmreplay: {mode} mode; upstreams:\n{}",
             settings.upstream_report()
-        );
+        ));
     }
     let (runner_key, chain) = user_runner(&root)?;
     let runner = toml::Value::Array(
@@ -150,13 +139,11 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let daemon = runtime
-        .block_on(Daemon::bind(
-            settings,
-            "127.0.0.1:0".parse().expect("a literal address"),
-        ))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    let daemon = runtime.block_on(Daemon::bind(
+        settings,
+        "127.0.0.1:0".parse().expect("a literal address"),
+    ))?;
     let url = format!("http://{}", daemon.local_addr());
     let (journal, store) = (daemon.journal(), daemon.store());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -167,11 +154,11 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     // then stops the daemon and reports, instead of dying with its child still running.
     runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
 
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let cargo = cargo();
     let ran = tempfile::Builder::new()
         .prefix("llmreplay-ran-")
         .tempfile()
-        .map_err(|e| format!("cannot make a temporary file: {e}"))?;
+        .map_err(|e| Error::io("cannot make a temporary file", e))?;
     let mut nextest = Command::new(&cargo);
     nextest
         .args(["nextest", "run", "--config"])
@@ -186,7 +173,7 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     }
     let status = nextest
         .status()
-        .map_err(|e| format!("cannot run cargo nextest: {e}"))?;
+        .map_err(|e| Error::io("cannot run cargo nextest", e))?;
     for test in std::fs::read_to_string(ran.path())
         .unwrap_or_default()
         .lines()
@@ -197,7 +184,7 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
     let _ = stop.send(());
     let stats = runtime
         .block_on(served)
-        .map_err(|e| format!("the daemon failed: {e}"))?;
+        .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
 
     // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
     // (a chained runner that swallowed the list, say).
@@ -210,9 +197,10 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         match report::list_tests(&cargo, &scope) {
             Ok(tests) => Some(tests),
             Err(e) => {
-                eprintln!(
-                    "cargo-llmreplay: warning: no orphan check, cargo nextest list failed: {e}"
-                );
+                render::stderr(&format!(
+                    "cargo-llmreplay: warning: no orphan check: {}\n",
+                    render::term_lines(&e.to_string())
+                ));
                 None
             }
         }
@@ -226,23 +214,18 @@ pub fn run(args: Vec<OsString>) -> Result<ExitCode, String> {
         scope: &scope,
         listed: listed.as_ref(),
         tests_passed: status.success(),
-    })
-    .map_err(|e| e.to_string())?;
-    let path = args
-        .report
-        .clone()
-        .unwrap_or_else(|| crate::target_dir(&root).join("llmreplay/report.json"));
-    report.write(&path)?;
-    report.print(&root, &path);
+    })?;
+    report.write(&report_path)?;
+    render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));
     report.to_step_summary();
-    Ok(report.exit_code(Some(status), &args.deny))
+    Ok(report.outcome(Some(status), &args.deny))
 }
 
 /// The nextest target runner: the small `cargo-llmreplay-runner` installed beside this program
 /// (it starts in about half the time), else this program's own `__runner`.
-fn runner_command() -> Result<Vec<String>, String> {
+fn runner_command() -> Result<Vec<String>> {
     let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+        std::env::current_exe().map_err(|e| Error::io("cannot find this program's path", e))?;
     let small = exe.with_file_name(format!(
         "cargo-llmreplay-runner{}",
         std::env::consts::EXE_SUFFIX
@@ -255,16 +238,16 @@ fn runner_command() -> Result<Vec<String>, String> {
 }
 
 /// Finds the workspace root and checks nextest: usually without a cargo call (see `locate`).
-fn preconditions() -> Result<PathBuf, String> {
+fn preconditions() -> Result<PathBuf> {
     let root = crate::locate::workspace_root()?;
-    crate::locate::check_nextest(&crate::target_dir(&root))?;
+    crate::locate::check_nextest(&crate::args::target_dir(&root))?;
     Ok(root)
 }
 
 /// Which runner key to set, and the user's own runner to chain. A runner for the host triple
 /// (`CARGO_TARGET_<TRIPLE>_RUNNER`, or `target.<triple>.runner` in `.cargo/config.toml`) wins
 /// over a `cfg(...)` one in cargo, so when there is one this sets that key instead.
-fn user_runner(root: &Path) -> Result<(String, Vec<String>), String> {
+fn user_runner(root: &Path) -> Result<(String, Vec<String>)> {
     let cfg_key = "target.'cfg(all())'.runner".to_string();
     let env_runner =
         std::env::vars().any(|(k, _)| k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER"));
@@ -286,10 +269,10 @@ fn user_runner(root: &Path) -> Result<(String, Vec<String>), String> {
         return Ok((key, r.split_whitespace().map(str::to_string).collect()));
     }
     for file in config_files {
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        let value: toml::Table =
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| Error::io(format!("cannot read {}", file.display()), e))?;
+        let value: toml::Table = toml::from_str(&text)
+            .map_err(|e| Error::Precondition(format!("{}: {e}", file.display())))?;
         let runner = value
             .get("target")
             .and_then(|t| t.get(&host))
@@ -312,16 +295,16 @@ fn user_runner(root: &Path) -> Result<(String, Vec<String>), String> {
     Ok((cfg_key, Vec::new()))
 }
 
-fn host_triple() -> Result<String, String> {
+fn host_triple() -> Result<String> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let out = Command::new(rustc)
         .arg("-vV")
         .output()
-        .map_err(|e| format!("cannot run rustc: {e}"))?;
+        .map_err(|e| Error::io("cannot run rustc", e))?;
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
-        .ok_or_else(|| "rustc -vV printed no host triple".into())
+        .ok_or_else(|| Error::Precondition("rustc -vV printed no host triple".into()))
 }
 
 #[cfg(test)]

@@ -22,11 +22,15 @@ pub enum Problem {
     /// A blob the file refers to is missing or does not hash to its name.
     Blob { message: String },
     /// Replay looks this test and provider up at `expected`, not here.
-    Misplaced { expected: PathBuf },
+    Misplaced {
+        #[serde(with = "crate::lossy_path")]
+        expected: PathBuf,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
+    #[serde(with = "crate::lossy_path")]
     pub path: PathBuf,
     #[serde(flatten)]
     pub problem: Problem,

@@ -24,6 +24,7 @@ pub enum ChangeKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Change {
     /// Relative to the repository's root.
+    #[serde(with = "crate::lossy_path")]
     pub path: PathBuf,
     pub kind: ChangeKind,
     pub added: usize,
@@ -136,6 +137,7 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FileDiff {
     /// Relative to the repository's root.
+    #[serde(with = "crate::lossy_path")]
     pub path: PathBuf,
     pub test: String,
     pub provider: String,

@@ -10,6 +10,7 @@ pub mod git;
 pub mod glob;
 mod id;
 mod key;
+pub mod lossy_path;
 pub mod pointer;
 pub mod review;
 mod store;

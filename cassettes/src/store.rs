@@ -97,6 +97,7 @@ pub enum RecordOutcome {
 pub struct Unused {
     pub test: String,
     pub provider: String,
+    #[serde(with = "crate::lossy_path")]
     pub cassette: PathBuf,
     pub key: Key,
     /// Which recording of its key: 0 for the first.
@@ -121,10 +122,6 @@ impl Store {
             entries: RwLock::default(),
             slugs: Mutex::default(),
         }
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 
     /// How long a write waits for a folder another process holds, before it fails naming it.
@@ -343,21 +340,6 @@ impl Entry {
                 differing: differing_fields(&i.request.to_value(), &wanted),
             })
             .min_by_key(|c| c.differing.len())
-    }
-
-    /// The recordings (key and ordinal) that no request of this run replayed.
-    pub fn unused(&self) -> Vec<(Key, usize)> {
-        let state = self.state.lock().expect("entry lock");
-        let Some(loaded) = &state.loaded else {
-            return Vec::new();
-        };
-        let list = &loaded.cassette.interactions;
-        list.iter()
-            .zip(ordinals(list))
-            .enumerate()
-            .filter(|(position, _)| !state.used.contains(position))
-            .map(|(_, (i, n))| (i.key.clone(), n))
-            .collect()
     }
 
     /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
@@ -803,8 +785,14 @@ mod tests {
             "a third request has no recording"
         );
         let other = file_key(&e, 2);
+        let unused: Vec<_> = fresh
+            .unused_in(&t)
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.key, u.ordinal))
+            .collect();
         assert_eq!(
-            e.unused(),
+            unused,
             vec![(other, 0)],
             "only the recording of prompt b was not replayed"
         );

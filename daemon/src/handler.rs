@@ -894,7 +894,6 @@ async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<
                 Err(e) => text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the list: {e}")),
             }
         }
-        (&Method::POST, "end") => json(serde_json::json!({ "status": "ok" })),
         _ => text(
             StatusCode::NOT_FOUND,
             format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, listed, end", req.method()),

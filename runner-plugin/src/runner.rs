@@ -19,6 +19,9 @@ pub const DAEMON_URL_ENV: &str = "LLMREPLAY_DAEMON_URL";
 pub const RAN_FILE_ENV: &str = "LLMREPLAY_RAN_FILE";
 /// A user's own target runner to chain, its words separated by U+001F.
 pub const CHAIN_RUNNER_ENV: &str = "LLMREPLAY_CHAIN_RUNNER";
+/// The runner's status when it cannot start the test, or the test had none (a signal): a
+/// failed test to nextest, as a Rust test that panicked.
+pub const RUNNER_FAILED: u8 = 101;
 /// What a key that is unset becomes in replay mode: the SDKs refuse to start without one.
 pub const PLACEHOLDER_KEY: &str = "llmreplay-replay-key";
 
@@ -79,7 +82,7 @@ fn pass_list_on(mut cmd: Command, root: &str) -> std::io::Error {
             eprintln!("cargo-llmreplay: could not reach the daemon at {root}: {e}");
         }
     }
-    std::process::exit(output.status.code().unwrap_or(101));
+    std::process::exit(output.status.code().unwrap_or(RUNNER_FAILED.into()));
 }
 
 fn encode(s: &str) -> String {
@@ -116,7 +119,7 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
             }
         }
     }
-    let query = format!("test={}&attempt={attempt}", encode(&id));
+    let query = format!("test={}", encode(&id));
     if let Err(e) = control(root, "begin", &query, "", attempt != "1") {
         eprintln!("cargo-llmreplay: could not reach the daemon at {root} for {id}: {e}");
     }

@@ -5,5 +5,5 @@
 fn main() {
     let error = runner_plugin::run(std::env::args_os().skip(1).collect());
     eprintln!("cargo-llmreplay-runner: {error}");
-    std::process::exit(101);
+    std::process::exit(runner_plugin::RUNNER_FAILED.into());
 }

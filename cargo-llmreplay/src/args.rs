@@ -1,0 +1,183 @@
+//! Flags shared by several commands, declared once and flattened into each (as cargo-insta's
+//! `TargetArgs` and nextest's `CargoOptions` are), and the one step that resolves them with
+//! the environment and `llmreplay.toml` into the settings a command works with.
+
+use crate::error::{Error, Result};
+use clap::Args;
+use daemon::{Mode, Overrides, Settings};
+use std::path::{Path, PathBuf};
+
+/// Where the cassettes are.
+#[derive(Args, Clone, Debug, Default)]
+pub struct CassetteDirArg {
+    /// Where cassettes live [default: cassette_dir in llmreplay.toml, else tests/cassettes].
+    #[arg(long, value_name = "DIR")]
+    pub cassette_dir: Option<PathBuf>,
+}
+
+/// Where requests go in the modes that call providers.
+#[derive(Args, Clone, Debug, Default)]
+pub struct UpstreamArg {
+    /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080. Repeatable.
+    #[arg(long, value_name = "NAME=URL")]
+    pub upstream: Vec<String>,
+}
+
+/// How a daemon answers: `serve` and `test` take the same flags.
+#[derive(Args, Clone, Debug, Default)]
+pub struct DaemonArgs {
+    /// replay (answer from cassettes only), record-missing, record (re-record everything) or
+    /// passthrough [default: replay].
+    #[arg(long, env = "LLMREPLAY_MODE", value_parser = parse_mode, value_name = "MODE")]
+    pub mode: Option<Mode>,
+    /// Re-record every request: --mode record.
+    #[arg(long, conflicts_with_all = ["record_missing", "passthrough"])]
+    pub record: bool,
+    /// Replay what is recorded, record what is not: --mode record-missing.
+    #[arg(long, conflicts_with = "passthrough")]
+    pub record_missing: bool,
+    /// Proxy everything upstream and write nothing: --mode passthrough.
+    #[arg(long)]
+    pub passthrough: bool,
+    /// Replay streams at their recorded pace instead of all at once.
+    #[arg(long)]
+    pub realtime: bool,
+    /// Replay the last recording of a request to calls beyond those recorded (polling loops,
+    /// load tests), instead of answering them as missing.
+    #[arg(long)]
+    pub allow_repeats: bool,
+    /// Allow a mode that calls real providers when the CI environment variable is set.
+    #[arg(long)]
+    pub allow_record_in_ci: bool,
+    #[command(flatten)]
+    pub cassettes: CassetteDirArg,
+    #[command(flatten)]
+    pub upstream: UpstreamArg,
+}
+
+fn parse_mode(s: &str) -> std::result::Result<Mode, daemon::ConfigError> {
+    s.parse()
+}
+
+impl DaemonArgs {
+    /// The mode: a shorthand flag, else `--mode` (or `LLMREPLAY_MODE`), else replay.
+    pub fn mode(&self) -> Mode {
+        if self.record {
+            Mode::Record
+        } else if self.record_missing {
+            Mode::RecordMissing
+        } else if self.passthrough {
+            Mode::Passthrough
+        } else {
+            self.mode.unwrap_or(Mode::Replay)
+        }
+    }
+
+    /// Modes that call real providers are refused under `CI`, unless forced: CI replays only,
+    /// so that a missing cassette fails instead of spending money.
+    pub fn check_ci(&self) -> Result<()> {
+        let mode = self.mode();
+        if mode.goes_upstream() && std::env::var_os("CI").is_some() && !self.allow_record_in_ci {
+            return Err(Error::Usage(format!(
+                "mode {mode} calls real providers, and CI is set: CI replays only, so that a missing cassette fails \
+                 instead of spending money. Record on a developer machine, or pass --allow-record-in-ci."
+            )));
+        }
+        Ok(())
+    }
+
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            mode: Some(self.mode()),
+            cassette_dir: self.cassettes.cassette_dir.clone(),
+            upstreams: self.upstream.upstream.clone(),
+            realtime: self.realtime,
+            allow_repeats: self.allow_repeats,
+        }
+    }
+}
+
+/// A command's settings, resolved once: the workspace, its target folder, and the daemon's
+/// settings from flags over `llmreplay.toml` over the environment over defaults.
+pub struct Resolved {
+    pub root: PathBuf,
+    pub settings: Settings,
+}
+
+impl Resolved {
+    /// For a command that reads cassettes in the workspace the current folder is in.
+    pub fn workspace(cassettes: &CassetteDirArg) -> Result<Self> {
+        let root = crate::locate::workspace_root()?;
+        Self::at(
+            root,
+            None,
+            &Overrides {
+                cassette_dir: cassettes.cassette_dir.clone(),
+                ..Overrides::default()
+            },
+        )
+    }
+
+    /// For a command that sends requests upstream from the workspace (rerun).
+    pub fn workspace_with_upstreams(
+        cassettes: &CassetteDirArg,
+        upstream: &UpstreamArg,
+    ) -> Result<Self> {
+        let root = crate::locate::workspace_root()?;
+        Self::at(
+            root,
+            None,
+            &Overrides {
+                cassette_dir: cassettes.cassette_dir.clone(),
+                upstreams: upstream.upstream.clone(),
+                ..Overrides::default()
+            },
+        )
+    }
+
+    /// For a daemon rooted at `root`, with `config` instead of `root/llmreplay.toml` if given.
+    pub fn daemon(root: PathBuf, config: Option<&Path>, args: &DaemonArgs) -> Result<Self> {
+        args.check_ci()?;
+        Self::at(root, config, &args.overrides())
+    }
+
+    fn at(root: PathBuf, config: Option<&Path>, overrides: &Overrides) -> Result<Self> {
+        let settings = Settings::load(&root, config, overrides)?;
+        Ok(Resolved { root, settings })
+    }
+
+    pub fn cassette_dir(&self) -> &Path {
+        &self.settings.cassette_dir
+    }
+
+    /// `CARGO_TARGET_DIR`, else the workspace's `target`.
+    pub fn target_dir(&self) -> PathBuf {
+        target_dir(&self.root)
+    }
+
+    /// Where `test` writes its report, and `prune` and `report merge` look for it.
+    pub fn default_report(&self) -> PathBuf {
+        self.target_dir().join("llmreplay/report.json")
+    }
+
+    /// `path` relative to the workspace, for messages.
+    pub fn rel(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+}
+
+/// `CARGO_TARGET_DIR`, else `root/target`.
+pub fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => std::env::current_dir().unwrap_or_default().join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// The cargo that runs us, for `cargo nextest` calls.
+pub fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}

@@ -1,0 +1,321 @@
+//! The report after a run: requests that found no recording (from the daemon's journal),
+//! recordings and cassette folders nothing used (journal, store and `cargo nextest list`), and
+//! cassette files changed against git HEAD. Printed on stderr, written as JSON.
+
+mod command;
+mod scope;
+mod summary;
+
+pub use command::{run, ReportCommand};
+pub use scope::{list_tests, RunScope};
+
+use crate::error::{exit, Error, Outcome, Result};
+use cassettes::git::{changes_against_head, Change};
+use cassettes::{Slug, Store, TestId};
+use daemon::{Journal, Miss, Mode, Stats};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Deny {
+    /// Recordings or cassette folders that nothing used.
+    Unused,
+    /// Cassette files new, modified or deleted against git HEAD.
+    Changed,
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct Missing {
+    #[serde(flatten)]
+    pub miss: Miss,
+    /// The command that records it.
+    pub command: String,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Unused {
+    /// A recording that no request of a test that ran replayed.
+    Recording(cassettes::Unused),
+    /// A cassette folder whose slug matches no test of the suite.
+    Folder { folder: String },
+}
+
+#[derive(Serialize, Deserialize)]
+pub struct Report {
+    pub llmreplay_report: u32,
+    pub mode: String,
+    pub scope: RunScope,
+    /// When the report was written, in milliseconds since the Unix epoch: `prune` refuses a
+    /// report older than the cassettes.
+    pub generated_at_ms: u64,
+    /// False when a test failed: it may have stopped before making the calls it recorded.
+    pub tests_passed: bool,
+    #[serde(with = "cassettes::lossy_path")]
+    pub cassette_dir: PathBuf,
+    pub counts: Stats,
+    pub missing: Vec<Missing>,
+    pub unused: Vec<Unused>,
+    /// Requests a fault answered, per test that asked for faults.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub faults: BTreeMap<String, usize>,
+    pub changed: Vec<Change>,
+    /// False when the cassettes are not in a git repository (so `changed` says nothing).
+    pub git: bool,
+    /// For a partition of the suite, what `report merge` needs to judge cassette folders once
+    /// every partition is in: the suite's test ids and the cassette folders present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<BTreeSet<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folders: Option<BTreeSet<String>>,
+    /// The partitions a merged report was made of.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged: Vec<String>,
+}
+
+pub struct Inputs<'a> {
+    pub mode: Mode,
+    pub stats: Stats,
+    pub journal: &'a Journal,
+    pub store: &'a Store,
+    pub cassette_dir: &'a Path,
+    pub scope: &'a RunScope,
+    /// The suite's test ids as nextest listed them, if known.
+    pub listed: Option<&'a BTreeSet<String>>,
+    pub tests_passed: bool,
+}
+
+impl Report {
+    pub fn build(inputs: Inputs) -> Result<Report, cassettes::Error> {
+        // A retried test asks again for what it missed the first time: report it once.
+        let mut seen = BTreeSet::new();
+        let missing = inputs
+            .journal
+            .misses()
+            .into_iter()
+            .filter(|m| seen.insert((m.test.clone(), m.key.clone(), m.ordinal)))
+            .map(|miss| Missing {
+                command: daemon::record_command(&miss.test),
+                miss,
+            })
+            .collect();
+        let mut unused = Vec::new();
+        for test in inputs.journal.tests() {
+            for u in inputs.store.unused_in(&TestId::new(test))? {
+                unused.push(Unused::Recording(u));
+            }
+        }
+        let (mut suite, mut folders) = (None, None);
+        match inputs.listed {
+            Some(listed) if inputs.scope.whole_suite() => {
+                let present = inputs.store.folders()?.into_iter().collect();
+                unused.extend(orphans(inputs.cassette_dir, listed, &present));
+            }
+            // A partition alone cannot tell an orphan from another partition's test.
+            Some(listed) if !inputs.scope.filtered => {
+                suite = Some(listed.clone());
+                folders = Some(inputs.store.folders()?.into_iter().collect());
+            }
+            _ => {}
+        }
+        let changes = changes_against_head(inputs.cassette_dir)?;
+        Ok(Report {
+            llmreplay_report: 1,
+            mode: inputs.mode.to_string(),
+            scope: RunScope {
+                filtered: inputs.scope.filtered,
+                partition: inputs.scope.partition.clone(),
+                workspace: inputs.scope.workspace,
+            },
+            generated_at_ms: now_ms(),
+            tests_passed: inputs.tests_passed,
+            cassette_dir: inputs.cassette_dir.to_path_buf(),
+            counts: inputs.stats,
+            missing,
+            unused,
+            faults: inputs.journal.faults(),
+            git: changes.is_some(),
+            changed: changes.unwrap_or_default(),
+            suite,
+            folders,
+            merged: Vec::new(),
+        })
+    }
+
+    pub fn read(path: &Path) -> Result<Report> {
+        let text = std::fs::read(path).map_err(|source| Error::ReportUnreadable {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        serde_json::from_slice(&text).map_err(|source| Error::ReportInvalid {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Combines the reports of a suite's partitions. Cassette folders are judged only here,
+    /// once every partition of `M/N` is in, against every partition's list of the suite.
+    pub fn merge(reports: Vec<Report>) -> Result<Report> {
+        let mut it = reports.into_iter();
+        let Some(mut out) = it.next() else {
+            return Err(Error::Usage(
+                "report merge needs at least one report".into(),
+            ));
+        };
+        let mut partitions: Vec<String> = out.scope.partition.iter().cloned().collect();
+        for r in it {
+            if r.mode != out.mode {
+                return Err(Error::Report(format!(
+                    "these reports come from runs in different modes ({} and {}); merge the partitions of one run",
+                    out.mode, r.mode
+                )));
+            }
+            out.scope.filtered |= r.scope.filtered;
+            partitions.extend(r.scope.partition.clone());
+            out.generated_at_ms = out.generated_at_ms.min(r.generated_at_ms);
+            out.tests_passed &= r.tests_passed;
+            out.counts += &r.counts;
+            out.missing.extend(r.missing);
+            out.unused.extend(r.unused);
+            for (test, n) in r.faults {
+                *out.faults.entry(test).or_default() += n;
+            }
+            for c in r.changed {
+                if !out.changed.iter().any(|o| o.path == c.path) {
+                    out.changed.push(c);
+                }
+            }
+            out.git |= r.git;
+            match (&mut out.suite, r.suite) {
+                (Some(a), Some(b)) => a.extend(b),
+                (a, b) => *a = a.take().or(b),
+            }
+            match (&mut out.folders, r.folders) {
+                (Some(a), Some(b)) => a.extend(b),
+                (a, b) => *a = a.take().or(b),
+            }
+        }
+        partitions.sort();
+        partitions.dedup();
+        let complete = complete_partitions(&partitions);
+        out.merged = partitions.clone();
+        out.scope.partition = (!complete && !partitions.is_empty()).then(|| partitions.join(","));
+        if complete && !out.scope.filtered {
+            if let (Some(suite), Some(folders)) = (out.suite.take(), out.folders.take()) {
+                let found = orphans(&out.cassette_dir, &suite, &folders);
+                out.unused.extend(found);
+            }
+        }
+        let mut seen = BTreeSet::new();
+        out.unused
+            .retain(|u| seen.insert(serde_json::to_string(u).unwrap_or_default()));
+        Ok(out)
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let failed = |e| Error::io(format!("cannot write the report {}", path.display()), e);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(failed)?;
+        }
+        let mut json = serde_json::to_vec_pretty(self)
+            .map_err(std::io::Error::other)
+            .map_err(failed)?;
+        json.push(b'\n');
+        std::fs::write(path, json).map_err(failed)
+    }
+
+    /// nextest's own status when tests failed; else 1 when anything is missing, or unused or
+    /// changed under `--deny`; else 0. A merged report has no nextest status of its own.
+    pub fn outcome(&self, nextest: Option<ExitStatus>, deny: &[Deny]) -> Outcome {
+        if let Some(status) = nextest.filter(|s| !s.success()) {
+            return Outcome::Nextest(nextest_code(status));
+        }
+        if !self.tests_passed {
+            return Outcome::GateFailed;
+        }
+        let denied = (deny.contains(&Deny::Unused) && !self.unused.is_empty())
+            || (deny.contains(&Deny::Changed) && !self.changed.is_empty());
+        Outcome::gate(!self.missing.is_empty() || denied)
+    }
+}
+
+/// nextest's status, or 128 plus the signal that ended it.
+fn nextest_code(status: ExitStatus) -> u8 {
+    if let Some(code) = status.code() {
+        return code.clamp(1, 255) as u8;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return exit::SIGNALLED_BASE.saturating_add(signal.clamp(0, 127) as u8);
+        }
+    }
+    nextest_metadata::NextestExitCode::TEST_RUN_FAILED as u8
+}
+
+/// The cassette folders (slugs) that match no test of `suite`.
+pub fn orphan_folders(suite: &BTreeSet<String>, folders: &BTreeSet<String>) -> Vec<String> {
+    let slugs: BTreeSet<String> = suite
+        .iter()
+        .map(|id| Slug::from_test_id(&TestId::new(id.as_str())).to_string())
+        .collect();
+    folders.difference(&slugs).cloned().collect()
+}
+
+fn orphans(
+    cassette_dir: &Path,
+    suite: &BTreeSet<String>,
+    folders: &BTreeSet<String>,
+) -> Vec<Unused> {
+    orphan_folders(suite, folders)
+        .into_iter()
+        .map(|f| Unused::Folder {
+            folder: cassette_dir.join(f).display().to_string(),
+        })
+        .collect()
+}
+
+/// True when `parts` (`slice:M/N`, `hash:M/N`, `count:M/N`) are every `M` of one kind and `N`.
+fn complete_partitions(parts: &[String]) -> bool {
+    let parsed: Vec<(&str, u64, u64)> = parts
+        .iter()
+        .filter_map(|p| {
+            let (kind, frac) = p.split_once(':')?;
+            let (m, n) = frac.split_once('/')?;
+            Some((kind, m.parse().ok()?, n.parse().ok()?))
+        })
+        .collect();
+    let Some(&(kind, _, n)) = parsed.first() else {
+        return false;
+    };
+    parsed.len() == parts.len()
+        && parsed.iter().all(|&(k, _, m)| k == kind && m == n)
+        && (1..=n).all(|i| parsed.iter().any(|&(_, m, _)| m == i))
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_are_complete_only_when_every_one_is_in() {
+        let parts = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(complete_partitions(&parts(&["slice:1/2", "slice:2/2"])));
+        assert!(complete_partitions(&parts(&[
+            "hash:2/3", "hash:1/3", "hash:3/3"
+        ])));
+        assert!(!complete_partitions(&parts(&["slice:1/2"])));
+        assert!(!complete_partitions(&parts(&["slice:1/2", "hash:2/2"])));
+        assert!(!complete_partitions(&parts(&["slice:1/2", "slice:2/3"])));
+        assert!(!complete_partitions(&parts(&[])));
+    }
+}

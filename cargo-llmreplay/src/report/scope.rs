@@ -1,0 +1,153 @@
+//! Which tests a run covered, as far as its nextest arguments tell, and the suite's test ids
+//! from `cargo nextest list`.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
+use std::process::Command;
+
+/// nextest flags that change how tests run but not which: a run with only these covers the
+/// whole suite, so cassette folders of no test can be called unused.
+const NEUTRAL: &[&str] = &[
+    "--no-fail-fast",
+    "--fail-fast",
+    "--no-capture",
+    "--nocapture",
+    "--hide-progress-bar",
+    "--cargo-quiet",
+    "--cargo-verbose",
+    "-v",
+    "--verbose",
+    "--workspace",
+    "--all",
+    "--release",
+];
+const NEUTRAL_WITH_VALUE: &[&str] = &[
+    "--retries",
+    "--test-threads",
+    "-j",
+    "--jobs",
+    "--profile",
+    "-P",
+    "--color",
+    "--status-level",
+    "--final-status-level",
+    "--success-output",
+    "--failure-output",
+    "--max-fail",
+    "--no-tests",
+    "--cargo-profile",
+];
+
+/// Which tests a run covered, as far as its nextest arguments tell.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct RunScope {
+    /// Any argument that may select fewer tests than the whole suite (`-E`, `-p`, a name, ...).
+    pub filtered: bool,
+    pub partition: Option<String>,
+    #[serde(skip)]
+    pub(super) workspace: bool,
+}
+
+impl RunScope {
+    pub fn of(args: &[OsString]) -> Self {
+        let mut scope = RunScope::default();
+        let mut it = args.iter().map(|a| a.to_string_lossy());
+        while let Some(arg) = it.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
+                _ => (arg.to_string(), None),
+            };
+            if flag == "--partition" {
+                scope.partition = inline.or_else(|| it.next().map(|v| v.to_string()));
+            } else if NEUTRAL_WITH_VALUE.contains(&flag.as_str()) {
+                if inline.is_none() {
+                    it.next();
+                }
+            } else if NEUTRAL.contains(&flag.as_str()) {
+                scope.workspace |= flag == "--workspace" || flag == "--all";
+            } else {
+                scope.filtered = true;
+            }
+        }
+        scope
+    }
+
+    /// Every package of the workspace, nothing filtered: what `status` lists.
+    pub fn whole_workspace() -> Self {
+        RunScope {
+            workspace: true,
+            ..RunScope::default()
+        }
+    }
+
+    pub fn whole_suite(&self) -> bool {
+        !self.filtered && self.partition.is_none()
+    }
+}
+
+/// Every test id of the suite, from `cargo nextest list` (run after the tests, so it builds
+/// nothing new).
+pub fn list_tests(cargo: &OsStr, scope: &RunScope) -> Result<BTreeSet<String>> {
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "nextest",
+        "list",
+        "--message-format",
+        "json",
+        "--cargo-quiet",
+    ]);
+    if scope.workspace {
+        cmd.arg("--workspace");
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| Error::io("cannot run cargo nextest list", e))?;
+    if !out.status.success() {
+        return Err(Error::Precondition(format!(
+            "cargo nextest list failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let list: nextest_metadata::TestListSummary =
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            Error::Precondition(format!(
+                "cargo nextest list printed what this version cannot read: {e}"
+            ))
+        })?;
+    Ok(list
+        .rust_suites
+        .iter()
+        .flat_map(|(binary, suite)| {
+            suite
+                .test_cases
+                .keys()
+                .map(move |name| format!("{}${}", binary.as_str(), name.as_str()))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope(args: &[&str]) -> RunScope {
+        RunScope::of(&args.iter().map(OsString::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn what_counts_as_the_whole_suite() {
+        assert!(scope(&[]).whole_suite());
+        assert!(scope(&["--retries", "2", "--no-fail-fast", "--workspace", "-j=4"]).whole_suite());
+        assert!(!scope(&["-E", "test(=a)"]).whole_suite());
+        assert!(!scope(&["-p", "x"]).whole_suite());
+        assert!(!scope(&["some_name"]).whole_suite());
+        let p = scope(&["--partition", "slice:1/2"]);
+        assert_eq!(
+            (p.filtered, p.partition.as_deref()),
+            (false, Some("slice:1/2"))
+        );
+        assert!(!p.whole_suite());
+    }
+}

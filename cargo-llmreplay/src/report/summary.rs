@@ -1,0 +1,215 @@
+//! The report as people read it: the summary on stderr after a run, and the markdown of a CI
+//! job's summary page. Everything that comes from a cassette or a test name is escaped for its
+//! medium (see `render`).
+
+use super::{Report, Unused};
+use crate::render::{self, code, plural, table_code, term, Styles};
+use cassettes::git::ChangeKind;
+use std::fmt::Write as _;
+use std::path::Path;
+
+impl Report {
+    /// The summary after a run, paths relative to `root`, ending with where the report is.
+    pub fn summary(&self, root: &Path, path: &Path, styles: Styles) -> String {
+        let rel = |p: &str| {
+            let shown = Path::new(p)
+                .strip_prefix(root)
+                .map(|r| r.display().to_string())
+                .unwrap_or_else(|_| p.to_string());
+            term(&shown).into_owned()
+        };
+        let mut out = format!(
+            "{} {}\n",
+            styles.bold("cargo-llmreplay:"),
+            render::stats_sentence(&self.counts)
+        );
+        if !self.faults.is_empty() {
+            let _ = writeln!(
+                out,
+                "answered by faults the tests asked for ({}):",
+                self.counts.faults
+            );
+            for (test, n) in &self.faults {
+                let _ = writeln!(out, "  {}  {n}", term(test));
+            }
+        }
+        if !self.missing.is_empty() {
+            let heading = format!("missing ({}):", self.missing.len());
+            let _ = writeln!(out, "{}", styles.error(&heading));
+            for m in &self.missing {
+                let d = &m.miss.detail;
+                let _ = write!(
+                    out,
+                    "  {}  {} {} {}",
+                    term(&m.miss.test),
+                    term(&m.miss.provider),
+                    term(&m.miss.method),
+                    term(&m.miss.path)
+                );
+                if let Some(model) = &d.model {
+                    let _ = write!(out, " model {}", term(model));
+                }
+                if let Some(prompt) = &d.prompt {
+                    // Debug quoting shows control characters escaped.
+                    let _ = write!(out, " {:?}", prompt.chars().take(60).collect::<String>());
+                }
+                out.push('\n');
+                if let Some(fields) = d.closest.as_ref().filter(|f| !f.is_empty()) {
+                    let _ = writeln!(
+                        out,
+                        "    closest recording differs at {}",
+                        term(&fields.join(", "))
+                    );
+                }
+                let _ = writeln!(out, "    record it: {}", term(&m.command));
+            }
+        }
+        if !self.unused.is_empty() {
+            let heading = format!("unused ({}):", self.unused.len());
+            let _ = writeln!(out, "{}", styles.warning(&heading));
+            for u in &self.unused {
+                match u {
+                    Unused::Recording(r) => {
+                        let _ = write!(
+                            out,
+                            "  {}  recording {} of key {}",
+                            rel(&r.cassette.to_string_lossy()),
+                            r.ordinal + 1,
+                            short_key(r.key.as_str())
+                        );
+                        if let Some(answer) = &r.answer {
+                            let _ = write!(out, " {answer:?}");
+                        }
+                        out.push('\n');
+                    }
+                    Unused::Folder { folder } => {
+                        let _ = writeln!(
+                            out,
+                            "  {}/  no test of the suite has this folder's slug",
+                            rel(folder)
+                        );
+                    }
+                }
+            }
+        }
+        if !self.changed.is_empty() {
+            let heading = format!("changed against HEAD ({}):", self.changed.len());
+            let _ = writeln!(out, "{}", styles.note(&heading));
+            for ch in &self.changed {
+                let shown = term(&ch.path.to_string_lossy()).into_owned();
+                let kind = render::change_kind_column(ch.kind);
+                let what = match ch.kind {
+                    ChangeKind::New => {
+                        format!("{kind}  {shown} ({})", plural(ch.added, "interaction"))
+                    }
+                    ChangeKind::Deleted => {
+                        format!("{kind}  {shown} ({})", plural(ch.removed, "interaction"))
+                    }
+                    ChangeKind::Modified => format!(
+                        "{kind}  {shown}: {} added, {} replaced, {} removed, {} unchanged",
+                        ch.added, ch.replaced, ch.removed, ch.unchanged
+                    ),
+                };
+                let _ = write!(out, "  {what}");
+                if let Some(e) = &ch.error {
+                    let _ = write!(out, " ({})", term(e));
+                }
+                out.push('\n');
+            }
+        }
+        if self.scope.filtered {
+            out.push_str(
+                "  (a filtered run: cassette folders of tests that did not run are not judged)\n",
+            );
+        } else if self.scope.partition.is_some() {
+            out.push_str("  (one partition of the suite: cassette folders are judged by `cargo llmreplay report merge` over every partition's report)\n");
+        }
+        let _ = writeln!(out, "report: {}", path.display());
+        out
+    }
+
+    /// The summary as markdown, for a CI job's summary page.
+    pub fn markdown(&self) -> String {
+        let c = &self.counts;
+        let mut out = format!(
+            "### cargo-llmreplay\n\n{} requests: {} replayed, {} missing, {} recorded. {} unused, {} changed against HEAD.\n",
+            c.requests,
+            c.hits,
+            c.misses,
+            c.recorded + c.replaced,
+            self.unused.len(),
+            self.changed.len()
+        );
+        if !self.missing.is_empty() {
+            out.push_str("\n| missing in test | request | record it |\n| --- | --- | --- |\n");
+            for m in &self.missing {
+                let request = format!("{} {} {}", m.miss.provider, m.miss.method, m.miss.path);
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} |",
+                    table_code(&m.miss.test),
+                    table_code(&request),
+                    table_code(&m.command)
+                );
+            }
+        }
+        if !self.unused.is_empty() {
+            out.push_str(
+                "\n**unused**: run `cargo llmreplay prune` after a full run to remove:\n\n",
+            );
+            for u in &self.unused {
+                match u {
+                    Unused::Recording(r) => {
+                        let _ = writeln!(
+                            out,
+                            "- recording {} of key {} in {}",
+                            r.ordinal + 1,
+                            code(short_key(r.key.as_str())),
+                            code(&r.test)
+                        );
+                    }
+                    Unused::Folder { folder } => {
+                        let name = Path::new(folder)
+                            .file_name()
+                            .map_or(folder.clone(), |f| f.to_string_lossy().into_owned());
+                        let _ = writeln!(out, "- folder {} (no test has its slug)", code(&name));
+                    }
+                }
+            }
+        }
+        if !self.changed.is_empty() {
+            out.push_str("\n**changed against HEAD**:\n\n");
+            for ch in &self.changed {
+                let _ = writeln!(
+                    out,
+                    "- {} ({})",
+                    code(&ch.path.to_string_lossy()),
+                    render::change_kind(ch.kind)
+                );
+            }
+        }
+        out
+    }
+
+    /// Appends the markdown summary to `$GITHUB_STEP_SUMMARY` when GitHub Actions sets it.
+    pub fn to_step_summary(&self) {
+        let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") else {
+            return;
+        };
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, self.markdown().as_bytes()));
+        if let Err(e) = written {
+            render::stderr(&format!(
+                "cargo-llmreplay: warning: cannot write GITHUB_STEP_SUMMARY: {e}\n"
+            ));
+        }
+    }
+}
+
+/// The first 12 hex digits of a key, which name it in lists.
+fn short_key(key: &str) -> &str {
+    key.get(..12).unwrap_or(key)
+}

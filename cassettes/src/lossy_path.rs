@@ -1,0 +1,14 @@
+//! Paths in JSON output: written as text whatever bytes a file name holds (invalid UTF-8
+//! becomes U+FFFD), so a folder with a non-UTF-8 name never makes `--json` fail. For
+//! `#[serde(with = "cassettes::lossy_path")]`.
+
+use serde::{Deserialize, Deserializer, Serializer};
+use std::path::{Path, PathBuf};
+
+pub fn serialize<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&path.to_string_lossy())
+}
+
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+    PathBuf::deserialize(d)
+}
