@@ -6,7 +6,7 @@
 #   bench/overhead.sh [ROUNDS]        (default 20)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-floor_src=${BENCH_FLOOR:-$root/../shared/bench-floor}
+floor_src=${BENCH_FLOOR:-$root/bench/floor}
 cargo build --release --quiet -p cargo-llmreplay
 cargo build --release --quiet --manifest-path "$floor_src/Cargo.toml" --target-dir "$root/target/bench-floor"
 mkdir -p "$root/bench/out"

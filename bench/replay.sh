@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Replay-path benchmark: cargo-llmreplay serve (replay mode) against the floor server
-# (../shared/bench-floor) and aimock, with wrk at 1 and 32 connections, for a short JSON answer
+# (bench/floor) and aimock, with wrk at 1 and 32 connections, for a short JSON answer
 # and a 48-chunk SSE stream; then serve's ready time and RSS with 10,000 cassette folders.
 #   bench/replay.sh [SECONDS_PER_RUN]        (default 5)
 # Needs wrk (apt-get install wrk) and npm; installs aimock into bench/out/ on first use.

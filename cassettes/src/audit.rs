@@ -40,7 +40,19 @@ pub struct Finding {
 pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
     let mut out = Vec::new();
     for path in cassette_files(dir)? {
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let text = match crate::read_text(&path) {
+            Ok(text) => text,
+            Err(e @ Error::NotText { .. }) => {
+                out.push(Finding {
+                    path: path.clone(),
+                    problem: Problem::Corrupt {
+                        message: e.to_string(),
+                    },
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         match Cassette::parse(&path, &text) {
             Ok(mut cassette) => {
                 let folder = path.parent().expect("cassette paths have a folder");

@@ -106,8 +106,12 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
             .and_then(|e| e.to_object(&repo).ok())
             .and_then(|o| o.peel_to_blob().ok())
             .map(|b| String::from_utf8_lossy(b.content()).into_owned());
-        let new = std::fs::read_to_string(workdir.join(&path)).ok();
-        let parse = |text: &Option<String>| -> Result<Vec<Interaction>, Error> {
+        let new = match crate::read_text(&workdir.join(&path)) {
+            Ok(text) => Some(Ok(text)),
+            Err(e @ Error::NotText { .. }) => Some(Err(e)),
+            Err(_) => None,
+        };
+        let parse = |text: Option<&String>| -> Result<Vec<Interaction>, Error> {
             match text {
                 Some(t) => Ok(Cassette::parse(&path, t)?.interactions),
                 None => Ok(Vec::new()),
@@ -122,7 +126,16 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
             unchanged: 0,
             error: None,
         };
-        match (parse(&old), parse(&new)) {
+        let new = match new {
+            Some(Err(e)) => {
+                change.error = Some(e.to_string());
+                out.push(change);
+                continue;
+            }
+            Some(Ok(text)) => Some(text),
+            None => None,
+        };
+        match (parse(old.as_ref()), parse(new.as_ref())) {
             (Ok(old), Ok(new)) => count(&old, &new, &mut change),
             (Err(e), _) | (_, Err(e)) => change.error = Some(e.to_string()),
         }
@@ -188,12 +201,20 @@ pub fn diff_against(
         }
     }
     let mut new: BTreeMap<PathBuf, String> = BTreeMap::new();
+    // Files that are not text: listed as broken, their bytes compared as text with U+FFFD.
+    let mut not_text: BTreeMap<PathBuf, Error> = BTreeMap::new();
     for file in cassette_files(&workdir.join(&rel))? {
-        let text = std::fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
-        new.insert(
-            file.strip_prefix(&workdir).unwrap_or(&file).to_path_buf(),
-            text,
-        );
+        let rel_path = file.strip_prefix(&workdir).unwrap_or(&file).to_path_buf();
+        let text = match crate::read_text(&file) {
+            Ok(text) => text,
+            Err(e @ Error::NotText { .. }) => {
+                let bytes = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
+                not_text.insert(rel_path.clone(), e);
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            Err(e) => return Err(e),
+        };
+        new.insert(rel_path, text);
     }
     let only: Vec<PathBuf> = only
         .iter()
@@ -261,6 +282,11 @@ pub fn diff_against(
             interactions: Vec::new(),
             error: None,
         };
+        if let Some(e) = not_text.get(path) {
+            file.error = Some(e.to_string());
+            files.push(file);
+            continue;
+        }
         match (parse_old(was), parse_new(now)) {
             (Ok(a), Ok(b)) => {
                 let named = b.as_ref().or(a.as_ref()).expect("one side exists");

@@ -69,6 +69,8 @@ pub enum Error {
         resolved: PathBuf,
         root: PathBuf,
     },
+    #[error("{}: not UTF-8 text (invalid byte at offset {offset}), so not a cassette; restore it from git or record the test again", path.display())]
+    NotText { path: PathBuf, offset: usize },
     #[error("git: {source}")]
     Git {
         #[from]
@@ -87,6 +89,16 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+}
+
+/// A cassette file's text; a file that is not UTF-8 is `NotText`, naming where it stops being
+/// text, so that callers list it as broken.
+pub(crate) fn read_text(path: &Path) -> Result<String, Error> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    String::from_utf8(bytes).map_err(|e| Error::NotText {
+        path: path.to_path_buf(),
+        offset: e.utf8_error().valid_up_to(),
+    })
 }
 
 impl Error {

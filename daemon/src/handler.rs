@@ -11,7 +11,7 @@ use crate::State;
 use bytes::Bytes;
 use cassettes::{
     Interaction, Key, Prepared, RecordOutcome, RecordedRequest, RecordedResponse, StreamFormat,
-    Summary, TestId, Timing,
+    Summary, TestId,
 };
 use http::header::{ACCEPT_ENCODING, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
@@ -759,7 +759,7 @@ struct Capture {
 }
 
 impl Capture {
-    async fn run(self, mut body: Incoming, tx: mpsc::Sender<Result<Frame<Bytes>, io::Error>>) {
+    async fn run(self, body: Incoming, tx: mpsc::Sender<Result<Frame<Bytes>, io::Error>>) {
         let Capture {
             state,
             recording: Recording { call, request },
@@ -769,50 +769,36 @@ impl Capture {
             started,
             headers_at,
         } = self;
-        let mut frames: Vec<(Bytes, u64)> = Vec::new();
         let idle = state.settings.limits.idle_timeout;
-        loop {
-            let next = match tokio::time::timeout(idle, body.frame()).await {
-                Ok(next) => next.map(|r| r.map_err(io::Error::other)),
-                Err(_) => Some(Err(io::Error::other(format!(
-                    "no byte for {}s ([upstream] idle_timeout_s)",
-                    idle.as_secs_f64()
-                )))),
-            };
-            match next {
-                Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else {
-                        continue;
-                    };
-                    frames.push((data.clone(), started.elapsed().as_millis() as u64));
-                    // A client that went away does not stop the recording of a complete answer.
-                    let _ = tx.send(Ok(Frame::data(data))).await;
-                }
-                Some(Err(e)) => {
-                    let message = format!("cargo-llmreplay: the upstream answer broke off: {e}; passed on broken and not saved");
-                    state.journal.log(
-                        call,
-                        Outcome::Broken,
-                        status,
-                        Some(Detail::message(message)),
-                    );
-                    let _ = tx.send(Err(io::Error::other(e))).await;
-                    return;
-                }
-                None => break,
+        let forward = |data: Bytes| {
+            let tx = tx.clone();
+            // A client that went away does not stop the recording of a complete answer.
+            async move {
+                let _ = tx.send(Ok(Frame::data(data))).await;
             }
-        }
-        let total_ms = started.elapsed().as_millis() as u64;
-        let ttfb_ms = frames
-            .first()
-            .map_or(headers_at.as_millis() as u64, |f| f.1);
-        let response = recorded_response(status, headers, format, &frames);
+        };
+        let captured = match crate::capture::capture(body, started, headers_at, idle, forward).await
+        {
+            Ok(captured) => captured,
+            Err(e) => {
+                let message = format!("cargo-llmreplay: the upstream answer broke off: {e}; passed on broken and not saved");
+                state.journal.log(
+                    call,
+                    Outcome::Broken,
+                    status,
+                    Some(Detail::message(message)),
+                );
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        };
+        let (response, timing) = captured.into_response(status, headers, format);
         let interaction = Interaction {
             key: call.key.clone(),
             request,
             summary: Summary::of(&response),
             response,
-            timing: Some(Timing { ttfb_ms, total_ms }),
+            timing: Some(timing),
         };
         let (entry, ordinal) = (call.entry.clone(), call.ordinal);
         let written = tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await;

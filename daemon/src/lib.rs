@@ -3,6 +3,7 @@
 //! Routing lives in `route`; what differs between providers in the `providers` crate; what is recorded and how
 //! it is keyed lives in the `cassettes` crate; this crate is the HTTP in and out.
 
+mod capture;
 pub mod config;
 pub mod faults;
 mod handler;

@@ -3,13 +3,13 @@
 //! what `cargo llmreplay rerun` compares with the cassette. The key goes into the request's
 //! headers only; nothing here writes anything.
 
-use crate::handler::{recordable_headers, recorded_response, stream_format};
+use crate::handler::{recordable_headers, stream_format};
 use crate::provider::{Family, Provider};
 use crate::{upstream, DaemonError, Settings};
 use bytes::Bytes;
 use cassettes::{RecordedRequest, RecordedResponse, Timing};
 use http::header::{ACCEPT_ENCODING, CONTENT_TYPE};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use std::time::Instant;
 
 /// A fresh answer to a recorded request.
@@ -25,6 +25,7 @@ pub struct Resent {
 pub struct Resender {
     client: upstream::Client,
     redact: Vec<String>,
+    idle_timeout: std::time::Duration,
 }
 
 impl Resender {
@@ -33,6 +34,7 @@ impl Resender {
             client: upstream::client(settings.limits.connect_timeout)
                 .map_err(|e| DaemonError::Tls(e.to_string()))?,
             redact: settings.redact_headers.clone(),
+            idle_timeout: settings.limits.idle_timeout,
         })
     }
 
@@ -78,23 +80,21 @@ impl Resender {
             .request(outgoing)
             .await
             .map_err(|e| format!("could not reach {url}: {e:?}"))?;
-        let headers_at = started.elapsed().as_millis() as u64;
+        let headers_at = started.elapsed();
         let status = answer.status().as_u16();
-        let (parts, mut incoming) = answer.into_parts();
-        let mut frames: Vec<(Bytes, u64)> = Vec::new();
-        while let Some(frame) = incoming.frame().await {
-            let frame = frame.map_err(|e| format!("the answer from {url} broke off: {e}"))?;
-            if let Ok(data) = frame.into_data() {
-                frames.push((data, started.elapsed().as_millis() as u64));
-            }
-        }
-        let timing = Timing {
-            ttfb_ms: frames.first().map_or(headers_at, |f| f.1),
-            total_ms: started.elapsed().as_millis() as u64,
-        };
+        let (parts, incoming) = answer.into_parts();
+        let captured = crate::capture::capture(
+            incoming,
+            started,
+            headers_at,
+            self.idle_timeout,
+            |_| async {},
+        )
+        .await
+        .map_err(|e| format!("the answer from {url} broke off: {e}"))?;
         let format = stream_format(&parts.headers);
         let headers = recordable_headers(&parts.headers, &self.redact);
-        let response = recorded_response(status, headers, format, &frames);
+        let (response, timing) = captured.into_response(status, headers, format);
         let request_id = request_id(provider.family(), &response);
         Ok(Resent {
             response,

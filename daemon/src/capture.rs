@@ -1,0 +1,89 @@
+//! Reading an upstream answer into its recorded form, frame by frame: the daemon forwards each
+//! frame to its client as it comes while recording, `rerun` only keeps them. One reader, so
+//! that both measure time to first byte and cut idle answers the same way.
+
+use crate::handler::recorded_response;
+use bytes::Bytes;
+use cassettes::{RecordedResponse, StreamFormat, Timing};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::time::{Duration, Instant};
+
+/// The frames of a whole answer, each with the milliseconds since the request went out.
+pub(crate) struct Captured {
+    frames: Vec<(Bytes, u64)>,
+    /// When the headers came, for an answer with no body.
+    headers_at: Duration,
+    total_ms: u64,
+}
+
+/// Reads `body` to its end, calling `forward` with each data frame as it arrives. Fails when
+/// the body breaks off or sends nothing for `idle`.
+pub(crate) async fn capture<F, Fut>(
+    mut body: Incoming,
+    started: Instant,
+    headers_at: Duration,
+    idle: Duration,
+    mut forward: F,
+) -> Result<Captured, io::Error>
+where
+    F: FnMut(Bytes) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let mut frames: Vec<(Bytes, u64)> = Vec::new();
+    loop {
+        let next = match tokio::time::timeout(idle, body.frame()).await {
+            Ok(next) => next,
+            Err(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "no byte for {}s ([upstream] idle_timeout_s)",
+                        idle.as_secs_f64()
+                    ),
+                ))
+            }
+        };
+        match next {
+            Some(Ok(frame)) => {
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                frames.push((data.clone(), started.elapsed().as_millis() as u64));
+                forward(data).await;
+            }
+            Some(Err(e)) => return Err(io::Error::other(e)),
+            None => break,
+        }
+    }
+    Ok(Captured {
+        frames,
+        headers_at,
+        total_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+impl Captured {
+    /// The recorded answer and its timing.
+    pub(crate) fn into_response(
+        self,
+        status: u16,
+        headers: BTreeMap<String, String>,
+        format: Option<StreamFormat>,
+    ) -> (RecordedResponse, Timing) {
+        let timing = Timing {
+            ttfb_ms: self
+                .frames
+                .first()
+                .map_or(self.headers_at.as_millis() as u64, |f| f.1),
+            total_ms: self.total_ms,
+        };
+        (
+            recorded_response(status, headers, format, &self.frames),
+            timing,
+        )
+    }
+}
