@@ -152,22 +152,73 @@ struct Outgoing {
 pub fn run(args: RerunArgs) -> Result<Outcome> {
     let Resolved { root, settings } =
         Resolved::workspace_with_upstreams(&args.cassettes, &args.upstream)?;
-    let cassette_dir = settings.cassette_dir.clone();
-    let filters = args
-        .exprs
-        .iter()
-        .map(|e| Filter::parse(e).map_err(|e| Error::Usage(format!("-E: {e}"))))
-        .collect::<Result<Vec<_>>>()?;
     let params = args
         .params
         .iter()
         .map(|p| parse_param(p))
         .collect::<Result<Vec<_>>>()?;
+    let (items, mut results) = select(&args, &settings.cassette_dir, &root)?;
+    let providers: HashMap<String, Arc<Provider>> = settings
+        .providers
+        .iter()
+        .map(|p| (p.name.as_str().to_string(), p.clone()))
+        .collect();
+    warn_of_missing_keys(&items, &providers);
+    let request = Request {
+        providers: &providers,
+        model: args.model.as_deref(),
+        params: &params,
+        settings: &settings,
+    };
+    let outcomes = send_all(items, &request, args.jobs.into())?;
+    let mut saves = Vec::new();
+    for (item, sent) in outcomes {
+        let (result, save) = judge(&item, sent, &root, args.save);
+        if let Some(interaction) = save {
+            saves.push((results.len(), item, interaction));
+        }
+        results.push(result);
+    }
+    if args.save {
+        save(
+            &cassettes::Store::new(&settings.cassette_dir),
+            saves,
+            &mut results,
+        )?;
+    }
+    results.sort_by(|a, b| (&a.cassette, a.interaction).cmp(&(&b.cassette, b.interaction)));
+    let totals = totals(&results);
+    let out = match args.format {
+        Format::Text => text(&results, &totals),
+        Format::Markdown => markdown(&results, &totals),
+        Format::Json => json(&results, &totals)?,
+    };
+    render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
+    if args.format != Format::Text {
+        render::stderr(&format!("{}\n", totals_line(&totals)));
+    }
+    Ok(Outcome::gate(
+        totals.failed > 0 || (args.fail_on_change && totals.changed > 0),
+    ))
+}
+
+/// The recorded requests of the tests the filter and `-E` pick, and a failed result for each
+/// cassette that does not parse. None at all is an error that says where it looked.
+fn select(
+    args: &RerunArgs,
+    cassette_dir: &Path,
+    root: &Path,
+) -> Result<(Vec<Item>, Vec<RerunResult>)> {
+    let filters = args
+        .exprs
+        .iter()
+        .map(|e| Filter::parse(e).map_err(|e| Error::Usage(format!("-E: {e}"))))
+        .collect::<Result<Vec<_>>>()?;
     let selected = |test: &str| {
         args.filter.as_deref().is_none_or(|f| test.contains(f))
             && (filters.is_empty() || filters.iter().any(|f| f.matches(test)))
     };
-    let (items, mut results) = pick(&cassette_dir, &root, selected)?;
+    let (items, results) = pick(cassette_dir, root, selected)?;
     if items.is_empty() && results.is_empty() {
         return Err(Error::Rerun(format!(
             "no recorded request matches{} in {}",
@@ -178,11 +229,11 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
             cassette_dir.display()
         )));
     }
-    let providers: HashMap<String, Arc<Provider>> = settings
-        .providers
-        .iter()
-        .map(|p| (p.name.as_str().to_string(), p.clone()))
-        .collect();
+    Ok((items, results))
+}
+
+/// Says which providers' requests go without a key, once each.
+fn warn_of_missing_keys(items: &[Item], providers: &HashMap<String, Arc<Provider>>) {
     let used: std::collections::BTreeSet<&String> = items.iter().map(|i| &i.provider).collect();
     for p in used.into_iter().filter_map(|name| providers.get(name)) {
         if !p.key_vars().is_empty() && key_for(p).is_none() {
@@ -193,130 +244,133 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
             ));
         }
     }
+}
+
+/// What every request is sent with.
+struct Request<'a> {
+    providers: &'a HashMap<String, Arc<Provider>>,
+    model: Option<&'a str>,
+    params: &'a [(String, Value)],
+    settings: &'a Settings,
+}
+
+/// Sends every item, `jobs` at a time, with a progress bar on a terminal.
+fn send_all(items: Vec<Item>, request: &Request, jobs: usize) -> Result<Vec<(Item, Sent)>> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    let resender = Resender::new(&settings)?;
+    let resender = Resender::new(request.settings)?;
     let progress = indicatif::ProgressBar::new(items.len() as u64).with_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} requests {msg}")
             .expect("a valid template"),
     );
-    let model = args.model.as_deref();
-    let outcomes: Vec<(Item, Sent)> =
-        runtime.block_on(async {
-            futures_util::stream::iter(items)
-                .map(|item| {
-                    let (resender, providers, params, settings, progress) =
-                        (&resender, &providers, &params, &settings, &progress);
-                    async move {
-                        let outcome = async {
-                            let provider = providers.get(&item.provider).ok_or_else(|| {
-                                format!(
-                                    "no provider {:?} is configured; add [providers.{}] to llmreplay.toml or pass --upstream {}=URL",
-                                    item.provider, item.provider, item.provider
-                                )
-                            })?;
-                            let outgoing = outgoing(&item.old, provider, model, params, settings)?;
-                            let key = key_for(provider);
-                            let resent = resender
-                                .send(provider, &outgoing.request, outgoing.body.clone(), outgoing.content_type.as_deref(), key.as_deref())
-                                .await?;
-                            Ok((outgoing, resent))
-                        }
-                        .await;
-                        progress.inc(1);
-                        (item, outcome)
-                    }
-                })
-                .buffer_unordered(args.jobs as usize)
-                .collect()
-                .await
-        });
+    let outcomes = runtime.block_on(
+        futures_util::stream::iter(items)
+            .map(|item| {
+                let (resender, progress) = (&resender, &progress);
+                async move {
+                    let sent = send_one(&item, request, resender).await;
+                    progress.inc(1);
+                    (item, sent)
+                }
+            })
+            .buffer_unordered(jobs)
+            .collect(),
+    );
     progress.finish_and_clear();
+    Ok(outcomes)
+}
 
-    let store = cassettes::Store::new(&cassette_dir);
-    let mut saves: Vec<(usize, Item, Interaction)> = Vec::new();
-    for (item, outcome) in outcomes {
-        let mut result = blank(&item, &root);
-        match outcome {
-            Err(e) => {
-                result.verdict = Verdict::Failed;
-                result.error = Some(e);
-            }
-            Ok((outgoing, resent)) => {
-                result.model = outgoing.request.model();
-                result.request_id = resent.request_id.clone();
-                result.latency_after = Some(resent.timing.clone());
-                result.latency_delta_ms = item
-                    .old
-                    .timing
-                    .as_ref()
-                    .map(|t| resent.timing.total_ms as i64 - t.total_ms as i64);
-                let summary = Summary::of(&resent.response);
-                result.tokens_after = summary.as_ref().and_then(Summary::tokens);
-                if let (Some(a), Some(b)) = (result.tokens_before, result.tokens_after) {
-                    result.tokens_delta = Some(b.total() as i64 - a.total() as i64);
-                }
-                let status = resent.response.status;
-                if status >= 400 {
-                    result.verdict = Verdict::Failed;
-                    let body = answer_text(&resent.response);
-                    result.error = Some(format!(
-                        "HTTP {status}: {}",
-                        body.chars().take(300).collect::<String>()
-                    ));
-                } else {
-                    result.diff = text_diff(
-                        &answer_text(&item.old.response),
-                        &answer_text(&resent.response),
-                    );
-                    result.verdict = if result.diff.is_some() {
-                        Verdict::Changed
-                    } else {
-                        Verdict::Identical
-                    };
-                    if args.save {
-                        let interaction = Interaction {
-                            key: Key::of(&outgoing.request),
-                            request: outgoing.request,
-                            summary,
-                            response: resent.response,
-                            timing: Some(resent.timing),
-                        };
-                        saves.push((results.len(), item, interaction));
-                    }
-                }
-            }
+async fn send_one(item: &Item, request: &Request<'_>, resender: &Resender) -> Sent {
+    let provider = request.providers.get(&item.provider).ok_or_else(|| {
+        format!(
+            "no provider {:?} is configured; add [providers.{}] to llmreplay.toml or pass --upstream {}=URL",
+            item.provider, item.provider, item.provider
+        )
+    })?;
+    let outgoing = outgoing(
+        &item.old,
+        provider,
+        request.model,
+        request.params,
+        request.settings,
+    )?;
+    let key = key_for(provider);
+    let resent = resender
+        .send(
+            provider,
+            &outgoing.request,
+            outgoing.body.clone(),
+            outgoing.content_type.as_deref(),
+            key.as_deref(),
+        )
+        .await?;
+    Ok((outgoing, resent))
+}
+
+/// The result of one request, and what `--save` would write for it.
+fn judge(item: &Item, sent: Sent, root: &Path, save: bool) -> (RerunResult, Option<Interaction>) {
+    let mut result = blank(item, root);
+    let (outgoing, resent) = match sent {
+        Err(e) => {
+            result.verdict = Verdict::Failed;
+            result.error = Some(e);
+            return (result, None);
         }
-        results.push(result);
-    }
-    if args.save {
-        save(&store, saves, &mut results)?;
-    }
-    results.sort_by(|a, b| (&a.cassette, a.interaction).cmp(&(&b.cassette, b.interaction)));
-    let totals = totals(&results);
-    let out = match args.format {
-        Format::Text => text(&results, &totals),
-        Format::Markdown => markdown(&results, &totals),
-        Format::Json => {
-            let mut s = serde_json::to_string_pretty(&serde_json::json!({
-                "llmreplay_rerun": 1,
-                "totals": totals,
-                "results": results,
-            }))
-            .map_err(|e| Error::io("cannot write the results as JSON", std::io::Error::other(e)))?;
-            s.push('\n');
-            s
-        }
+        Ok(sent) => sent,
     };
-    render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
-    if args.format != Format::Text {
-        render::stderr(&format!("{}\n", totals_line(&totals)));
+    result.model = outgoing.request.model();
+    result.request_id = resent.request_id.clone();
+    result.latency_after = Some(resent.timing.clone());
+    result.latency_delta_ms = item
+        .old
+        .timing
+        .as_ref()
+        .map(|t| resent.timing.total_ms as i64 - t.total_ms as i64);
+    let summary = Summary::of(&resent.response);
+    result.tokens_after = summary.as_ref().and_then(Summary::tokens);
+    if let (Some(a), Some(b)) = (result.tokens_before, result.tokens_after) {
+        result.tokens_delta = Some(b.total() as i64 - a.total() as i64);
     }
-    Ok(Outcome::gate(
-        totals.failed > 0 || (args.fail_on_change && totals.changed > 0),
-    ))
+    let status = resent.response.status;
+    if status >= 400 {
+        result.verdict = Verdict::Failed;
+        let body = answer_text(&resent.response);
+        result.error = Some(format!(
+            "HTTP {status}: {}",
+            body.chars().take(300).collect::<String>()
+        ));
+        return (result, None);
+    }
+    result.diff = text_diff(
+        &answer_text(&item.old.response),
+        &answer_text(&resent.response),
+    );
+    result.verdict = if result.diff.is_some() {
+        Verdict::Changed
+    } else {
+        Verdict::Identical
+    };
+    let saved = save.then(|| Interaction {
+        key: Key::of(&outgoing.request),
+        request: outgoing.request,
+        summary,
+        response: resent.response,
+        timing: Some(resent.timing),
+    });
+    (result, saved)
+}
+
+fn json(results: &[RerunResult], totals: &Totals) -> Result<String> {
+    let mut s = serde_json::to_string_pretty(&serde_json::json!({
+        "llmreplay_rerun": 1,
+        "totals": totals,
+        "results": results,
+    }))
+    .map_err(|e| Error::io("cannot write the results as JSON", std::io::Error::other(e)))?;
+    s.push('\n');
+    Ok(s)
 }
 
 /// The key from the first of the provider's variables that is set.
