@@ -171,7 +171,7 @@ fn exec(mut cmd: Command) -> std::io::Error {
 #[cfg(not(unix))]
 fn exec(mut cmd: Command) -> std::io::Error {
     match cmd.status() {
-        Ok(status) => std::process::exit(status.code().unwrap_or(1)),
+        Ok(status) => std::process::exit(status.code().unwrap_or(RUNNER_FAILED.into())),
         Err(e) => e,
     }
 }
