@@ -98,6 +98,9 @@ struct FileConfig {
 struct UpstreamSection {
     connect_timeout_s: Option<f64>,
     idle_timeout_s: Option<f64>,
+    ca_file: Option<PathBuf>,
+    proxy: Option<String>,
+    no_proxy: Option<String>,
 }
 
 /// `[limits]`: what the daemon accepts from clients and waits for.
@@ -230,6 +233,10 @@ pub struct Settings {
     pub limits: Limits,
     /// `[[faults]]`: faults for the tests each filterset selects.
     pub declared_faults: Vec<crate::faults::Declared>,
+    /// `[upstream] ca_file`, `proxy` and `no_proxy`.
+    pub network: crate::upstream::Network,
+    /// Which proxy each upstream goes through.
+    pub proxies: Arc<crate::upstream::Proxies>,
 }
 
 impl Settings {
@@ -365,6 +372,20 @@ impl Settings {
             declared_faults.push(crate::faults::Declared { filter, fault });
         }
         let normalizer = Normalizer::new(&file.matching.ignore, &file.matching.replace)?;
+        let network = crate::upstream::Network {
+            ca_file: file.upstream.ca_file.as_ref().map(|f| root.join(f)),
+            proxy: file.upstream.proxy.clone(),
+            no_proxy: file.upstream.no_proxy.clone(),
+        };
+        if network.no_proxy.is_some() && network.proxy.is_none() {
+            return Err(ConfigError::Invalid(
+                "[upstream] no_proxy needs [upstream] proxy; without it, set NO_PROXY".into(),
+            ));
+        }
+        // A CA file that cannot be read fails here, at start, not at the first recording.
+        crate::upstream::Roots::check_ca_file(&network).map_err(ConfigError::Invalid)?;
+        let proxies =
+            Arc::new(crate::upstream::Proxies::new(&network).map_err(ConfigError::Invalid)?);
         let cassette_dir = overrides
             .cassette_dir
             .clone()
@@ -385,6 +406,8 @@ impl Settings {
             allow_repeats: overrides.allow_repeats,
             limits: Limits::read(&file.upstream, &file.limits)?,
             declared_faults,
+            proxies,
+            network,
         })
     }
 }
@@ -396,7 +419,12 @@ impl Settings {
         let mut out = String::new();
         for p in &self.providers {
             let line = match &p.upstream {
-                Some(u) => format!("  {:<10} -> {u} ({})\n", p.name.as_str(), p.source),
+                Some(u) => format!(
+                    "  {:<10} -> {u} ({}), {}\n",
+                    p.name.as_str(),
+                    p.source,
+                    self.proxies.describe(u)
+                ),
                 None => format!(
                     "  {:<10} -> no upstream (set {} or --upstream {}=URL to record it)\n",
                     p.name.as_str(),

@@ -551,10 +551,16 @@ async fn proxy(
             );
         }
         Ok(Err(e)) => {
-            let message = format!(
-                "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
-                route.provider.name, root, route.provider.name, route.provider.name
-            );
+            let message = match state.client.explain(&url, &e) {
+                Some(why) => format!(
+                    "cargo-llmreplay: could not reach the {} upstream at {root}: {why}",
+                    route.provider.name
+                ),
+                None => format!(
+                    "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
+                    route.provider.name, root, route.provider.name, route.provider.name
+                ),
+            };
             return upstream_failed(
                 state,
                 recording.call,

@@ -11,7 +11,7 @@ pub mod journal;
 pub mod provider;
 pub mod resend;
 mod route;
-mod upstream;
+pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
 pub use journal::{Journal, Miss, Outcome, Stats};
@@ -51,7 +51,7 @@ pub enum DaemonError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("could not set up TLS for upstream requests: {0}")]
+    #[error("could not set up the upstream client: {0}")]
     Tls(String),
 }
 
@@ -77,8 +77,8 @@ impl Daemon {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| DaemonError::Bind { addr, source })?;
-        let client = upstream::client(settings.limits.connect_timeout)
-            .map_err(|e| DaemonError::Tls(e.to_string()))?;
+        let client = upstream::client(settings.limits.connect_timeout, &settings.network)
+            .map_err(DaemonError::Tls)?;
         let local = listener
             .local_addr()
             .map_err(|source| DaemonError::Bind { addr, source })?;

@@ -31,8 +31,8 @@ pub struct Resender {
 impl Resender {
     pub fn new(settings: &Settings) -> Result<Self, DaemonError> {
         Ok(Resender {
-            client: upstream::client(settings.limits.connect_timeout)
-                .map_err(|e| DaemonError::Tls(e.to_string()))?,
+            client: upstream::client(settings.limits.connect_timeout, &settings.network)
+                .map_err(DaemonError::Tls)?,
             redact: settings.redact_headers.clone(),
             idle_timeout: settings.limits.idle_timeout,
         })

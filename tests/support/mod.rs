@@ -89,15 +89,26 @@ pub struct FakeProvider {
     pub addr: SocketAddr,
     pub state: Arc<FakeState>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
+    tls: bool,
 }
 
 impl FakeProvider {
     pub async fn start() -> FakeProvider {
+        Self::start_with(None).await
+    }
+
+    /// The same provider over HTTPS, with a certificate for `localhost` from `ca`.
+    pub async fn start_tls(ca: &TestCa) -> FakeProvider {
+        Self::start_with(Some(tokio_rustls::TlsAcceptor::from(ca.server_config()))).await
+    }
+
+    async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> FakeProvider {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(FakeState::default());
         let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let st = state.clone();
+        let is_tls = tls.is_some();
         tokio::spawn(async move {
             loop {
                 let socket = tokio::select! {
@@ -105,11 +116,21 @@ impl FakeProvider {
                     _ = &mut stopped => return,
                 };
                 let st = st.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let svc = hyper::service::service_fn(move |req| answer(st.clone(), req));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(socket), svc)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    match tls {
+                        // A client that does not trust the certificate ends the handshake.
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(socket).await {
+                                let _ = http.serve_connection(TokioIo::new(stream), svc).await;
+                            }
+                        }
+                        None => {
+                            let _ = http.serve_connection(TokioIo::new(socket), svc).await;
+                        }
+                    }
                 });
             }
         });
@@ -117,11 +138,18 @@ impl FakeProvider {
             addr,
             state,
             stop: Some(stop),
+            tls: is_tls,
         }
     }
 
+    /// `http://127.0.0.1:PORT`, or `https://localhost:PORT` over TLS (the name its certificate
+    /// holds, as a real provider's does).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        if self.tls {
+            format!("https://localhost:{}", self.addr.port())
+        } else {
+            format!("http://{}", self.addr)
+        }
     }
 
     /// Stops accepting connections: from now on only cassettes can answer.
@@ -581,7 +609,24 @@ fn sse(
 
 /// Removes a developer's own provider keys and base URLs: they would change where recording
 /// goes and what the runner injects.
+/// Proxy and CA variables of the machine running the tests: each test that wants one sets it.
+const NETWORK_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
 fn without_provider_env(cmd: &mut Command) {
+    for var in NETWORK_VARS {
+        cmd.env_remove(var);
+    }
     let routed = providers::env::Routed::builtins();
     for (k, _) in providers::env::injected("", &routed) {
         cmd.env_remove(k);
@@ -1013,4 +1058,157 @@ pub fn run_sdk_script(python: &Path, script: &str, env: &[(&str, &str)]) -> Stri
 pub fn http() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::new()
+}
+
+/// A certificate authority made for one test, and a server certificate it signed for
+/// `localhost` and 127.0.0.1: what a company's TLS-inspecting proxy or private gateway has.
+pub struct TestCa {
+    pub ca_pem: String,
+    leaf: rustls::pki_types::CertificateDer<'static>,
+    leaf_key: Vec<u8>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, format!("{name} test CA"));
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let leaf_key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        TestCa {
+            ca_pem: ca_cert.pem(),
+            leaf: leaf.der().clone(),
+            leaf_key: leaf_key.serialize_der(),
+        }
+    }
+
+    /// Writes the CA's certificate as PEM to `path`.
+    pub fn write_pem(&self, path: &Path) {
+        std::fs::write(path, &self.ca_pem).unwrap();
+    }
+
+    fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(self.leaf_key.clone().into());
+        Arc::new(
+            rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![self.leaf.clone()], key)
+            .unwrap(),
+        )
+    }
+}
+
+/// A real HTTP proxy, tinyproxy, on 127.0.0.1: what a company's proxy is to the daemon. Its log
+/// tells which requests went through it (a `CONNECT` per tunnel).
+pub struct Tinyproxy {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tinyproxy {
+    /// Starts one, asking for `user:password` when given. `None` when tinyproxy is not
+    /// installed (`.ci/run` installs it); under `CI=true` that fails the test instead.
+    pub fn start(credentials: Option<(&str, &str)>) -> Option<Tinyproxy> {
+        let Ok(bin) = which("tinyproxy") else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "tinyproxy is not installed (apt-get install tinyproxy; .ci/run does)"
+            );
+            eprintln!(
+                "SKIPPED (not under CI): tinyproxy is not installed (apt-get install tinyproxy)"
+            );
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // The proxy needs a port of its own in its config; the OS picks a free one.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = dir.path().join("tinyproxy.log");
+        let mut conf = format!(
+            "Port {port}\nListen 127.0.0.1\nTimeout 60\nLogFile \"{}\"\nLogLevel Info\nMaxClients 50\nAllow 127.0.0.1\nDisableViaHeader Yes\n",
+            log.display()
+        );
+        if let Some((user, password)) = credentials {
+            conf.push_str(&format!("BasicAuth {user} {password}\n"));
+        }
+        let conf_path = dir.path().join("tinyproxy.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let mut child = Command::new(bin)
+            .args(["-d", "-c"])
+            .arg(&conf_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("tinyproxy exited ({status}): {err}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tinyproxy did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(Tinyproxy {
+            child,
+            port,
+            log,
+            _dir: dir,
+        })
+    }
+
+    /// `http://[user:password@]127.0.0.1:PORT`.
+    pub fn url(&self, credentials: Option<(&str, &str)>) -> String {
+        match credentials {
+            Some((u, p)) => format!("http://{u}:{p}@127.0.0.1:{}", self.port),
+            None => format!("http://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// What the proxy logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The first `name` on PATH.
+fn which(name: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(())
 }
