@@ -154,3 +154,54 @@ async fn recording_goes_through_the_gateway_the_users_environment_names() {
         stopped.stderr
     );
 }
+
+/// A request with no recording, through each official SDK in the environment the runner gives
+/// a test process: each raises its own "not found" error carrying our message, so a test's
+/// failure says what to record, whatever client it used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_official_sdk_raises_its_own_not_found_error_with_the_record_command() {
+    let Some(python) = sdk_python("google.genai") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::replaying(dir.path());
+    let test = "sdk::misses$each_family";
+    let base = serve.for_test(test);
+    let routed = providers::env::Routed::builtins();
+    let mut env: Vec<(String, String)> = providers::env::injected(&base, &routed);
+    env.extend(
+        providers::env::key_vars(&routed)
+            .into_iter()
+            .map(|k| (k, runner_plugin::PLACEHOLDER_KEY.to_string())),
+    );
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let printed = run_sdk_script(&python, "misses.py", &env);
+    let seen: Value = serde_json::from_str(&printed).unwrap();
+    for (sdk, class) in [
+        ("openai", "NotFoundError"),
+        ("anthropic", "NotFoundError"),
+        ("gemini", "ClientError"),
+    ] {
+        let got = &seen[sdk];
+        assert_eq!(got["class"], class, "{sdk}: {seen}");
+        assert_eq!(got["status"], 404, "{sdk}: {seen}");
+        let message = got["message"].as_str().unwrap_or_default();
+        for part in [
+            "no recording for this request",
+            "sdk::misses$each_family",
+            "cargo llmreplay test --record-missing -E 'test(=each_family)'",
+        ] {
+            assert!(message.contains(part), "{sdk}: {part:?} in {message}");
+        }
+    }
+    let journal = serve.journal().await;
+    let misses = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["outcome"] == "miss")
+        .count();
+    let stopped = serve.stop();
+    assert_eq!(misses, 3, "{journal}");
+    assert!(stopped.stderr.contains("3 missing"), "{}", stopped.stderr);
+}

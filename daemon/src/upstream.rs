@@ -111,9 +111,11 @@ fn check_proxy(proxy: &str) -> Result<(), String> {
         .map_err(|e| format!("not a URL ({e}); e.g. http://proxy.example:3128"))?;
     match uri.scheme_str() {
         None | Some("http") => {}
-        Some(other) => return Err(format!(
+        Some(other) => {
+            return Err(format!(
             "{other} proxies are not supported; give an HTTP proxy, e.g. http://proxy.example:3128"
-        )),
+        ))
+        }
     }
     if uri.host().is_none() {
         return Err("names no host; e.g. http://proxy.example:3128".into());
