@@ -82,9 +82,23 @@ async fn records_then_replays_offline_in_ci_with_the_same_answers() {
         received,
         "nothing reached the provider"
     );
-    // Never a key in a cassette: replay ran with the placeholder, recording with none.
+    // The placeholder key is for replay only: recording sent none upstream (a provider would
+    // refuse it), and no cassette holds it.
+    for r in fake.received() {
+        for (name, value) in &r.headers {
+            assert!(
+                !value.contains(runner_plugin::PLACEHOLDER_KEY),
+                "{name} of {} carried the replay placeholder while recording",
+                r.path
+            );
+        }
+    }
     for (path, text) in support::all_files(&sample.root.join("tests/cassettes")) {
-        assert!(!text.contains("llmreplay-replay-key"), "{}", path.display());
+        assert!(
+            !text.contains(runner_plugin::PLACEHOLDER_KEY),
+            "{}",
+            path.display()
+        );
     }
 }
 
@@ -469,10 +483,16 @@ async fn ctrl_c_ends_the_run_and_its_daemon() {
         "an interrupted run does not pass: {stderr}"
     );
     assert!(report.exists(), "the report is still written: {stderr}");
-    assert!(
-        std::net::TcpStream::connect(&addr).is_err(),
-        "the daemon is gone with the command"
-    );
+    // The blocked test itself is gone too: Ctrl-C reached nextest and its tests, and the
+    // command waited for them before it reported.
+    let pid = std::fs::read_to_string(state.path().join("pid")).unwrap();
+    let alive = std::process::Command::new("kill")
+        .args(["-0", pid.trim()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(!alive, "the interrupted test (pid {pid}) still runs");
 }
 
 /// The summary is painted only for a terminal, and never under NO_COLOR.
