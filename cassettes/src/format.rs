@@ -414,7 +414,12 @@ impl RecordedResponse {
                 .map(|c| c.payload(*format))
                 .map(|p| p.get("data").cloned().unwrap_or(p))
                 .collect(),
-            ResponseBody::Whole(b) => b.json(self.content_encoding()).into_iter().collect(),
+            // A JSON array is a stream sent whole (Gemini without `alt=sse`): its elements are
+            // the payloads.
+            ResponseBody::Whole(b) => match b.json(self.content_encoding()) {
+                Some(Value::Array(items)) => items,
+                other => other.into_iter().collect(),
+            },
         }
     }
 

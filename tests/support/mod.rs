@@ -275,6 +275,10 @@ async fn answer(
     let hold = state.hold.lock().unwrap().clone();
     let breaks = prompt.contains("BREAK");
     let stream = body["stream"] == json!(true);
+    if let Some(tool) = tool_asked(&body) {
+        let streamed = stream || path.contains(":streamGenerateContent");
+        return Ok(tool_answer(&path, &tool, n, streamed));
+    }
     let resp = if path == "/v1/chat/completions" {
         let id = format!("chatcmpl-{n}");
         if stream {
@@ -450,6 +454,27 @@ async fn answer(
         } else {
             json_response(json!({"id": id, "type": "message", "role": "assistant", "model": body["model"], "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": words.len()}}).to_string(), &[])
         }
+    } else if path.contains(":streamGenerateContent")
+        && !query.as_deref().unwrap_or("").contains("alt=sse")
+    {
+        // Without alt=sse, Gemini streams one JSON array, element by element, pretty-printed.
+        let items: Vec<String> = words
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let v = json!({"candidates": [{"content": {"parts": [{"text": w}], "role": "model"}, "index": 0}], "usageMetadata": {"promptTokenCount": 5}, "responseId": format!("r{n}")});
+                let open = if i == 0 { "[" } else { "\n,\r\n" };
+                format!("{open}{}", encode_json(&v, JsonStyle::Google))
+            })
+            .chain(std::iter::once("\n]".to_string()))
+            .collect();
+        sse(
+            items,
+            gap,
+            breaks,
+            "application/json; charset=UTF-8",
+            hold.clone(),
+        )
     } else if path.contains(":streamGenerateContent") {
         // Gemini separates events with CRLF pairs.
         let events = words
@@ -458,7 +483,9 @@ async fn answer(
             .collect();
         sse(events, gap, breaks, "text/event-stream", hold.clone())
     } else if path.contains(":generateContent") {
-        json_response(json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 9}, "responseId": format!("r{n}")}).to_string(), &[])
+        // Google's JSON: indented, `": "`, and HTML-safe `\u` escapes serde_json never writes.
+        let v = json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 9}, "responseId": format!("r{n}")});
+        json_response(encode_json(&v, JsonStyle::Google) + "\n", &[])
     } else if path == "/api/chat" || path == "/api/generate" {
         let chat = path == "/api/chat";
         let line = |w: &str, done: bool| {
@@ -471,7 +498,8 @@ async fn answer(
                 v["total_duration"] = json!(1000 + n);
                 v["eval_count"] = json!(words.len());
             }
-            v.to_string() + "\n"
+            // Ollama is Go: `<`, `>` and `&` come escaped.
+            encode_json(&v, JsonStyle::Go) + "\n"
         };
         if body["stream"] == json!(false) {
             json_response(line(&text, true), &[])
@@ -1211,4 +1239,177 @@ fn which(name: &str) -> Result<PathBuf, ()> {
         .map(|d| d.join(name))
         .find(|p| p.is_file())
         .ok_or(())
+}
+
+/// How a provider's server writes JSON, where it differs from serde_json's compact form.
+#[derive(Clone, Copy)]
+pub enum JsonStyle {
+    /// Go's encoding/json (Ollama): compact, `<`, `>`, `&`, U+2028 and U+2029 as `\u` escapes.
+    Go,
+    /// Google's APIs (Gemini): two-space indent, `": "`, non-ASCII and `<>&='` as `\u` escapes.
+    Google,
+}
+
+/// `value` as `style` writes it.
+pub fn encode_json(value: &Value, style: JsonStyle) -> String {
+    let mut out = String::new();
+    write_json(value, style, 0, &mut out);
+    out
+}
+
+fn write_json(value: &Value, style: JsonStyle, depth: usize, out: &mut String) {
+    let pretty = matches!(style, JsonStyle::Google);
+    let newline = |out: &mut String, depth: usize| {
+        if pretty {
+            out.push('\n');
+            out.push_str(&"  ".repeat(depth));
+        }
+    };
+    match value {
+        Value::Object(map) if !map.is_empty() => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                newline(out, depth + 1);
+                write_string(k, style, out);
+                out.push_str(if pretty { ": " } else { ":" });
+                write_json(v, style, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push('}');
+        }
+        Value::Array(list) if !list.is_empty() => {
+            out.push('[');
+            for (i, v) in list.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                newline(out, depth + 1);
+                write_json(v, style, depth + 1, out);
+            }
+            newline(out, depth);
+            out.push(']');
+        }
+        Value::String(text) => write_string(text, style, out),
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn write_string(text: &str, style: JsonStyle, out: &mut String) {
+    out.push('"');
+    for c in text.chars() {
+        let escaped = match style {
+            JsonStyle::Go => matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}'),
+            JsonStyle::Google => !c.is_ascii() || matches!(c, '<' | '>' | '&' | '=' | '\''),
+        };
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if escaped || (c as u32) < 0x20 => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// The name of the first tool a request offers, in any family's shape.
+fn tool_asked(body: &Value) -> Option<String> {
+    let tools = body["tools"].as_array()?;
+    let first = tools.first()?;
+    first["function"]["name"]
+        .as_str()
+        .or_else(|| first["name"].as_str())
+        .or_else(|| first["functionDeclarations"][0]["name"].as_str())
+        .map(str::to_string)
+}
+
+/// An answer that calls `tool` with `{"city": "Paris"}`, as each family sends one; streamed
+/// arguments arrive in fragments, as they do from the real APIs.
+fn tool_answer(path: &str, tool: &str, n: usize, streamed: bool) -> Response<Body> {
+    let args = r#"{"city": "Paris"}"#;
+    let fragments = [r#"{"ci"#, r#"ty": "Pa"#, r#"ris"}"#];
+    let none = Duration::ZERO;
+    if path == "/v1/chat/completions" {
+        let id = format!("chatcmpl-{n}");
+        if !streamed {
+            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": "m", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": format!("call_{n}"), "type": "function", "function": {"name": tool, "arguments": args}}]}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}});
+            return json_response(serde_json::to_string_pretty(&v).unwrap() + "\n", &[]);
+        }
+        let chunk = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": "m", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        let mut events = vec![chunk(
+            json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": format!("call_{n}"), "type": "function", "function": {"name": tool, "arguments": ""}}]}),
+            Value::Null,
+        )];
+        for f in fragments {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": f}}]}),
+                Value::Null,
+            ));
+        }
+        events.push(chunk(json!({}), json!("tool_calls")));
+        events.push("data: [DONE]\n\n".into());
+        return sse(events, none, false, "text/event-stream", None);
+    }
+    if path == "/v1/messages" {
+        let id = format!("msg_{n}");
+        if !streamed {
+            let v = json!({"id": id, "type": "message", "role": "assistant", "model": "m", "content": [{"type": "tool_use", "id": format!("toolu_{n}"), "name": tool, "input": {"city": "Paris"}}], "stop_reason": "tool_use", "usage": {"input_tokens": 9, "output_tokens": 7}});
+            return json_response(v.to_string(), &[]);
+        }
+        let event = |name: &str, v: Value| format!("event: {name}\ndata: {v}\n\n");
+        let mut events = vec![
+            event(
+                "message_start",
+                json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant", "content": [], "model": "m", "usage": {"input_tokens": 9, "output_tokens": 1}}}),
+            ),
+            event(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": format!("toolu_{n}"), "name": tool, "input": {}}}),
+            ),
+        ];
+        for f in fragments {
+            events.push(event("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": f}})));
+        }
+        events.push(event(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ));
+        events.push(event("message_delta", json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}})));
+        events.push(event("message_stop", json!({"type": "message_stop"})));
+        return sse(
+            events,
+            none,
+            false,
+            "text/event-stream; charset=utf-8",
+            None,
+        );
+    }
+    // Gemini: a functionCall part, whole or as one SSE event.
+    let v = json!({"candidates": [{"content": {"parts": [{"functionCall": {"name": tool, "args": {"city": "Paris"}}}], "role": "model"}, "finishReason": "STOP", "index": 0}], "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 7, "totalTokenCount": 16}, "responseId": format!("r{n}")});
+    if streamed {
+        sse(
+            vec![format!("data: {v}\r\n\r\n")],
+            none,
+            false,
+            "text/event-stream",
+            None,
+        )
+    } else {
+        json_response(encode_json(&v, JsonStyle::Google) + "\n", &[])
+    }
 }
