@@ -205,3 +205,75 @@ async fn what_real_servers_write_replays_byte_for_byte_and_is_summarised() {
         }
     }
 }
+
+/// A re-record that gets the same answers with new ids, timestamps and durations writes no
+/// byte, for every family, whole and streamed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn re_recording_the_same_answers_changes_no_byte_in_any_family() {
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "--cassette-dir".to_string(),
+        "c".into(),
+        "--mode".into(),
+        "record".into(),
+    ];
+    for p in ["openai", "anthropic", "gemini", "ollama"] {
+        args.push("--upstream".into());
+        args.push(format!("{p}={}", fake.url()));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let msgs = |stream: bool| json!({"model": "m", "max_tokens": 64, "stream": stream, "messages": [{"role": "user", "content": "same again"}]});
+    let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "same again"}]}]});
+    let requests = [
+        ("openai", "/v1/chat/completions", msgs(false)),
+        ("openai", "/v1/chat/completions", msgs(true)),
+        ("anthropic", "/v1/messages", msgs(false)),
+        ("anthropic", "/v1/messages", msgs(true)),
+        ("gemini", "/v1beta/models/g:generateContent", gemini.clone()),
+        (
+            "gemini",
+            "/v1beta/models/g:streamGenerateContent?alt=sse",
+            gemini.clone(),
+        ),
+        ("gemini", "/v1beta/models/g:streamGenerateContent", gemini),
+        ("ollama", "/api/chat", msgs(false)),
+        ("ollama", "/api/chat", msgs(true)),
+    ];
+    let (mut first, mut first_bodies) = (Vec::new(), Vec::new());
+    for round in 0..2 {
+        let rec = Serve::start(dir.path(), &args);
+        let mut bodies = Vec::new();
+        for (provider, path, body) in &requests {
+            let url = format!("{}/{provider}{path}", rec.for_test("wire$quiet"));
+            let r = http().post(&url).json(body).send().await.unwrap();
+            assert_eq!(r.status(), 200, "{provider}{path}");
+            bodies.push(r.bytes().await.unwrap());
+        }
+        let stopped = rec.stop();
+        let files: Vec<Vec<u8>> = ["openai", "anthropic", "gemini", "ollama"]
+            .iter()
+            .map(|p| std::fs::read(dir.path().join(format!("c/wire--quiet/{p}.json"))).unwrap())
+            .collect();
+        if round == 0 {
+            assert!(stopped.stderr.contains("9 recorded"), "{}", stopped.stderr);
+            first = files;
+            first_bodies = bodies;
+        } else {
+            assert!(
+                stopped.stderr.contains("0 re-recorded, 9 unchanged"),
+                "{}",
+                stopped.stderr
+            );
+            assert_eq!(files, first, "no byte of any cassette changed");
+            // Though the provider did answer each with new ids or timestamps.
+            for ((request, a), b) in requests.iter().zip(&first_bodies).zip(&bodies) {
+                assert_ne!(
+                    a, b,
+                    "{}{} answered the same bytes twice",
+                    request.0, request.1
+                );
+            }
+        }
+    }
+}
