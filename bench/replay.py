@@ -1,6 +1,6 @@
 """Drives bench/replay.sh: records the floor's answers through `serve --mode record`, then runs
-wrk against the floor, `serve` in replay mode and aimock serving the same answers, and prints
-requests/s, p50/p99 and the ratios. Servers are found ready by polling their port, not by sleeping
+wrk against the floor, `serve` in replay mode and aimock serving the same answers, warmed and in
+interleaved rounds, and prints requests/s as min/median/max, p50/p99 and the ratios. Servers are found ready by polling their port, not by sleeping
 a fixed time."""
 import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time, urllib.request
 
@@ -59,6 +59,7 @@ def main():
     for a in ("llmreplay", "floor", "aimock", "work"):
         ap.add_argument("--" + a, required=True)
     ap.add_argument("--seconds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="llmreplay-bench-", dir=a.work)
     procs = []
@@ -108,22 +109,46 @@ def main():
             "aimock": {"short": aimock_url, "stream": aimock_url},
         }
         scenarios = [("short JSON", "short", SHORT, 1), ("short JSON", "short", SHORT, 32), ("48-chunk SSE", "stream", STREAM, 1), ("48-chunk SSE", "stream", STREAM, 32), ("1 MiB binary", "speech", SPEECH, 8)]
-        rows = []
+        # Every server warmed on every scenario first (aimock's JIT most of all), then rounds in
+        # which each scenario runs every server in turn, the order rotating from round to round:
+        # a noisy second on this shared machine lands on all of them alike.
         for label, kind, body, conns in scenarios:
-            r = {name: wrk(t[kind], body, conns, a.seconds, tmp) for name, t in targets.items() if kind in t}
-            rows.append((label, conns, r))
+            for name, t in targets.items():
+                if kind in t:
+                    wrk(t[kind], body, conns, 1, tmp)
+        runs = {}
+        for round_ in range(a.rounds):
+            for label, kind, body, conns in scenarios:
+                names = [n for n, t in targets.items() if kind in t]
+                shift = round_ % len(names)
+                for name in names[shift:] + names[:shift]:
+                    runs.setdefault((label, conns, name), []).append(wrk(targets[name][kind], body, conns, a.seconds, tmp))
         rss_after = rss_kb(serve.pid)
         stop(serve)
         procs.remove(serve)
 
-        print(f"\nwrk -t1, {a.seconds}s per run, all servers on this machine's 2 cores with wrk; one run:\n")
-        print("| scenario | c | floor rps (p50/p99 ms) | llmreplay rps (p50/p99 ms) | aimock rps (p50/p99 ms) | llmreplay/floor | llmreplay/aimock |")
+        med = lambda xs: sorted(xs)[len(xs) // 2]
+        print(f"\nwrk -t1, {a.seconds}s per run, {a.rounds} interleaved rounds after a warm-up of every server; all on this machine's 2 cores with wrk.")
+        print("rps as min / median / max over the rounds, latency as the median run's p50/p99 in ms; ratios of medians.")
+        print("The 48-chunk SSE rows compare llmreplay's one prepared write of the recorded stream (it replays at recorded pace only with --realtime) with aimock's 48 writes.\n")
+        print("| scenario | c | floor rps | llmreplay rps | aimock rps | llmreplay/floor | llmreplay/aimock |")
         print("|---|---|---|---|---|---|---|")
-        for label, conns, r in rows:
-            cell = lambda x: f"{x['rps']:,.0f} ({x['p50']:.2f}/{x['p99']:.2f})" + (f" {x['non2xx']} non-2xx" if x["non2xx"] else "") + (f" errors: {x['socket_errors']}" if x["socket_errors"] else "")
-            aimock = r.get("aimock")
-            vs_aimock = f"{r['llmreplay']['rps'] / aimock['rps']:.1f}x" if aimock else "n/a"
-            print(f"| {label} | {conns} | {cell(r['floor'])} | {cell(r['llmreplay'])} | {cell(aimock) if aimock else 'n/a'} | {r['llmreplay']['rps'] / r['floor']['rps']:.2f} | {vs_aimock} |")
+        for label, kind, body, conns in scenarios:
+            def cell(name):
+                rs = runs.get((label, conns, name))
+                if not rs:
+                    return "n/a", None
+                rps = [r["rps"] for r in rs]
+                mid = sorted(rs, key=lambda r: r["rps"])[len(rs) // 2]
+                bad = sum(r["non2xx"] for r in rs)
+                errors = "; ".join(r["socket_errors"] for r in rs if r["socket_errors"])
+                text = f"{min(rps):,.0f} / {med(rps):,.0f} / {max(rps):,.0f} ({mid['p50']:.2f}/{mid['p99']:.2f})"
+                text += f" {bad} non-2xx" if bad else ""
+                text += f" errors: {errors}" if errors else ""
+                return text, med(rps)
+            (f_text, f_rps), (l_text, l_rps), (a_text, a_rps) = cell("floor"), cell("llmreplay"), cell("aimock")
+            vs_aimock = f"{l_rps / a_rps:.1f}x" if a_rps else "n/a"
+            print(f"| {label} | {conns} | {f_text} | {l_text} | {a_text} | {l_rps / f_rps:.2f} | {vs_aimock} |")
         print(f"\nllmreplay RSS: {rss_before / 1024:.1f} MiB after its first request, {rss_after / 1024:.1f} MiB after the runs (the journal keeps up to 100,000 hits one by one, then counts)")
 
         # Ready time and memory with 10,000 cassette folders: they must load lazily.

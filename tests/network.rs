@@ -257,3 +257,18 @@ fn a_proxy_the_client_cannot_use_fails_at_start() {
     assert!(err.contains("socks5 proxies are not supported"), "{err}");
     assert!(!err.contains("hidden"), "{err}");
 }
+
+/// Under `cargo llmreplay test` behind a proxy, each test process gets loopback added to
+/// `NO_PROXY`, keeping the hosts the developer listed: its clients reach the daemon directly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_processes_behind_a_proxy_reach_the_daemon_directly() {
+    let sample = support::Sample::new();
+    let run = sample.run(
+        &["-E", "test(=sees_its_own_base_url)"],
+        &[
+            ("HTTPS_PROXY", "http://127.0.0.1:9"),
+            ("NO_PROXY", "internal.example"),
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+}

@@ -100,6 +100,7 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
         .env("LLMREPLAY_TEST_ID", &id)
         .env("LLMREPLAY_BASE_URL", base)
         .env_remove(GATEWAYS_ENV);
+    loopback_bypasses_proxy(cmd);
     if std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay") {
         for var in providers::env::key_vars(&routed) {
             if std::env::var_os(&var).is_none() {
@@ -123,6 +124,41 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
     if let Err(e) = control(root, "begin", &query, "", attempt != "1") {
         eprintln!("cargo-llmreplay: could not reach the daemon at {root} for {id}: {e}");
     }
+}
+
+/// Test processes reach the daemon on loopback directly, whatever proxy the developer's shell
+/// sets: clients that honour `HTTPS_PROXY` (httpx, reqwest, the SDKs) would otherwise send
+/// their requests to a proxy that cannot reach this machine's loopback.
+fn loopback_bypasses_proxy(cmd: &mut Command) {
+    let proxied = [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
+    if !proxied {
+        return;
+    }
+    let current = ["NO_PROXY", "no_proxy"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|h| !h.is_empty()))
+        .unwrap_or_default();
+    let mut hosts: Vec<&str> = current
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .collect();
+    for loopback in ["127.0.0.1", "localhost", "::1"] {
+        if !hosts.contains(&loopback) {
+            hosts.push(loopback);
+        }
+    }
+    let hosts = hosts.join(",");
+    cmd.env("NO_PROXY", &hosts).env("no_proxy", &hosts);
 }
 
 /// One write with O_APPEND: lines of parallel tests never interleave.
