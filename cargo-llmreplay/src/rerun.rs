@@ -393,6 +393,15 @@ fn pick(
         match cassettes::read_cassette_with_blobs(&path) {
             Ok(c) if selected(&c.test) => {
                 for (index, old) in c.interactions.into_iter().enumerate() {
+                    if old.request.websocket {
+                        // A session is a conversation, not one request to send again.
+                        render::stderr(&format!(
+                            "cargo-llmreplay: skipping {} #{}: rerun does not replay WebSocket sessions\n",
+                            render::term(&c.test),
+                            index + 1
+                        ));
+                        continue;
+                    }
                     items.push(Item {
                         cassette: path.clone(),
                         test: c.test.clone(),

@@ -4,12 +4,14 @@
 
 use crate::body::{json_within_depth, Blob, Body, BodyFields};
 use crate::key::{Key, RecordedRequest};
+use crate::session::{Side, WsFrame};
 use crate::Error;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 /// The format version written in every cassette's `llmreplay` field.
 pub const FORMAT_VERSION: u32 = 1;
@@ -22,16 +24,73 @@ pub struct Cassette {
     pub interactions: Vec<Interaction>,
 }
 
+/// One request and its answer; for a WebSocket session, the answer is the session's frames
+/// (`frames` in the file, in place of `response`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawInteraction", into = "RawInteraction")]
 pub struct Interaction {
     pub key: Key,
     pub request: RecordedRequest,
     pub response: RecordedResponse,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timing: Option<Timing>,
     /// Derived for review (the answer as text); replay ignores it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<Summary>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct RawInteraction {
+    key: Key,
+    request: RecordedRequest,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    response: Option<RecordedResponse>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    frames: Option<Vec<WsFrame>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    timing: Option<Timing>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    summary: Option<Summary>,
+}
+
+impl TryFrom<RawInteraction> for Interaction {
+    type Error = String;
+    fn try_from(r: RawInteraction) -> Result<Self, String> {
+        let response = match (r.response, r.frames) {
+            (Some(response), None) => response,
+            (None, Some(frames)) => RecordedResponse::session(frames),
+            (Some(_), Some(_)) => {
+                return Err("an interaction has a response or frames, not both".into())
+            }
+            (None, None) => {
+                return Err(
+                    "an interaction needs a response (or frames, for a WebSocket session)".into(),
+                )
+            }
+        };
+        Ok(Interaction {
+            key: r.key,
+            request: r.request,
+            response,
+            timing: r.timing,
+            summary: r.summary,
+        })
+    }
+}
+
+impl From<Interaction> for RawInteraction {
+    fn from(i: Interaction) -> RawInteraction {
+        let (response, frames) = match i.response.body {
+            ResponseBody::Session(frames) => (None, Some(frames)),
+            _ => (Some(i.response), None),
+        };
+        RawInteraction {
+            key: i.key,
+            request: i.request,
+            response,
+            frames,
+            timing: i.timing,
+            summary: i.summary,
+        }
+    }
 }
 
 /// A recorded answer: status, the headers worth keeping, and its body or stream.
@@ -51,6 +110,8 @@ pub enum ResponseBody {
         format: StreamFormat,
         chunks: Vec<Chunk>,
     },
+    /// A WebSocket session: every frame, both ways.
+    Session(Vec<WsFrame>),
 }
 
 /// The response as it stands in the file.
@@ -98,6 +159,8 @@ impl From<RecordedResponse> for RawResponse {
             ResponseBody::Stream { format, chunks } => {
                 (BodyFields::default(), Some(format), Some(chunks))
             }
+            // Written by the interaction as `frames`; a lone response says only its status.
+            ResponseBody::Session(_) => (BodyFields::default(), None, None),
         };
         RawResponse {
             status: r.status,
@@ -272,8 +335,12 @@ impl Cassette {
             .iter()
             .flat_map(|x| {
                 let mut out = x.request.body.blobs();
-                if let Some(b) = x.response.whole() {
-                    out.extend(b.blobs());
+                match &x.response.body {
+                    ResponseBody::Whole(b) => out.extend(b.blobs()),
+                    ResponseBody::Session(frames) => {
+                        out.extend(frames.iter().flat_map(|f| f.body.blobs()))
+                    }
+                    ResponseBody::Stream { .. } => {}
                 }
                 out
             })
@@ -286,6 +353,9 @@ impl Cassette {
         for x in &mut self.interactions {
             let response = match &mut x.response.body {
                 ResponseBody::Whole(b) => b.blobs_mut(),
+                ResponseBody::Session(frames) => {
+                    frames.iter_mut().flat_map(|f| f.body.blobs_mut()).collect()
+                }
                 ResponseBody::Stream { .. } => Vec::new(),
             };
             for blob in x.request.body.blobs_mut().into_iter().chain(response) {
@@ -302,10 +372,15 @@ impl Cassette {
             for blob in x.request.body.blobs_mut() {
                 blob.load(folder)?;
             }
-            if let ResponseBody::Whole(b) = &mut x.response.body {
-                for blob in b.blobs_mut() {
-                    blob.load(folder)?;
+            let blobs = match &mut x.response.body {
+                ResponseBody::Whole(b) => b.blobs_mut(),
+                ResponseBody::Session(frames) => {
+                    frames.iter_mut().flat_map(|f| f.body.blobs_mut()).collect()
                 }
+                ResponseBody::Stream { .. } => Vec::new(),
+            };
+            for blob in blobs {
+                blob.load(folder)?;
             }
         }
         Ok(())
@@ -314,6 +389,23 @@ impl Cassette {
 
 impl RecordedResponse {
     /// A non-streamed answer, in the form that gives back its bytes exactly.
+    /// A WebSocket session: the upgrade's answer is its frames.
+    pub fn session(frames: Vec<WsFrame>) -> Self {
+        RecordedResponse {
+            status: 101,
+            headers: BTreeMap::new(),
+            body: ResponseBody::Session(frames),
+        }
+    }
+
+    /// The frames, for a session.
+    pub fn frames(&self) -> Option<&[WsFrame]> {
+        match &self.body {
+            ResponseBody::Session(frames) => Some(frames),
+            _ => None,
+        }
+    }
+
     pub fn with_body(status: u16, headers: BTreeMap<String, String>, body: &[u8]) -> Self {
         RecordedResponse {
             status,
@@ -373,6 +465,7 @@ impl RecordedResponse {
                 out.into()
             }
             ResponseBody::Whole(body) => body.bytes().unwrap_or_default(),
+            ResponseBody::Session(_) => Bytes::new(),
         }
     }
 
@@ -393,6 +486,25 @@ impl RecordedResponse {
                         let mut payload = c.payload(*format);
                         blank_volatile(&mut payload);
                         payload
+                    })
+                    .collect(),
+            ),
+            ResponseBody::Session(frames) => (
+                Value::Null,
+                frames
+                    .iter()
+                    .map(|f| {
+                        let mut payload = f
+                            .json()
+                            .or_else(|| f.body.sha256().map(Value::String))
+                            .or_else(|| {
+                                f.payload().map(|b| {
+                                    Value::String(String::from_utf8_lossy(&b).into_owned())
+                                })
+                            })
+                            .unwrap_or(Value::Null);
+                        blank_volatile(&mut payload);
+                        serde_json::json!({"from": f.from, "frame": payload})
                     })
                     .collect(),
             ),
@@ -420,6 +532,11 @@ impl RecordedResponse {
                 Some(Value::Array(items)) => items,
                 other => other.into_iter().collect(),
             },
+            ResponseBody::Session(frames) => frames
+                .iter()
+                .filter(|f| f.from == Side::Server)
+                .filter_map(WsFrame::json)
+                .collect(),
         }
     }
 
@@ -427,7 +544,7 @@ impl RecordedResponse {
     pub fn whole(&self) -> Option<&Body> {
         match &self.body {
             ResponseBody::Whole(b) => Some(b),
-            ResponseBody::Stream { .. } => None,
+            ResponseBody::Stream { .. } | ResponseBody::Session(_) => None,
         }
     }
 }
@@ -589,6 +706,8 @@ pub struct Prepared {
     pub body: Bytes,
     /// For streams: each chunk's bytes and arrival time, for `--realtime`.
     pub chunks: Option<Vec<(Bytes, u64)>>,
+    /// For a WebSocket session: its frames, blobs read.
+    pub frames: Option<Arc<Vec<WsFrame>>>,
     pub ttfb_ms: u64,
 }
 
@@ -603,7 +722,11 @@ impl Prepared {
                     .map(|c| (Bytes::from(c.to_text(*format)), c.at_ms))
                     .collect::<Vec<_>>(),
             ),
-            ResponseBody::Whole(_) => None,
+            ResponseBody::Whole(_) | ResponseBody::Session(_) => None,
+        };
+        let frames = match &response.body {
+            ResponseBody::Session(frames) => Some(Arc::new(frames.clone())),
+            _ => None,
         };
         let body = match &chunks {
             Some(c) => c
@@ -623,6 +746,7 @@ impl Prepared {
                 .collect(),
             body,
             chunks,
+            frames,
             ttfb_ms: interaction.timing.as_ref().map_or(0, |t| t.ttfb_ms),
         }
     }

@@ -28,6 +28,10 @@ impl Key {
         canonical.extend_from_slice(request.query.as_deref().unwrap_or("").as_bytes());
         canonical.push(b'\n');
         request.body.write_key(&mut canonical);
+        // Only sessions say so: every key of a plain request stays as it was.
+        if request.websocket {
+            canonical.extend_from_slice(b"\nwebsocket");
+        }
         Key(format!("{:x}", Sha256::digest(&canonical)))
     }
 
@@ -81,6 +85,8 @@ pub struct RecordedRequest {
     pub path: String,
     pub query: Option<String>,
     pub body: Body,
+    /// An upgrade to a WebSocket session.
+    pub websocket: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -89,6 +95,8 @@ struct RawRequest {
     path: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     query: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    websocket: bool,
     #[serde(flatten)]
     body: BodyFields,
 }
@@ -101,6 +109,7 @@ impl TryFrom<RawRequest> for RecordedRequest {
             path: r.path,
             query: r.query,
             body: r.body.try_into()?,
+            websocket: r.websocket,
         })
     }
 }
@@ -111,6 +120,7 @@ impl From<RecordedRequest> for RawRequest {
             method: r.method,
             path: r.path,
             query: r.query,
+            websocket: r.websocket,
             body: r.body.into(),
         }
     }
@@ -124,12 +134,16 @@ impl RecordedRequest {
 
     /// The whole request as one JSON value, for naming the fields two requests differ in.
     pub fn to_value(&self) -> Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "method": self.method,
             "path": self.path,
             "query": self.query,
             "body": self.body_value(),
-        })
+        });
+        if self.websocket {
+            v["websocket"] = Value::Bool(true);
+        }
+        v
     }
 
     /// The JSON body, if the body is JSON.
@@ -237,7 +251,33 @@ impl Normalizer {
             path: self.replace_in(path),
             query,
             body: self.body(content_type, body),
+            websocket: false,
         }
+    }
+
+    /// The upgrade request of a WebSocket session, keyed by its path and query alone.
+    pub fn session(
+        &self,
+        path: &str,
+        query: Option<&str>,
+        secret_params: &[&str],
+    ) -> RecordedRequest {
+        RecordedRequest {
+            websocket: true,
+            ..self.request("GET", path, query, None, b"", secret_params)
+        }
+    }
+
+    /// A client frame as replay compares it: JSON with `[match] ignore` and `replace` applied.
+    pub fn frame(&self, frame: &Value) -> Value {
+        let mut value = frame.clone();
+        for path in &self.ignore {
+            remove_at(&mut value, path);
+        }
+        if !self.replace.is_empty() {
+            self.replace_strings(&mut value);
+        }
+        value
     }
 
     fn body(&self, content_type: Option<&str>, body: &[u8]) -> Body {

@@ -13,6 +13,7 @@ mod key;
 pub mod lossy_path;
 pub mod pointer;
 pub mod review;
+pub mod session;
 mod store;
 mod summary;
 #[cfg(test)]

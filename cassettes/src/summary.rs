@@ -9,6 +9,20 @@ impl Summary {
     /// Derives the summary of a response; `None` when it carries no answer (an error, an
     /// embedding), so that no empty summary clutters the cassette.
     pub fn of(response: &RecordedResponse) -> Option<Summary> {
+        if let Some(frames) = response.frames() {
+            // A session's transcript: deltas assembled, audio as byte counts.
+            let text = crate::session::transcript(frames);
+            let usage = frames
+                .iter()
+                .rev()
+                .filter_map(crate::session::WsFrame::json)
+                .find_map(|v| v.pointer("/response/usage").cloned());
+            return (!text.is_empty()).then_some(Summary {
+                text,
+                tool_calls: Vec::new(),
+                usage,
+            });
+        }
         let answer = providers::read_answer(&response.payloads());
         let summary = Summary {
             text: answer.text,

@@ -61,6 +61,9 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         Ok(route) => route,
         Err(e) => return text(e.status(), e.message()),
     };
+    if crate::session::is_upgrade(&req) {
+        return crate::session::handle(state, route, req).await;
+    }
     let kind = route.provider.kind;
     let (parts, body) = match read_body(req, kind, state.settings.limits.body_bytes).await {
         Ok(read) => read,
@@ -893,6 +896,11 @@ async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<
     }
 }
 
+/// An empty body.
+pub(crate) fn empty() -> Body {
+    full(Bytes::new())
+}
+
 fn full(bytes: Bytes) -> Body {
     BodyExt::boxed_unsync(Full::new(bytes).map_err(|never| match never {}))
 }
@@ -914,7 +922,12 @@ fn text(status: StatusCode, message: String) -> Response<Body> {
         .expect("static headers")
 }
 
-fn provider_error(kind: Kind, status: StatusCode, code: &str, message: &str) -> Response<Body> {
+pub(crate) fn provider_error(
+    kind: Kind,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response<Body> {
     let body = kind.family().error_body(status.as_u16(), code, message);
     Response::builder()
         .status(status)

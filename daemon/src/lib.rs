@@ -11,6 +11,7 @@ pub mod journal;
 pub mod provider;
 pub mod resend;
 mod route;
+mod session;
 pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
@@ -29,7 +30,6 @@ use cassettes::Store;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -64,6 +64,48 @@ pub(crate) struct State {
     pub store: Arc<Store>,
     pub journal: Arc<Journal>,
     pub client: upstream::Client,
+    /// WebSocket sessions still open: shutdown waits for them, so that a session that just
+    /// closed is saved.
+    pub sessions: Sessions,
+}
+
+/// Counts the WebSocket sessions in flight; each holds a [`SessionGuard`].
+#[derive(Default)]
+pub(crate) struct Sessions {
+    open: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+pub(crate) struct SessionGuard<'a>(&'a Sessions);
+
+impl Sessions {
+    pub fn enter(&self) -> SessionGuard<'_> {
+        self.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        SessionGuard(self)
+    }
+
+    async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.open.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for SessionGuard<'_> {
+    fn drop(&mut self) {
+        if self
+            .0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// A bound daemon, not yet serving.
@@ -94,6 +136,7 @@ impl Daemon {
             settings,
             journal: Arc::default(),
             client,
+            sessions: Sessions::default(),
         });
         Ok(Daemon { listener, state })
     }
@@ -116,7 +159,11 @@ impl Daemon {
     /// Serves until `shutdown` completes, then lets requests in flight finish (recordings are
     /// written before their response ends, so nothing is lost) and returns the counts.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Stats {
-        let graceful = GracefulShutdown::new();
+        // Connections are served with upgrades (WebSocket sessions), which hyper-util's
+        // GracefulShutdown does not watch: a watch channel asks each to finish, and every
+        // connection task holds a sender of `done`, so its receiver ends once all are gone.
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let (done, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
         tokio::pin!(shutdown);
         let header_read_timeout = self.state.settings.limits.header_read_timeout;
         let mut backoff = ACCEPT_BACKOFF_MIN;
@@ -153,17 +200,35 @@ impl Daemon {
                     let conn = http1::Builder::new()
                         .timer(TokioTimer::new())
                         .header_read_timeout(header_read_timeout)
-                        .serve_connection(TokioIo::new(socket), service);
-                    let conn = graceful.watch(conn);
+                        .serve_connection(TokioIo::new(socket), service)
+                        .with_upgrades();
+                    let (mut stopping, done) = (stopping.clone(), done.clone());
                     tokio::spawn(async move {
-                        let _ = conn.await;
+                        let _done = done;
+                        let mut conn = std::pin::pin!(conn);
+                        let mut asked = false;
+                        loop {
+                            tokio::select! {
+                                _ = conn.as_mut() => break,
+                                _ = stopping.wait_for(|s| *s), if !asked => {
+                                    asked = true;
+                                    conn.as_mut().graceful_shutdown();
+                                }
+                            }
+                        }
                     });
                 }
                 _ = &mut shutdown => break,
             }
         }
         drop(self.listener);
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await;
+        let _ = stop.send(true);
+        drop(done);
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            all_done.recv().await;
+            self.state.sessions.idle().await;
+        })
+        .await;
         self.state.journal.stats()
     }
 }

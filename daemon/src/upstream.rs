@@ -212,7 +212,13 @@ pub struct Client {
     inner: hyper_util::client::legacy::Client<HttpsConnector<ProxyConnector>, Full<Bytes>>,
     proxies: Arc<Proxies>,
     roots_tried: Arc<str>,
+    http: HttpConnector,
+    tls: Arc<rustls::ClientConfig>,
 }
+
+/// A connection a WebSocket handshake can run over: TCP, or TLS on TCP.
+pub trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,23 +230,25 @@ impl std::fmt::Debug for Client {
 pub fn client(connect_timeout: std::time::Duration, network: &Network) -> Result<Client, String> {
     let roots = Roots::load(network)?;
     let proxies = Arc::new(Proxies::new(network)?);
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots.store)
-    .with_no_client_auth();
+    let tls = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots.store)
+        .with_no_client_auth(),
+    );
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
     http.set_connect_timeout(Some(connect_timeout));
     let connector = ProxyConnector {
-        http,
+        http: http.clone(),
         proxies: proxies.clone(),
     };
     let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
+        .with_tls_config((*tls).clone())
         .https_or_http()
         .enable_http1()
         .wrap_connector(connector);
@@ -248,10 +256,45 @@ pub fn client(connect_timeout: std::time::Duration, network: &Network) -> Result
         inner: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https),
         proxies,
         roots_tried: roots.tried.into(),
+        http,
+        tls,
     })
 }
 
 impl Client {
+    /// A connection for a WebSocket session to `host:port`: through the proxy the rules name
+    /// for the `https` (`wss`) or `http` (`ws`) scheme, always as a `CONNECT` tunnel, then
+    /// TLS when `tls`, with the same roots as every other request.
+    pub async fn open(&self, host: &str, port: u16, tls: bool) -> Result<Box<dyn Io>, BoxError> {
+        let scheme = if tls { "https" } else { "http" };
+        let dst: Uri = format!("{scheme}://{host}:{port}/").parse()?;
+        let mut http = self.http.clone();
+        let tcp = match self.proxies.intercept(&dst) {
+            None => http.call(dst).await?.into_inner(),
+            Some(proxy) => {
+                let mut tunnel = Tunnel::new(proxy.uri().clone(), http);
+                if let Some(auth) = proxy.basic_auth() {
+                    tunnel = tunnel.with_auth(auth.clone());
+                }
+                let io = tunnel.call(dst).await.map_err(|e| -> BoxError {
+                    Box::new(ProxyError {
+                        proxy: proxy.uri().to_string(),
+                        why: tunnel_error(&e),
+                    })
+                })?;
+                io.into_inner()
+            }
+        };
+        if !tls {
+            return Ok(Box::new(tcp));
+        }
+        let name = rustls::pki_types::ServerName::try_from(host.to_string())?;
+        let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
+            .await?;
+        Ok(Box::new(stream))
+    }
+
     pub fn request(
         &self,
         mut request: Request<Full<Bytes>>,

@@ -126,6 +126,12 @@ impl Family for OpenAi {
             "created_at",
             "system_fingerprint",
             "request_id",
+            // Realtime: client and server event ids, item and response ids, session expiry.
+            "event_id",
+            "item_id",
+            "previous_item_id",
+            "response_id",
+            "expires_at",
         ]
     }
 

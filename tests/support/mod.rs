@@ -1413,3 +1413,160 @@ fn tool_answer(path: &str, tool: &str, n: usize, streamed: bool) -> Response<Bod
         json_response(encode_json(&v, JsonStyle::Google) + "\n", &[])
     }
 }
+
+/// A fake WebSocket upstream on 127.0.0.1 speaking OpenAI Realtime (and Azure's, on any path
+/// with `realtime`) and Gemini Live (`...BidiGenerateContent`): every id and timestamp new on
+/// each session, as the real ones are. A prompt with `CUT` drops the connection after the first
+/// delta, without a close.
+pub struct FakeRealtime {
+    pub addr: SocketAddr,
+    /// Sessions opened, and the path and query of each upgrade.
+    pub upgrades: Arc<Mutex<Vec<String>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl FakeRealtime {
+    pub async fn start() -> FakeRealtime {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let upgrades: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let seen = upgrades.clone();
+        tokio::spawn(async move {
+            loop {
+                let socket = tokio::select! {
+                    s = listener.accept() => s.unwrap().0,
+                    _ = &mut stopped => return,
+                };
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let path = Arc::new(Mutex::new(String::new()));
+                    let p = path.clone();
+                    // tungstenite's callback type fixes the error's size.
+                    #[allow(clippy::result_large_err)]
+                    let callback =
+                        move |req: &tokio_tungstenite::tungstenite::handshake::server::Request,
+                              resp| {
+                            *p.lock().unwrap() = req.uri().to_string();
+                            Ok(resp)
+                        };
+                    let Ok(ws) = tokio_tungstenite::accept_hdr_async(socket, callback).await else {
+                        return;
+                    };
+                    let path = path.lock().unwrap().clone();
+                    let n = {
+                        let mut all = seen.lock().unwrap();
+                        all.push(path.clone());
+                        all.len()
+                    };
+                    if path.contains("BidiGenerateContent") {
+                        gemini_live(ws, n).await;
+                    } else {
+                        openai_realtime(ws, n).await;
+                    }
+                });
+            }
+        });
+        FakeRealtime {
+            addr,
+            upgrades,
+            stop: Some(stop),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+type FakeSocket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+async fn send_json(ws: &mut FakeSocket, v: Value) {
+    use futures_util::SinkExt;
+    let _ = ws
+        .send(tokio_tungstenite::tungstenite::Message::text(v.to_string()))
+        .await;
+}
+
+async fn openai_realtime(mut ws: FakeSocket, n: usize) {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut k = 0;
+    let mut event_id = move || {
+        k += 1;
+        format!("event_{n}_{k}")
+    };
+    send_json(&mut ws, json!({"type": "session.created", "event_id": event_id(), "session": {"id": format!("sess_{n}"), "object": "realtime.session", "model": "gpt-realtime", "expires_at": 1_800_000_000 + n}})).await;
+    let mut prompt = String::new();
+    while let Some(Ok(m)) = ws.next().await {
+        let Message::Text(t) = m else {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+            continue;
+        };
+        let v: Value = serde_json::from_str(t.as_str()).unwrap_or(Value::Null);
+        match v["type"].as_str().unwrap_or("") {
+            "session.update" => {
+                send_json(&mut ws, json!({"type": "session.updated", "event_id": event_id(), "session": {"id": format!("sess_{n}"), "model": "gpt-realtime", "instructions": v["session"]["instructions"]}})).await;
+            }
+            "conversation.item.create" => {
+                prompt = v["item"]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                send_json(&mut ws, json!({"type": "conversation.item.created", "event_id": event_id(), "previous_item_id": null, "item": {"id": format!("item_{n}"), "type": "message", "role": "user", "content": v["item"]["content"]}})).await;
+            }
+            "response.create" => {
+                let response_id = format!("resp_{n}");
+                send_json(&mut ws, json!({"type": "response.created", "event_id": event_id(), "response": {"id": response_id, "object": "realtime.response", "status": "in_progress", "output": []}})).await;
+                let answer = format!("You said: {prompt}");
+                for (i, w) in answer.split_inclusive(' ').enumerate() {
+                    if i == 1 && prompt.contains("CUT") {
+                        // Gone without a close frame, as a dropped connection is.
+                        return;
+                    }
+                    send_json(&mut ws, json!({"type": "response.output_text.delta", "event_id": event_id(), "response_id": response_id, "item_id": format!("item_{n}_out"), "output_index": 0, "content_index": 0, "delta": w})).await;
+                }
+                send_json(&mut ws, json!({"type": "response.output_text.done", "event_id": event_id(), "response_id": response_id, "item_id": format!("item_{n}_out"), "output_index": 0, "content_index": 0, "text": answer})).await;
+                send_json(&mut ws, json!({"type": "response.done", "event_id": event_id(), "response": {"id": response_id, "object": "realtime.response", "status": "completed", "usage": {"total_tokens": 10, "input_tokens": 4, "output_tokens": 6}}})).await;
+            }
+            _ => {}
+        }
+    }
+}
+
+async fn gemini_live(mut ws: FakeSocket, n: usize) {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    while let Some(Ok(m)) = ws.next().await {
+        let text = match &m {
+            Message::Text(t) => t.as_str().to_string(),
+            // Gemini Live clients may send JSON in binary frames.
+            Message::Binary(b) => String::from_utf8_lossy(b).into_owned(),
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if v.get("setup").is_some() {
+            send_json(
+                &mut ws,
+                json!({"setupComplete": {"sessionId": format!("live_{n}")}}),
+            )
+            .await;
+        } else if let Some(turns) = v.pointer("/clientContent/turns") {
+            let prompt = turns[0]["parts"][0]["text"].as_str().unwrap_or("");
+            let answer = format!("You said: {prompt}");
+            for w in answer.split_inclusive(' ') {
+                send_json(&mut ws, json!({"serverContent": {"modelTurn": {"parts": [{"text": w}]}}, "responseId": format!("r{n}")})).await;
+            }
+            send_json(&mut ws, json!({"serverContent": {"turnComplete": true}, "usageMetadata": {"totalTokenCount": 9}, "responseId": format!("r{n}")})).await;
+        }
+    }
+}

@@ -1,0 +1,604 @@
+//! WebSocket sessions (OpenAI Realtime, Azure realtime, Gemini Live). An upgrade on a provider
+//! route is keyed by its path and query. Recording relays every frame both ways as it comes
+//! and saves the session when it closes cleanly; replay sends the server frames recorded
+//! before the first client frame, then answers each client frame that matches the next
+//! recorded one (ids set aside, `[match]` rules applied) with the server frames that followed
+//! it. A frame that does not match gets an `error` event in the provider's shape and a close
+//! with 1008, and the session is reported as missing, naming the field that differs.
+
+use crate::config::Mode;
+use crate::handler::Body;
+use crate::journal::{Call, Detail, Outcome};
+use crate::provider::Kind;
+use crate::route::Route;
+use crate::State;
+use bytes::Bytes;
+use cassettes::session::{comparable, Side, WsFrame};
+use cassettes::{Interaction, Key, RecordOutcome, RecordedResponse, Summary, Timing};
+use futures_util::{SinkExt, StreamExt};
+use http::header::{
+    CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE,
+};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+
+/// Headers of the client's upgrade that belong to its own handshake, not to the upstream's.
+const HANDSHAKE: &[&str] = &[
+    "host",
+    "connection",
+    "upgrade",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-extensions",
+    "content-length",
+    "x-test-id",
+];
+
+/// Whether `req` asks to become a WebSocket.
+pub fn is_upgrade<B>(req: &Request<B>) -> bool {
+    let has = |name, token: &str| {
+        req.headers().get_all(name).iter().any(|v| {
+            v.to_str()
+                .is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        })
+    };
+    has(UPGRADE, "websocket") && has(CONNECTION, "upgrade")
+}
+
+/// Answers an upgrade request: a replayed session, a recorded one, or a refusal.
+pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> Response<Body> {
+    let kind = route.provider.kind;
+    let Some(client_key) = req.headers().get(SEC_WEBSOCKET_KEY).cloned() else {
+        return crate::handler::provider_error(
+            kind,
+            StatusCode::BAD_REQUEST,
+            "llmreplay_error",
+            "cargo-llmreplay: a WebSocket upgrade needs Sec-WebSocket-Key",
+        );
+    };
+    let request = state.settings.normalizer.session(
+        &route.upstream_path,
+        req.uri().query(),
+        providers::secret_params(),
+    );
+    let key = Key::of(&request);
+    let entry = match state.store.entry(&route.test, &route.provider.name) {
+        Ok(entry) => entry,
+        Err(e) => {
+            return crate::handler::provider_error(
+                kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &e.to_string(),
+            )
+        }
+    };
+    let mut call = Call {
+        entry,
+        method: http::Method::GET,
+        path: route.upstream_path.clone(),
+        key,
+        ordinal: 0,
+    };
+    let protocol = req
+        .headers()
+        .get(SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .map(|p| p.trim().to_string());
+    let repeat = state.settings.allow_repeats;
+    let lookup = match state.settings.mode {
+        Mode::Passthrough => None,
+        Mode::Replay => Some(call.entry.next_recorded(&call.key, repeat)),
+        _ => Some(call.entry.next(&call.key, repeat)),
+    };
+    let hit = match lookup {
+        None => None,
+        Some(Ok(lookup)) => {
+            call.ordinal = lookup.ordinal;
+            lookup.hit
+        }
+        Some(Err(e)) => {
+            let message = e.to_string();
+            state.journal.log(
+                call,
+                Outcome::Error,
+                400,
+                Some(Detail::message(message.clone())),
+            );
+            return crate::handler::provider_error(
+                kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &message,
+            );
+        }
+    };
+    match (state.settings.mode, hit.and_then(|p| p.frames.clone())) {
+        (Mode::Replay | Mode::RecordMissing, Some(frames)) => {
+            let response = switching(&client_key, protocol.as_deref());
+            tokio::spawn(async move {
+                let _open = state.sessions.enter();
+                replay(state.clone(), route, call, req, frames).await;
+            });
+            response
+        }
+        (Mode::Replay, None) => {
+            let response = switching(&client_key, protocol.as_deref());
+            let message = format!(
+                "cargo-llmreplay: no recording for this WebSocket session (replay mode).\n  test: {}\n  session: {} {}{}\n  record it with: {}",
+                route.test,
+                route.provider.name,
+                route.upstream_path,
+                req.uri().query().map(|q| format!("?{q}")).unwrap_or_default(),
+                daemon_record_command(&route),
+            );
+            tokio::spawn(async move {
+                let _open = state.sessions.enter();
+                if let Some(mut ws) = accept(req).await {
+                    refuse(&mut ws, kind, &message).await;
+                }
+                state
+                    .journal
+                    .log(call, Outcome::Miss, 101, Some(Detail::message(message)));
+            });
+            response
+        }
+        (mode, _) => {
+            let save = mode != Mode::Passthrough;
+            record(state, route, call, request, req, client_key, save).await
+        }
+    }
+}
+
+fn daemon_record_command(route: &Route) -> String {
+    crate::record_command(route.test.as_str())
+}
+
+/// The 101 that completes the client's handshake.
+fn switching(client_key: &http::HeaderValue, protocol: Option<&str>) -> Response<Body> {
+    let mut b = Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(UPGRADE, "websocket")
+        .header(CONNECTION, "Upgrade")
+        .header(
+            SEC_WEBSOCKET_ACCEPT,
+            derive_accept_key(client_key.as_bytes()),
+        );
+    if let Some(p) = protocol {
+        b = b.header(SEC_WEBSOCKET_PROTOCOL, p);
+    }
+    b.body(crate::handler::empty())
+        .expect("valid handshake headers")
+}
+
+type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// The client's side of the connection once hyper has answered the upgrade.
+async fn accept(req: Request<Incoming>) -> Option<Socket> {
+    let upgraded = hyper::upgrade::on(req).await.ok()?;
+    Some(WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await)
+}
+
+/// An `error` event in the provider's shape, then close 1008.
+async fn refuse(ws: &mut Socket, kind: Kind, message: &str) {
+    let event = match kind {
+        Kind::OpenAi | Kind::Azure => serde_json::json!({
+            "type": "error",
+            "error": {"type": "invalid_request_error", "code": "llmreplay_missing_recording", "message": message}
+        }),
+        other => other
+            .family()
+            .error_body(404, "llmreplay_missing_recording", message),
+    };
+    let _ = ws.send(Message::text(event.to_string())).await;
+    // A close reason is at most 123 bytes; the event carries the whole message.
+    let reason: String = "cargo-llmreplay: no recording for this frame; see the error event"
+        .chars()
+        .take(120)
+        .collect();
+    let _ = ws
+        .send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Policy,
+            reason: reason.into(),
+        })))
+        .await;
+    // Read on until the client answers the close: a socket closed with unread frames in it
+    // is reset, and the client may lose the error event it has not read yet.
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(m)) = ws.next().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+fn message_of(frame: &WsFrame) -> Option<Message> {
+    let payload = frame.payload()?;
+    Some(if frame.binary {
+        Message::binary(payload)
+    } else {
+        Message::text(String::from_utf8_lossy(&payload).into_owned())
+    })
+}
+
+/// Plays a recorded session back to the client.
+async fn replay(
+    state: Arc<State>,
+    route: Route,
+    call: Call,
+    req: Request<Incoming>,
+    frames: Arc<Vec<WsFrame>>,
+) {
+    let Some(mut ws) = accept(req).await else {
+        return;
+    };
+    let realtime = state.settings.realtime;
+    let started = tokio::time::Instant::now();
+    let mut next = 0;
+    loop {
+        // The server frames up to the next client frame.
+        while let Some(f) = frames.get(next).filter(|f| f.from == Side::Server) {
+            if realtime {
+                tokio::time::sleep_until(started + Duration::from_millis(f.at_ms)).await;
+            }
+            if let Some(m) = message_of(f) {
+                if ws.send(m).await.is_err() {
+                    state.journal.log(call, Outcome::Hit, 101, None);
+                    return;
+                }
+            }
+            next += 1;
+        }
+        let got = loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) => {
+                    break Some((false, Bytes::from(t.as_str().to_string())))
+                }
+                Some(Ok(Message::Binary(b))) => break Some((true, b)),
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break None,
+            }
+        };
+        let Some((binary, payload)) = got else {
+            // The client is done: a session replayed as far as it went.
+            state.journal.log(call, Outcome::Hit, 101, None);
+            let _ = ws.close(None).await;
+            return;
+        };
+        let expected = frames.get(next);
+        let differing = match expected {
+            None => Some(vec!["(a frame after the last recorded one)".to_string()]),
+            Some(e) => differing(&state, e, binary, &payload),
+        };
+        match differing {
+            None => next += 1,
+            Some(fields) => {
+                let sent = WsFrame::new(Side::Client, binary, payload, 0);
+                let preview: String = sent
+                    .payload()
+                    .map(|b| String::from_utf8_lossy(&b).chars().take(200).collect())
+                    .unwrap_or_default();
+                let message = format!(
+                    "cargo-llmreplay: no recording for this WebSocket frame (replay mode).\n  test: {}\n  session: {} {}\n  frame: {preview}\n  differs from the recorded frame at: {}\n  record it with: {}",
+                    route.test,
+                    route.provider.name,
+                    route.upstream_path,
+                    fields.join(", "),
+                    daemon_record_command(&route),
+                );
+                refuse(&mut ws, route.provider.kind, &message).await;
+                let detail = Detail {
+                    closest: Some(fields),
+                    message: Some(message),
+                    ..Detail::default()
+                };
+                state.journal.log(call, Outcome::Miss, 101, Some(detail));
+                return;
+            }
+        }
+    }
+}
+
+/// `None` when the client's frame matches the recorded one; else the fields that differ.
+fn differing(
+    state: &State,
+    expected: &WsFrame,
+    binary: bool,
+    payload: &Bytes,
+) -> Option<Vec<String>> {
+    if expected.from != Side::Client {
+        return Some(vec!["(the recording has no client frame here)".into()]);
+    }
+    let got = WsFrame::new(Side::Client, binary, payload.clone(), 0);
+    match (expected.json(), got.json()) {
+        (Some(a), Some(b)) => {
+            let norm = &state.settings.normalizer;
+            let (a, b) = (comparable(&norm.frame(&a)), comparable(&norm.frame(&b)));
+            if a == b {
+                None
+            } else {
+                let fields = cassettes::differing_fields(&a, &b);
+                Some(if fields.is_empty() {
+                    vec!["/".into()]
+                } else {
+                    fields
+                })
+            }
+        }
+        _ => (expected.payload().as_ref() != Some(payload)).then(|| vec!["(frame bytes)".into()]),
+    }
+}
+
+/// Connects upstream, answers the client's upgrade as upstream answered it, then relays every
+/// frame both ways, and saves the session when it closes cleanly (`save`).
+async fn record(
+    state: Arc<State>,
+    route: Route,
+    call: Call,
+    request: cassettes::RecordedRequest,
+    req: Request<Incoming>,
+    client_key: http::HeaderValue,
+    save: bool,
+) -> Response<Body> {
+    let kind = route.provider.kind;
+    let root = match route.provider.upstream() {
+        Ok(root) => root.to_string(),
+        Err(message) => {
+            state.journal.log(
+                call,
+                Outcome::Error,
+                502,
+                Some(Detail::message(message.clone())),
+            );
+            return crate::handler::provider_error(
+                kind,
+                StatusCode::BAD_GATEWAY,
+                "llmreplay_no_upstream",
+                &message,
+            );
+        }
+    };
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    let url = format!("{root}{}{query}", route.upstream_path);
+    let failed = |state: &State, call: Call, status: StatusCode, message: String| {
+        state.journal.log(
+            call,
+            Outcome::Error,
+            status.as_u16(),
+            Some(Detail::message(message.clone())),
+        );
+        crate::handler::provider_error(kind, status, "llmreplay_upstream_unreachable", &message)
+    };
+    let Ok(uri) = url.parse::<http::Uri>() else {
+        return failed(
+            &state,
+            call,
+            StatusCode::BAD_GATEWAY,
+            format!("cargo-llmreplay: bad upstream URL {url}"),
+        );
+    };
+    let tls = uri.scheme_str() == Some("https");
+    let host = uri.host().unwrap_or("").to_string();
+    let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
+    let ws_url = format!(
+        "{}://{}{}",
+        if tls { "wss" } else { "ws" },
+        uri.authority().map_or("", |a| a.as_str()),
+        uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut upstream_req =
+        match tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
+            ws_url.as_str(),
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                return failed(
+                    &state,
+                    call,
+                    StatusCode::BAD_GATEWAY,
+                    format!("cargo-llmreplay: bad upstream URL {ws_url}: {e}"),
+                )
+            }
+        };
+    for (name, value) in req.headers() {
+        if !HANDSHAKE.contains(&name.as_str()) {
+            upstream_req.headers_mut().append(name, value.clone());
+        }
+    }
+    let connect = async {
+        let io = state.client.open(&host, port, tls).await.map_err(|e| {
+            state
+                .client
+                .explain(&url, e.as_ref())
+                .unwrap_or_else(|| e.to_string())
+        })?;
+        tokio_tungstenite::client_async(upstream_req, io)
+            .await
+            .map_err(|e| match e {
+                tokio_tungstenite::tungstenite::Error::Http(r) => format!(
+                    "the upstream refused the session with {}: {}",
+                    r.status(),
+                    r.body()
+                        .as_deref()
+                        .map(String::from_utf8_lossy)
+                        .unwrap_or_default()
+                ),
+                other => other.to_string(),
+            })
+    };
+    let timeout = state.settings.limits.connect_timeout;
+    let (upstream, answer) = match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(pair)) => pair,
+        Ok(Err(why)) => {
+            let message = format!("cargo-llmreplay: could not open the {} session at {ws_url}: {why}; nothing was saved", route.provider.name);
+            return failed(&state, call, StatusCode::BAD_GATEWAY, message);
+        }
+        Err(_) => {
+            let message = format!("cargo-llmreplay: the {} upstream at {ws_url} did not answer the upgrade within {}s", route.provider.name, timeout.as_secs_f64());
+            return failed(&state, call, StatusCode::GATEWAY_TIMEOUT, message);
+        }
+    };
+    let protocol = answer
+        .headers()
+        .get(SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let response = switching(&client_key, protocol.as_deref());
+    tokio::spawn(async move {
+        let _open = state.sessions.enter();
+        let Some(client) = accept(req).await else {
+            return;
+        };
+        relay(state.clone(), call, request, client, upstream, save).await;
+    });
+    response
+}
+
+/// How a relayed session ended.
+enum End {
+    /// A close frame from either side: the session is whole.
+    Closed,
+    /// A connection broke without one: passed on, not saved.
+    Broken(String),
+}
+
+async fn relay<U>(
+    state: Arc<State>,
+    call: Call,
+    request: cassettes::RecordedRequest,
+    client: Socket,
+    upstream: WebSocketStream<U>,
+    save: bool,
+) where
+    U: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let started = Instant::now();
+    let at = || started.elapsed().as_millis() as u64;
+    let (mut client_tx, mut client_rx) = client.split();
+    let (mut up_tx, mut up_rx) = upstream.split();
+    let mut frames: Vec<WsFrame> = Vec::new();
+    let keep = |frames: &mut Vec<WsFrame>, from: Side, m: &Message, at_ms: u64| match m {
+        Message::Text(t) => frames.push(WsFrame::new(
+            from,
+            false,
+            Bytes::from(t.as_str().to_string()),
+            at_ms,
+        )),
+        Message::Binary(b) => frames.push(WsFrame::new(from, true, b.clone(), at_ms)),
+        _ => {}
+    };
+    let end = loop {
+        tokio::select! {
+            m = client_rx.next() => match m {
+                Some(Ok(m)) => {
+                    let close = matches!(m, Message::Close(_));
+                    keep(&mut frames, Side::Client, &m, at());
+                    let _ = up_tx.send(m).await;
+                    if close {
+                        break End::Closed;
+                    }
+                }
+                Some(Err(e)) => {
+                    let _ = up_tx.close().await;
+                    break End::Broken(format!("the client's connection broke: {e}"));
+                }
+                None => {
+                    let _ = up_tx.close().await;
+                    break End::Broken("the client went away without closing".into());
+                }
+            },
+            m = up_rx.next() => match m {
+                Some(Ok(m)) => {
+                    let close = matches!(m, Message::Close(_));
+                    keep(&mut frames, Side::Server, &m, at());
+                    let _ = client_tx.send(m).await;
+                    if close {
+                        break End::Closed;
+                    }
+                }
+                Some(Err(e)) => {
+                    // Passed on as a broken connection: the client sees what the upstream did.
+                    let _ = client_tx
+                        .send(Message::Close(Some(CloseFrame { code: CloseCode::Error, reason: "cargo-llmreplay: the upstream session broke off".into() })))
+                        .await;
+                    break End::Broken(format!("the upstream session broke off: {e}"));
+                }
+                None => {
+                    let _ = client_tx.close().await;
+                    break End::Broken("the upstream went away without closing".into());
+                }
+            },
+        }
+    };
+    // Let the other side's close answer pass, without waiting on it for long.
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = client_tx.close().await;
+        let _ = up_tx.close().await;
+    })
+    .await;
+    if let End::Broken(why) = end {
+        let message = format!("cargo-llmreplay: {why}; passed on and not saved");
+        state
+            .journal
+            .log(call, Outcome::Broken, 101, Some(Detail::message(message)));
+        return;
+    }
+    if !save {
+        state.journal.log(call, Outcome::Passthrough, 101, None);
+        return;
+    }
+    let response = RecordedResponse::session(frames);
+    let ttfb_ms = response
+        .frames()
+        .and_then(|f| f.iter().find(|f| f.from == Side::Server))
+        .map_or(0, |f| f.at_ms);
+    let interaction = Interaction {
+        key: call.key.clone(),
+        request,
+        summary: Summary::of(&response),
+        response,
+        timing: Some(Timing {
+            ttfb_ms,
+            total_ms: at(),
+        }),
+    };
+    let (entry, ordinal) = (call.entry.clone(), call.ordinal);
+    match tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await {
+        Ok(Ok(outcome)) => {
+            let outcome = match outcome {
+                RecordOutcome::Appended => Outcome::Recorded,
+                RecordOutcome::Replaced => Outcome::Replaced,
+                RecordOutcome::Unchanged => Outcome::Unchanged,
+            };
+            state.journal.log(call, outcome, 101, None);
+        }
+        Ok(Err(e)) => {
+            let message = format!("cargo-llmreplay: the session was not saved: {e}");
+            tracing::error!("{message}");
+            state
+                .journal
+                .log(call, Outcome::Error, 101, Some(Detail::message(message)));
+        }
+        Err(e) => {
+            let message = format!("cargo-llmreplay: recording task failed: {e}");
+            state
+                .journal
+                .log(call, Outcome::Error, 101, Some(Detail::message(message)));
+        }
+    }
+}
