@@ -185,6 +185,10 @@ async fn a_gemini_live_session_and_an_azure_realtime_one_replay_byte_for_byte() 
         let mut got = Vec::new();
         let first = ws.next().await.unwrap().unwrap();
         got.push(first.to_text().unwrap().to_string());
+        // 96 KiB of audio as base64 in JSON: kept in the blob store, matched on replay.
+        let audio = "QUJD".repeat(32 * 1024);
+        let append = json!({"type": "input_audio_buffer.append", "audio": audio});
+        ws.send(Message::text(append.to_string())).await.unwrap();
         let item = json!({"type": "conversation.item.create", "event_id": "client_evt_random_1", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Azure hello"}]}});
         ws.send(Message::text(item.to_string())).await.unwrap();
         ws.send(Message::text(
@@ -240,6 +244,27 @@ async fn a_gemini_live_session_and_an_azure_realtime_one_replay_byte_for_byte() 
     assert_eq!(
         cassette["interactions"][0]["summary"]["text"],
         "You said: Wie geht's?"
+    );
+    let azure = read_json(&dir.path().join("c/azure--turn/azure.json"));
+    let frames = azure["interactions"][0]["frames"].as_array().unwrap();
+    let blob = frames
+        .iter()
+        .find_map(|f| f["blob"].as_str())
+        .expect("the audio frame is a blob");
+    assert!(dir.path().join("c/azure--turn/blobs").join(blob).is_file());
+    let summary = azure["interactions"][0]["summary"]["text"]
+        .as_str()
+        .unwrap();
+    assert!(
+        summary.contains("[audio from the client: 98304 bytes]"),
+        "{summary}"
+    );
+    let size = std::fs::metadata(dir.path().join("c/azure--turn/azure.json"))
+        .unwrap()
+        .len();
+    assert!(
+        size < 16 * 1024,
+        "the cassette stays readable: {size} bytes"
     );
 }
 

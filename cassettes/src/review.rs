@@ -241,6 +241,51 @@ mod tests {
         c
     }
 
+    /// A Realtime session whose answer changed: the diff is of the transcripts, deltas
+    /// assembled, with new event ids alone not a change.
+    #[test]
+    fn a_session_is_reviewed_by_its_transcript() {
+        use crate::session::{Side, WsFrame};
+        let session = |ids: &str, deltas: &[&str]| {
+            let mut frames = vec![WsFrame::new(
+                Side::Client,
+                false,
+                bytes::Bytes::from(r#"{"type":"response.create"}"#),
+                1,
+            )];
+            for d in deltas {
+                let v = serde_json::json!({"type": "response.output_text.delta", "event_id": ids, "delta": d});
+                frames.push(WsFrame::new(Side::Server, false, v.to_string().into(), 2));
+            }
+            let request = crate::Normalizer::default().session(
+                "/v1/realtime",
+                Some("model=gpt-realtime"),
+                &[],
+            );
+            let response = RecordedResponse::session(frames);
+            Interaction {
+                key: Key::of(&request),
+                request,
+                summary: Summary::of(&response),
+                response,
+                timing: None,
+            }
+        };
+        let old = cassette(vec![session("e1", &["Hello ", "there"])]);
+        let same = cassette(vec![session("e2", &["Hello ", "there"])]);
+        assert!(
+            diff_cassettes(Some(&old), Some(&same)).is_empty(),
+            "ids alone"
+        );
+        let new = cassette(vec![session("e3", &["Hello ", "world"])]);
+        let d = diff_cassettes(Some(&old), Some(&new));
+        assert_eq!(d.len(), 1);
+        assert_eq!(
+            d[0].answer_diff.as_deref(),
+            Some("-Hello there\n+Hello world\n")
+        );
+    }
+
     fn chat(text: &str, id: &str) -> String {
         format!(
             r#"{{"id":"{id}","created":1,"choices":[{{"message":{{"content":"{text}"}}}}],"usage":{{"prompt_tokens":3,"completion_tokens":{}}}}}"#,

@@ -247,18 +247,26 @@ async fn replay(
     let started = tokio::time::Instant::now();
     let mut next = 0;
     loop {
-        // The server frames up to the next client frame.
+        // The server frames up to the next client frame: queued, then flushed once (one
+        // write for the burst), unless they go at their recorded pace.
+        let mut gone = false;
         while let Some(f) = frames.get(next).filter(|f| f.from == Side::Server) {
             if realtime {
                 tokio::time::sleep_until(started + Duration::from_millis(f.at_ms)).await;
             }
             if let Some(m) = message_of(f) {
-                if ws.send(m).await.is_err() {
-                    state.journal.log(call, Outcome::Hit, 101, None);
-                    return;
-                }
+                let sent = if realtime {
+                    ws.send(m).await
+                } else {
+                    ws.feed(m).await
+                };
+                gone |= sent.is_err();
             }
             next += 1;
+        }
+        if gone || ws.flush().await.is_err() {
+            state.journal.log(call, Outcome::Hit, 101, None);
+            return;
         }
         let got = loop {
             match ws.next().await {
