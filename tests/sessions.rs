@@ -113,14 +113,23 @@ async fn the_openai_sdk_records_a_realtime_session_and_replays_it_frame_for_fram
         error.contains("cargo llmreplay test --record-missing -E 'test(=first)'"),
         "{error}"
     );
-    let journal = replay.journal().await;
-    let outcomes: Vec<&str> = journal
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["outcome"].as_str().unwrap())
-        .collect();
-    assert_eq!(outcomes, ["hit", "hit", "miss"], "{journal}");
+    // A session is journalled when it ends on the daemon's side, which may be just after
+    // the client's process has exited: wait for all three, with a deadline.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let outcomes = loop {
+        let journal = replay.journal().await;
+        let outcomes: Vec<String> = journal
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["outcome"].as_str().unwrap().to_string())
+            .collect();
+        if outcomes.len() >= 3 || std::time::Instant::now() > deadline {
+            break outcomes;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(outcomes, ["hit", "hit", "miss"]);
     let stopped = replay.stop();
     assert!(
         stopped.stderr.contains("2 replayed, 1 missing"),

@@ -143,12 +143,12 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
             );
             tokio::spawn(async move {
                 let _open = state.sessions.enter();
+                // Journalled before the refusal: the client may read it at once.
+                let detail = Detail::message(message.clone());
+                state.journal.log(call, Outcome::Miss, 101, Some(detail));
                 if let Some(mut ws) = accept(req).await {
                     refuse(&mut ws, kind, &message).await;
                 }
-                state
-                    .journal
-                    .log(call, Outcome::Miss, 101, Some(Detail::message(message)));
             });
             response
         }
@@ -305,13 +305,13 @@ async fn replay(
                     fields.join(", "),
                     daemon_record_command(&route),
                 );
-                refuse(&mut ws, route.provider.kind, &message).await;
                 let detail = Detail {
                     closest: Some(fields),
-                    message: Some(message),
+                    message: Some(message.clone()),
                     ..Detail::default()
                 };
                 state.journal.log(call, Outcome::Miss, 101, Some(detail));
+                refuse(&mut ws, route.provider.kind, &message).await;
                 return;
             }
         }
