@@ -4,6 +4,7 @@
 
 pub mod audit;
 mod body;
+pub mod eventstream;
 pub mod filter;
 mod format;
 pub mod git;

@@ -504,7 +504,7 @@ async fn proxy(
     }
     // Cassettes hold text, not gzip.
     upstream = upstream.header(ACCEPT_ENCODING, "identity");
-    let upstream = match upstream.body(Full::new(body)) {
+    let mut upstream = match upstream.body(Full::new(body.clone())) {
         Ok(r) => r,
         Err(e) => {
             return provider_error(
@@ -515,6 +515,19 @@ async fn proxy(
             )
         }
     };
+    if kind == Kind::Bedrock {
+        if let Err(message) = crate::sigv4::resign(&mut upstream, &body) {
+            let message = format!("cargo-llmreplay: {message}");
+            return upstream_failed(
+                state,
+                recording.call,
+                kind,
+                StatusCode::BAD_GATEWAY,
+                "llmreplay_cannot_sign",
+                message,
+            );
+        }
+    }
     let started = Instant::now();
     let idle = state.settings.limits.idle_timeout;
     let answer = match tokio::time::timeout(idle, state.client.request(upstream)).await {

@@ -12,6 +12,7 @@ pub mod provider;
 pub mod resend;
 mod route;
 mod session;
+mod sigv4;
 pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};

@@ -42,7 +42,11 @@ impl Provider {
         Provider {
             name: ProviderName::new(kind.as_str()).expect("built-in names are valid"),
             kind,
-            upstream: kind.family().default_upstream().map(str::to_string),
+            upstream: kind
+                .family()
+                .default_upstream()
+                .map(str::to_string)
+                .or_else(|| regional_upstream(kind)),
             source: UpstreamSource::BuiltIn,
         }
     }
@@ -102,3 +106,30 @@ pub const NOT_RECORDED: &[&str] = &[
     "alt-svc",
     "server-timing",
 ];
+
+/// The real endpoint of a family whose host names a region or location, from the variables
+/// its SDKs read: Bedrock's `AWS_REGION` (else `AWS_DEFAULT_REGION`, else us-east-1), Vertex
+/// AI's `GOOGLE_CLOUD_LOCATION` (else us-central1).
+fn regional_upstream(kind: Kind) -> Option<String> {
+    let env = |names: &[&str], default: &str| {
+        names
+            .iter()
+            .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
+            .unwrap_or_else(|| default.to_string())
+    };
+    match kind {
+        Kind::Bedrock => Some(format!(
+            "https://bedrock-runtime.{}.amazonaws.com",
+            env(&["AWS_REGION", "AWS_DEFAULT_REGION"], "us-east-1")
+        )),
+        Kind::Vertex => {
+            let location = env(&["GOOGLE_CLOUD_LOCATION"], "us-central1");
+            Some(if location == "global" {
+                "https://aiplatform.googleapis.com".into()
+            } else {
+                format!("https://{location}-aiplatform.googleapis.com")
+            })
+        }
+        _ => None,
+    }
+}

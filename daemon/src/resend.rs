@@ -71,9 +71,12 @@ impl Resender {
         for (name, value) in key.map(|k| family.auth_headers(k)).unwrap_or_default() {
             builder = builder.header(name, value);
         }
-        let outgoing = builder
-            .body(Full::new(body))
+        let mut outgoing = builder
+            .body(Full::new(body.clone()))
             .map_err(|e| format!("bad request to {url}: {e}"))?;
+        if family.kind() == providers::Kind::Bedrock {
+            crate::sigv4::resign(&mut outgoing, &body)?;
+        }
         let started = Instant::now();
         let answer = self
             .client

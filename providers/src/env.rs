@@ -83,6 +83,25 @@ const OLLAMA: FamilyEnv = FamilyEnv {
     keys: &[],
 };
 
+const BEDROCK: FamilyEnv = FamilyEnv {
+    base_urls: &[var(
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+        "",
+        "boto3, botocore, the AWS SDKs (they keep the path)",
+    )],
+    // The SDKs sign every request: in replay, with placeholder credentials.
+    keys: &["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+};
+
+const VERTEX: FamilyEnv = FamilyEnv {
+    base_urls: &[var(
+        "GOOGLE_VERTEX_BASE_URL",
+        "",
+        "google-genai (vertexai=True)",
+    )],
+    keys: &[],
+};
+
 const HTTP: FamilyEnv = FamilyEnv {
     base_urls: &[],
     keys: &[],
@@ -96,6 +115,8 @@ pub fn of(kind: Kind) -> FamilyEnv {
         Kind::Anthropic => ANTHROPIC,
         Kind::Gemini => GEMINI,
         Kind::Ollama => OLLAMA,
+        Kind::Bedrock => BEDROCK,
+        Kind::Vertex => VERTEX,
         Kind::Http => HTTP,
     }
 }

@@ -7,11 +7,15 @@
 
 mod anthropic;
 mod azure;
+mod bedrock;
 pub mod env;
 mod gemini;
 mod http;
 mod ollama;
 mod openai;
+mod vertex;
+
+pub use bedrock::SIGNING_HEADERS as BEDROCK_SIGNING_HEADERS;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,17 +34,23 @@ pub enum Kind {
     Anthropic,
     Gemini,
     Ollama,
+    /// Amazon Bedrock Runtime: SigV4-signed, event streams.
+    Bedrock,
+    /// Google Vertex AI: Gemini's bodies under project and location paths, OAuth tokens.
+    Vertex,
     /// Any other HTTP API: recorded and replayed, with nothing read from its bodies.
     Http,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 8] = [
         Kind::OpenAi,
         Kind::Azure,
         Kind::Anthropic,
         Kind::Gemini,
         Kind::Ollama,
+        Kind::Bedrock,
+        Kind::Vertex,
         Kind::Http,
     ];
 
@@ -51,6 +61,8 @@ impl Kind {
             Kind::Anthropic => "anthropic",
             Kind::Gemini => "gemini",
             Kind::Ollama => "ollama",
+            Kind::Bedrock => "bedrock",
+            Kind::Vertex => "vertex",
             Kind::Http => "http",
         }
     }
@@ -62,16 +74,21 @@ impl Kind {
             Kind::Anthropic => &anthropic::Anthropic,
             Kind::Gemini => &gemini::Gemini,
             Kind::Ollama => &ollama::Ollama,
+            Kind::Bedrock => &bedrock::Bedrock,
+            Kind::Vertex => &vertex::Vertex,
             Kind::Http => &http::Http,
         }
     }
 
     /// The family a path without a provider prefix belongs to, from its well-known shape.
     pub fn for_path(path: &str) -> Option<Kind> {
-        // Most specific first: Anthropic's and Azure's paths would also pass for OpenAI's.
+        // Most specific first: Anthropic's and Azure's paths would also pass for OpenAI's,
+        // Vertex's for Gemini's.
         [
             Kind::Anthropic,
             Kind::Azure,
+            Kind::Bedrock,
+            Kind::Vertex,
             Kind::Gemini,
             Kind::Ollama,
             Kind::OpenAi,
