@@ -305,3 +305,91 @@ fn base64_decode(s: &str) -> bytes::Bytes {
         .unwrap()
         .into()
 }
+
+/// The Rust AWS SDK's Bedrock client, through the daemon: its Converse and ConverseStream are
+/// signed again for the fake, which checks them, then replay offline with other credentials.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_aws_sdk_converses_through_the_daemon() {
+    use aws_sdk_bedrockruntime::types::{ContentBlock, ConversationRole, Message};
+    let Some(python) = sdk_python("boto3") else {
+        return;
+    };
+    let fake = FakeBedrock::start(&python);
+    let dir = tempfile::tempdir().unwrap();
+    let client = |serve: &Serve, key_id: &str, secret: &str| {
+        let endpoint = format!("{}/bedrock", serve.for_test("cloud$rust"));
+        let credentials =
+            aws_sdk_bedrockruntime::config::Credentials::new(key_id, secret, None, None, "test");
+        let conf = aws_sdk_bedrockruntime::Config::builder()
+            .behavior_version(aws_sdk_bedrockruntime::config::BehaviorVersion::latest())
+            .http_client(aws_smithy_http_client::Builder::new().build_http())
+            .region(aws_sdk_bedrockruntime::config::Region::new("us-east-1"))
+            .endpoint_url(endpoint)
+            .credentials_provider(credentials)
+            .build();
+        aws_sdk_bedrockruntime::Client::from_conf(conf)
+    };
+    let message = |text: &str| {
+        Message::builder()
+            .role(ConversationRole::User)
+            .content(ContentBlock::Text(text.into()))
+            .build()
+            .unwrap()
+    };
+    let model = "anthropic.claude-3-haiku-20240307-v1:0";
+    let ask = |c: aws_sdk_bedrockruntime::Client| async move {
+        let whole = c
+            .converse()
+            .model_id(model)
+            .messages(message("Hello from Rust"))
+            .send()
+            .await
+            .unwrap();
+        let text = match whole.output().unwrap().as_message().unwrap().content() {
+            [ContentBlock::Text(t), ..] => t.clone(),
+            other => panic!("{other:?}"),
+        };
+        let mut stream = c
+            .converse_stream()
+            .model_id(model)
+            .messages(message("Rust streams"))
+            .send()
+            .await
+            .unwrap()
+            .stream;
+        let mut streamed = String::new();
+        while let Some(event) = stream.recv().await.unwrap() {
+            if let aws_sdk_bedrockruntime::types::ConverseStreamOutput::ContentBlockDelta(d) = event
+            {
+                if let Some(aws_sdk_bedrockruntime::types::ContentBlockDelta::Text(t)) = d.delta() {
+                    streamed.push_str(t);
+                }
+            }
+        }
+        (text, streamed)
+    };
+    let recorder = [
+        ("AWS_ACCESS_KEY_ID", RECORDER_KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", RECORDER_SECRET),
+    ];
+    let rec = serve(
+        dir.path(),
+        "record",
+        &format!("bedrock={}", fake.url),
+        &recorder,
+    );
+    let recorded = ask(client(&rec, CLIENT_KEY_ID, CLIENT_SECRET)).await;
+    assert!(rec.stop().stderr.contains("2 recorded"));
+    assert_eq!(recorded.0, "You said: Hello from Rust");
+    assert_eq!(recorded.1, "You said: Rust streams");
+    let stats = fake.stats().await;
+    assert_eq!(stats["verified"], 2, "{stats}");
+    drop(fake);
+    let replay = serve(dir.path(), "replay", "bedrock=http://127.0.0.1:9", &[]);
+    let placeholder = runner_plugin::PLACEHOLDER_KEY;
+    assert_eq!(
+        ask(client(&replay, placeholder, placeholder)).await,
+        recorded
+    );
+    assert!(replay.stop().stderr.contains("2 replayed, 0 missing"));
+}
