@@ -1,6 +1,6 @@
 """What the bench drivers share: free loopback ports, and starting the floor server (or any
 server) and waiting until it listens, by polling its port rather than sleeping a fixed time."""
-import socket, subprocess, sys, time
+import signal, socket, subprocess, sys, time
 
 
 def free_port():
@@ -30,3 +30,19 @@ def start_floor(binary):
     floor = subprocess.Popen([binary, f"127.0.0.1:{port}"], stderr=subprocess.DEVNULL)
     wait_port(port, floor)
     return floor, f"http://127.0.0.1:{port}"
+
+
+def start_serve(binary, args, cwd):
+    """Starts `cargo llmreplay serve ARGS`; returns the process, its base URL and how long it
+    took to print it (the daemon listens once it has)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen([binary, "llmreplay", "serve", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = p.stdout.readline().strip()
+    ready = time.perf_counter() - t0
+    assert line.startswith("LLMREPLAY_BASE_URL="), line
+    return p, line.split("=", 1)[1], ready
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)

@@ -2,9 +2,9 @@
 wrk against the floor, `serve` in replay mode and aimock serving the same answers, warmed and in
 interleaved rounds, and prints requests/s as min/median/max, p50/p99 and the ratios. Servers are found ready by polling their port, not by sleeping
 a fixed time."""
-import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, re, shutil, subprocess, sys, tempfile, urllib.request
 
-from common import free_port, start_floor, wait_port
+from common import free_port, start_floor, start_serve, stop, wait_port
 
 SHORT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "short"}]}
 SPEECH = {"model": "gpt-4o-mini-tts", "input": "bench", "voice": "alloy"}
@@ -15,20 +15,6 @@ def post(url, body, headers=None):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json", **(headers or {})})
     with urllib.request.urlopen(req) as r:
         return r.status, r.read()
-
-
-def start_serve(binary, args, cwd):
-    t0 = time.perf_counter()
-    p = subprocess.Popen([binary, "llmreplay", "serve", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = p.stdout.readline().strip()
-    ready = time.perf_counter() - t0
-    assert line.startswith("LLMREPLAY_BASE_URL="), line
-    return p, line.split("=", 1)[1], ready
-
-
-def stop(p):
-    p.send_signal(signal.SIGTERM)
-    p.wait(timeout=30)
 
 
 def rss_kb(pid):

@@ -2,23 +2,11 @@
 through `serve --mode record`, then has N clients (bench/floor's ws_load, in Rust) run that
 session back to back against `serve` replaying it and against aimock mocking it, warmed, in
 interleaved rounds; prints sessions/s as min/median/max and frame latency p50/p99."""
-import argparse, json, os, shutil, signal, subprocess, sys, tempfile
+import argparse, json, os, shutil, subprocess, sys, tempfile
 
-from common import free_port, wait_port
+from common import free_port, start_serve, stop, wait_port
 
 PROMPT = "bench session"
-
-
-def start_serve(binary, args, cwd):
-    p = subprocess.Popen([binary, "llmreplay", "serve", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = p.stdout.readline().strip()
-    assert line.startswith("LLMREPLAY_BASE_URL="), line
-    return p, line.split("=", 1)[1]
-
-
-def stop(p):
-    p.send_signal(signal.SIGTERM)
-    p.wait(timeout=30)
 
 
 def load(ws_load, url, clients, seconds):
@@ -47,7 +35,7 @@ def main():
         aimock_url = f"ws://127.0.0.1:{aport}/v1/realtime?model=gpt-realtime"
 
         # Record aimock's session through serve, as a user records a provider's.
-        rec, base = start_serve(a.llmreplay, ["--mode", "record", "--cassette-dir", "cas", "--upstream", f"openai=http://127.0.0.1:{aport}"], tmp)
+        rec, base, _ = start_serve(a.llmreplay, ["--mode", "record", "--cassette-dir", "cas", "--upstream", f"openai=http://127.0.0.1:{aport}"], tmp)
         path = "/t/bench/openai/v1/realtime?model=gpt-realtime"
         once = load(a.ws_load, base.replace("http://", "ws://") + path, 1, 0)
         stop(rec)
@@ -56,7 +44,7 @@ def main():
         frames = cassette["interactions"][0]["frames"]
         print(f"recorded session: {len(frames)} frames ({sum(f['from'] == 'client' for f in frames)} from the client)", file=sys.stderr)
 
-        serve, base = start_serve(a.llmreplay, ["--cassette-dir", "cas", "--allow-repeats"], tmp)
+        serve, base, _ = start_serve(a.llmreplay, ["--cassette-dir", "cas", "--allow-repeats"], tmp)
         procs.append(serve)
         targets = {"llmreplay": base.replace("http://", "ws://") + path, "aimock": aimock_url}
         for url in targets.values():

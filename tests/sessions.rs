@@ -12,18 +12,7 @@ use support::{read_json, run_sdk_script, sdk_python, FakeRealtime, Serve};
 use tokio_tungstenite::tungstenite::Message;
 
 fn recording(dir: &Path, upstreams: &[(&str, String)]) -> Serve {
-    let mut args = vec![
-        "--cassette-dir".to_string(),
-        "c".into(),
-        "--mode".into(),
-        "record".into(),
-    ];
-    for (name, url) in upstreams {
-        args.push("--upstream".into());
-        args.push(format!("{name}={url}"));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Serve::start(dir, &args)
+    Serve::recording_from(dir, upstreams)
 }
 
 /// The Python script's view of one Realtime turn.

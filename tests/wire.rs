@@ -126,18 +126,11 @@ async fn send(serve: &Serve, case: &Case) -> (u16, bytes::Bytes) {
 async fn what_real_servers_write_replays_byte_for_byte_and_is_summarised() {
     let mut fake = FakeProvider::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "--cassette-dir".to_string(),
-        "c".into(),
-        "--mode".into(),
-        "record".into(),
-    ];
-    for p in ["openai", "anthropic", "gemini", "ollama"] {
-        args.push("--upstream".into());
-        args.push(format!("{p}={}", fake.url()));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let rec = Serve::start(dir.path(), &args);
+    let upstreams: Vec<(&str, String)> = ["openai", "anthropic", "gemini", "ollama"]
+        .into_iter()
+        .map(|p| (p, fake.url()))
+        .collect();
+    let rec = Serve::recording_from(dir.path(), &upstreams);
     let mut recorded = Vec::new();
     for case in cases() {
         let (status, body) = send(&rec, &case).await;
@@ -212,17 +205,10 @@ async fn what_real_servers_write_replays_byte_for_byte_and_is_summarised() {
 async fn re_recording_the_same_answers_changes_no_byte_in_any_family() {
     let fake = FakeProvider::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut args = vec![
-        "--cassette-dir".to_string(),
-        "c".into(),
-        "--mode".into(),
-        "record".into(),
-    ];
-    for p in ["openai", "anthropic", "gemini", "ollama"] {
-        args.push("--upstream".into());
-        args.push(format!("{p}={}", fake.url()));
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let upstreams: Vec<(&str, String)> = ["openai", "anthropic", "gemini", "ollama"]
+        .into_iter()
+        .map(|p| (p, fake.url()))
+        .collect();
     let msgs = |stream: bool| json!({"model": "m", "max_tokens": 64, "stream": stream, "messages": [{"role": "user", "content": "same again"}]});
     let gemini = json!({"contents": [{"role": "user", "parts": [{"text": "same again"}]}]});
     let requests = [
@@ -242,7 +228,7 @@ async fn re_recording_the_same_answers_changes_no_byte_in_any_family() {
     ];
     let (mut first, mut first_bodies) = (Vec::new(), Vec::new());
     for round in 0..2 {
-        let rec = Serve::start(dir.path(), &args);
+        let rec = Serve::recording_from(dir.path(), &upstreams);
         let mut bodies = Vec::new();
         for (provider, path, body) in &requests {
             let url = format!("{}/{provider}{path}", rec.for_test("wire$quiet"));

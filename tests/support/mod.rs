@@ -719,6 +719,22 @@ impl Serve {
         )
     }
 
+    /// `serve` re-recording into `dir/c`, each provider `(name, url)` from its upstream.
+    pub fn recording_from(dir: &Path, upstreams: &[(&str, String)]) -> Serve {
+        let mut args = vec![
+            "--cassette-dir".to_string(),
+            "c".into(),
+            "--mode".into(),
+            "record".into(),
+        ];
+        for (name, url) in upstreams {
+            args.push("--upstream".into());
+            args.push(format!("{name}={url}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::start(dir, &args)
+    }
+
     /// `serve` replaying from `dir/c`.
     pub fn replaying(dir: &Path) -> Serve {
         Self::start(dir, &["--cassette-dir", "c"])
