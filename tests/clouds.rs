@@ -48,14 +48,7 @@ impl FakeBedrock {
     }
 
     async fn stats(&self) -> Value {
-        http()
-            .get(format!("{}/__stats", self.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        support::get_json(&format!("{}/__stats", self.url)).await
     }
 }
 
@@ -67,18 +60,7 @@ impl Drop for FakeBedrock {
 }
 
 fn serve(dir: &std::path::Path, mode: &str, upstream: &str, env: &[(&str, &str)]) -> Serve {
-    Serve::start_with_env(
-        dir,
-        &[
-            "--cassette-dir",
-            "c",
-            "--mode",
-            mode,
-            "--upstream",
-            upstream,
-        ],
-        env,
-    )
+    Serve::in_mode(dir, mode, upstream, env)
 }
 
 fn boto3(python: &std::path::Path, serve: &Serve, key_id: &str, secret: &str) -> Value {

@@ -17,17 +17,7 @@ use support::{http, FakeProvider, Sample, Serve};
 /// `serve` in `dir` with an `llmreplay.toml` of `config`, recording from `upstream`.
 fn serve_with(dir: &Path, config: &str, mode: &str, upstream: &str) -> Serve {
     std::fs::write(dir.join("llmreplay.toml"), config).unwrap();
-    Serve::start(
-        dir,
-        &[
-            "--cassette-dir",
-            "c",
-            "--mode",
-            mode,
-            "--upstream",
-            upstream,
-        ],
-    )
+    Serve::in_mode(dir, mode, upstream, &[])
 }
 
 fn chat(prompt: &str) -> Value {

@@ -107,15 +107,7 @@ pub struct Resolved {
 impl Resolved {
     /// For a command that reads cassettes in the workspace the current folder is in.
     pub fn workspace(cassettes: &CassetteDirArg) -> Result<Self> {
-        let root = crate::locate::workspace_root()?;
-        Self::at(
-            root,
-            None,
-            &Overrides {
-                cassette_dir: cassettes.cassette_dir.clone(),
-                ..Overrides::default()
-            },
-        )
+        Self::workspace_with_upstreams(cassettes, &UpstreamArg::default())
     }
 
     /// For a command that sends requests upstream from the workspace (rerun).

@@ -82,23 +82,9 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         providers::secret_params(),
     );
     let key = Key::of(&request);
-    let entry = match state.store.entry(&route.test, &route.provider.name) {
-        Ok(entry) => entry,
-        Err(e) => {
-            return provider_error(
-                kind,
-                StatusCode::BAD_REQUEST,
-                "llmreplay_error",
-                &e.to_string(),
-            )
-        }
-    };
-    let mut call = Call {
-        entry,
-        method: parts.method.clone(),
-        path: route.upstream_path.clone(),
-        key,
-        ordinal: 0,
+    let mut call = match call_for(&state, &route, parts.method.clone(), key) {
+        Ok(call) => call,
+        Err(refused) => return *refused,
     };
     // With no fault registered this is one atomic load.
     match state.faults.take(&route.test, &route.provider.name) {
@@ -143,6 +129,34 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
             proxy(&state, &parts, &route, body, recording, true).await
         }
     }
+}
+
+/// The journal's record of a request to `route` with `key`, before its place in the sequence
+/// is known; a cassette the store cannot open refuses it in the provider's shape.
+pub(crate) fn call_for(
+    state: &State,
+    route: &Route,
+    method: Method,
+    key: Key,
+) -> Result<Call, Box<Response<Body>>> {
+    let entry = state
+        .store
+        .entry(&route.test, &route.provider.name)
+        .map_err(|e| {
+            Box::new(provider_error(
+                route.provider.kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &e.to_string(),
+            ))
+        })?;
+    Ok(Call {
+        entry,
+        method,
+        path: route.upstream_path.clone(),
+        key,
+        ordinal: 0,
+    })
 }
 
 /// Answers a request with the fault it drew, from the recording it would have got (if any),

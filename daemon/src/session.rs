@@ -70,23 +70,9 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         providers::secret_params(),
     );
     let key = Key::of(&request);
-    let entry = match state.store.entry(&route.test, &route.provider.name) {
-        Ok(entry) => entry,
-        Err(e) => {
-            return crate::handler::provider_error(
-                kind,
-                StatusCode::BAD_REQUEST,
-                "llmreplay_error",
-                &e.to_string(),
-            )
-        }
-    };
-    let mut call = Call {
-        entry,
-        method: http::Method::GET,
-        path: route.upstream_path.clone(),
-        key,
-        ordinal: 0,
+    let mut call = match crate::handler::call_for(&state, &route, http::Method::GET, key) {
+        Ok(call) => call,
+        Err(refused) => return *refused,
     };
     let protocol = req
         .headers()

@@ -706,16 +706,22 @@ impl Serve {
 
     /// `serve` recording into `dir/c` from `upstream` (`NAME=URL`).
     pub fn recording(dir: &Path, upstream: &str) -> Serve {
-        Self::start(
+        Self::in_mode(dir, "record", upstream, &[])
+    }
+
+    /// `serve` in `mode` on `dir/c`, with one upstream (`NAME=URL`) and `env`.
+    pub fn in_mode(dir: &Path, mode: &str, upstream: &str, env: &[(&str, &str)]) -> Serve {
+        Self::start_with_env(
             dir,
             &[
                 "--cassette-dir",
                 "c",
                 "--mode",
-                "record",
+                mode,
                 "--upstream",
                 upstream,
             ],
+            env,
         )
     }
 
@@ -782,14 +788,7 @@ impl Serve {
 
     /// `GET /__llmreplay/<route>` (health, stats, journal) as JSON.
     pub async fn control(&self, route: &str) -> Value {
-        http()
-            .get(format!("{}/__llmreplay/{route}", self.base))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
+        get_json(&format!("{}/__llmreplay/{route}", self.base)).await
     }
 
     /// What the daemon answered so far.
@@ -1095,6 +1094,11 @@ pub fn run_sdk_script(python: &Path, script: &str, env: &[(&str, &str)]) -> Stri
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// `GET url` as JSON.
+pub async fn get_json(url: &str) -> Value {
+    http().get(url).send().await.unwrap().json().await.unwrap()
 }
 
 /// A reqwest client; reqwest is built with rustls but no crypto provider, so ring is picked here,
