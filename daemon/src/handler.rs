@@ -26,6 +26,9 @@ use tokio::sync::mpsc;
 
 pub type Body = UnsyncBoxBody<Bytes, io::Error>;
 
+/// The answer that ends a request early, boxed: it is far larger than what succeeds.
+pub(crate) type Refused = Box<Response<Body>>;
+
 /// Longest prompt preview in a miss message.
 const PROMPT_PREVIEW: usize = 200;
 
@@ -82,7 +85,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         providers::secret_params(),
     );
     let key = Key::of(&request);
-    let mut call = match call_for(&state, &route, parts.method.clone(), key) {
+    let call = match call_for(&state, &route, parts.method.clone(), key) {
         Ok(call) => call,
         Err(refused) => return *refused,
     };
@@ -99,26 +102,11 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         let recording = Recording { call, request };
         return proxy(&state, &parts, &route, body, recording, false).await;
     }
-    let repeat = state.settings.allow_repeats;
-    let lookup = match state.settings.mode {
-        Mode::Replay => call.entry.next_recorded(&call.key, repeat),
-        _ => call.entry.next(&call.key, repeat),
+    let (call, hit) = match next_in_sequence(&state, call, kind) {
+        Ok(found) => found,
+        Err(refused) => return *refused,
     };
-    let lookup = match lookup {
-        Ok(lookup) => lookup,
-        Err(e) => {
-            let message = e.to_string();
-            state.journal.log(
-                call,
-                Outcome::Error,
-                400,
-                Some(Detail::message(message.clone())),
-            );
-            return provider_error(kind, StatusCode::BAD_REQUEST, "llmreplay_error", &message);
-        }
-    };
-    call.ordinal = lookup.ordinal;
-    match (state.settings.mode, lookup.hit) {
+    match (state.settings.mode, hit) {
         (Mode::Replay | Mode::RecordMissing, Some(prepared)) => {
             state.journal.log(call, Outcome::Hit, prepared.status, None);
             replay(prepared, state.settings.realtime).await
@@ -138,7 +126,7 @@ pub(crate) fn call_for(
     route: &Route,
     method: Method,
     key: Key,
-) -> Result<Call, Box<Response<Body>>> {
+) -> Result<Call, Refused> {
     let entry = state
         .store
         .entry(&route.test, &route.provider.name)
@@ -157,6 +145,42 @@ pub(crate) fn call_for(
         key,
         ordinal: 0,
     })
+}
+
+/// The recording this call gets, if any, and its place in the test's sequence: replay never
+/// starts a sequence for a key with no recording; a cassette that cannot be read is journalled
+/// and refused in the provider's shape.
+pub(crate) fn next_in_sequence(
+    state: &State,
+    mut call: Call,
+    kind: Kind,
+) -> Result<(Call, Option<Arc<Prepared>>), Refused> {
+    let repeat = state.settings.allow_repeats;
+    let lookup = match state.settings.mode {
+        Mode::Replay => call.entry.next_recorded(&call.key, repeat),
+        _ => call.entry.next(&call.key, repeat),
+    };
+    match lookup {
+        Ok(lookup) => {
+            call.ordinal = lookup.ordinal;
+            Ok((call, lookup.hit))
+        }
+        Err(e) => {
+            let message = e.to_string();
+            state.journal.log(
+                call,
+                Outcome::Error,
+                400,
+                Some(Detail::message(message.clone())),
+            );
+            Err(Box::new(provider_error(
+                kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &message,
+            )))
+        }
+    }
 }
 
 /// Answers a request with the fault it drew, from the recording it would have got (if any),

@@ -70,7 +70,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         providers::secret_params(),
     );
     let key = Key::of(&request);
-    let mut call = match crate::handler::call_for(&state, &route, http::Method::GET, key) {
+    let call = match crate::handler::call_for(&state, &route, http::Method::GET, key) {
         Ok(call) => call,
         Err(refused) => return *refused,
     };
@@ -80,32 +80,12 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(',').next())
         .map(|p| p.trim().to_string());
-    let repeat = state.settings.allow_repeats;
-    let lookup = match state.settings.mode {
-        Mode::Passthrough => None,
-        Mode::Replay => Some(call.entry.next_recorded(&call.key, repeat)),
-        _ => Some(call.entry.next(&call.key, repeat)),
-    };
-    let hit = match lookup {
-        None => None,
-        Some(Ok(lookup)) => {
-            call.ordinal = lookup.ordinal;
-            lookup.hit
-        }
-        Some(Err(e)) => {
-            let message = e.to_string();
-            state.journal.log(
-                call,
-                Outcome::Error,
-                400,
-                Some(Detail::message(message.clone())),
-            );
-            return crate::handler::provider_error(
-                kind,
-                StatusCode::BAD_REQUEST,
-                "llmreplay_error",
-                &message,
-            );
+    let (call, hit) = if state.settings.mode == Mode::Passthrough {
+        (call, None)
+    } else {
+        match crate::handler::next_in_sequence(&state, call, kind) {
+            Ok(found) => found,
+            Err(refused) => return *refused,
         }
     };
     match (state.settings.mode, hit.and_then(|p| p.frames.clone())) {

@@ -56,18 +56,11 @@ impl std::fmt::Debug for Proxies {
 impl Proxies {
     /// `[upstream] proxy` when given, else the environment's variables, as curl reads them.
     pub fn new(network: &Network) -> Result<Proxies, String> {
-        let vars = [
-            "HTTPS_PROXY",
-            "https_proxy",
-            "HTTP_PROXY",
-            "http_proxy",
-            "ALL_PROXY",
-            "all_proxy",
-        ];
         let (given, source) = match &network.proxy {
             Some(p) => (Some(p.clone()), "[upstream] proxy"),
             None => (
-                vars.iter()
+                providers::env::PROXY_VARS
+                    .iter()
                     .find_map(|v| std::env::var(v).ok().filter(|p| !p.is_empty())),
                 "environment",
             ),
@@ -80,8 +73,11 @@ impl Proxies {
                 let no = network
                     .no_proxy
                     .clone()
-                    .or_else(|| std::env::var("NO_PROXY").ok())
-                    .or_else(|| std::env::var("no_proxy").ok())
+                    .or_else(|| {
+                        providers::env::NO_PROXY_VARS
+                            .iter()
+                            .find_map(|v| std::env::var(v).ok())
+                    })
                     .unwrap_or_default();
                 Matcher::builder().all(p.clone()).no(no).build()
             }

@@ -107,6 +107,19 @@ const HTTP: FamilyEnv = FamilyEnv {
     keys: &[],
 };
 
+/// Where clients and the daemon look for an HTTP(S) proxy, as curl does (either case).
+pub const PROXY_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "HTTP_PROXY",
+    "http_proxy",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+/// The hosts reached without the proxy.
+pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
+
 /// The table itself, one row per family.
 pub fn of(kind: Kind) -> FamilyEnv {
     match kind {

@@ -130,20 +130,13 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
 /// sets: clients that honour `HTTPS_PROXY` (httpx, reqwest, the SDKs) would otherwise send
 /// their requests to a proxy that cannot reach this machine's loopback.
 fn loopback_bypasses_proxy(cmd: &mut Command) {
-    let proxied = [
-        "HTTPS_PROXY",
-        "https_proxy",
-        "HTTP_PROXY",
-        "http_proxy",
-        "ALL_PROXY",
-        "all_proxy",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
+    let proxied = providers::env::PROXY_VARS
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
     if !proxied {
         return;
     }
-    let current = ["NO_PROXY", "no_proxy"]
+    let current = providers::env::NO_PROXY_VARS
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|h| !h.is_empty()))
         .unwrap_or_default();
@@ -158,7 +151,9 @@ fn loopback_bypasses_proxy(cmd: &mut Command) {
         }
     }
     let hosts = hosts.join(",");
-    cmd.env("NO_PROXY", &hosts).env("no_proxy", &hosts);
+    for var in providers::env::NO_PROXY_VARS {
+        cmd.env(var, &hosts);
+    }
 }
 
 /// One write with O_APPEND: lines of parallel tests never interleave.

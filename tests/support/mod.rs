@@ -635,24 +635,15 @@ fn sse(
         .unwrap()
 }
 
-/// Removes a developer's own provider keys and base URLs: they would change where recording
-/// goes and what the runner injects.
-/// Proxy and CA variables of the machine running the tests: each test that wants one sets it.
-const NETWORK_VARS: &[&str] = &[
-    "HTTPS_PROXY",
-    "https_proxy",
-    "HTTP_PROXY",
-    "http_proxy",
-    "ALL_PROXY",
-    "all_proxy",
-    "NO_PROXY",
-    "no_proxy",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-];
-
+/// Removes a developer's own provider keys and base URLs, and the machine's proxy and CA
+/// variables: they would change where recording goes and what the runner injects. A test that
+/// wants one sets it.
 fn without_provider_env(cmd: &mut Command) {
-    for var in NETWORK_VARS {
+    let network = providers::env::PROXY_VARS
+        .iter()
+        .chain(providers::env::NO_PROXY_VARS)
+        .chain(&["SSL_CERT_FILE", "SSL_CERT_DIR"]);
+    for var in network {
         cmd.env_remove(var);
     }
     let routed = providers::env::Routed::builtins();
