@@ -21,6 +21,10 @@ pub struct UpstreamArg {
     /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080. Repeatable.
     #[arg(long, value_name = "NAME=URL")]
     pub upstream: Vec<String>,
+    /// Let the credentials the daemon signs with (Bedrock's AWS keys) go to HOST, which is not
+    /// one of the provider's own https hosts. Repeatable.
+    #[arg(long, value_name = "HOST")]
+    pub allow_credentials_to: Vec<String>,
 }
 
 /// How a daemon answers: `serve` and `test` take the same flags.
@@ -93,6 +97,7 @@ impl DaemonArgs {
             upstreams: self.upstream.upstream.clone(),
             realtime: self.realtime,
             allow_repeats: self.allow_repeats,
+            allow_credentials_to: self.upstream.allow_credentials_to.clone(),
         }
     }
 }
@@ -122,6 +127,7 @@ impl Resolved {
             &Overrides {
                 cassette_dir: cassettes.cassette_dir.clone(),
                 upstreams: upstream.upstream.clone(),
+                allow_credentials_to: upstream.allow_credentials_to.clone(),
                 ..Overrides::default()
             },
         )

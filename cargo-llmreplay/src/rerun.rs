@@ -354,6 +354,7 @@ fn judge(item: &Item, sent: Sent, root: &Path, save: bool) -> (RerunResult, Opti
     };
     let saved = save.then(|| Interaction {
         key: Key::of(&outgoing.request),
+        seal: None,
         request: outgoing.request,
         summary,
         response: resent.response,
@@ -761,6 +762,7 @@ mod tests {
         );
         let old = Interaction {
             key: Key::of(&request),
+            seal: None,
             request,
             response: cassettes::RecordedResponse::with_body(200, Default::default(), b"{}"),
             timing: None,

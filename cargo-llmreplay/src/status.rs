@@ -22,15 +22,17 @@ use std::path::{Path, PathBuf};
         Lists cassette files new, modified or deleted against git HEAD; cassette folders whose slug \
         matches no test of `cargo nextest list` (this builds the tests); cassette files that do not \
         parse, sit where their test would not look them up, refer to a missing or damaged blob, or \
-        whose key or summary no longer matches their request or answer (a hand edit). With --fix, \
-        first recomputes those keys and summaries. With --check, exits 1 when there is any of these."
+        whose key, seal or summary no longer matches their request or answer (a hand edit), and \
+        temporary files a killed run left. With --fix, first recomputes those keys, seals and \
+        summaries (a deliberate edit is sealed again) and removes the leftover temporary files. \
+        With --check, exits 1 when there is any of these."
 )]
 pub struct StatusArgs {
     /// Exit with status 1 when anything is changed, orphaned or broken.
     #[arg(long)]
     check: bool,
-    /// First recompute the keys and summaries of cassettes edited by hand (under each folder's
-    /// lock), and say what changed.
+    /// First recompute the keys, seals and summaries of cassettes edited by hand and remove
+    /// temporary files a killed run left (under each folder's lock), and say what changed.
     #[arg(long)]
     fix: bool,
     /// Skip `cargo nextest list`, and so the orphan check.
@@ -62,7 +64,11 @@ pub(crate) struct Status {
 struct FixedFile {
     #[serde(with = "cassettes::lossy_path")]
     path: PathBuf,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     interactions: Vec<Fixed>,
+    /// A leftover temporary file, removed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    removed: bool,
 }
 
 pub fn run(args: StatusArgs) -> Result<Outcome> {
@@ -70,11 +76,23 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     let cassette_dir = resolved.cassette_dir();
     let mut fixed = Vec::new();
     if args.fix {
+        for path in cassettes::audit::leftover_temps(cassette_dir)? {
+            cassettes::remove_leftover_temp(&path)?;
+            fixed.push(FixedFile {
+                path,
+                interactions: Vec::new(),
+                removed: true,
+            });
+        }
         for path in cassette_files(cassette_dir)? {
             // A file that does not parse cannot be fixed; the audit below names it.
             if let Ok(interactions) = fix_cassette(&path) {
                 if !interactions.is_empty() {
-                    fixed.push(FixedFile { path, interactions });
+                    fixed.push(FixedFile {
+                        path,
+                        interactions,
+                        removed: false,
+                    });
                 }
             }
         }
@@ -119,6 +137,13 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
     let rel = |p: &Path| term(&p.strip_prefix(root).unwrap_or(p).to_string_lossy()).into_owned();
     let mut out = String::new();
     for f in &s.fixed {
+        if f.removed {
+            let _ = writeln!(
+                out,
+                "removed {}: a temporary file a killed run left",
+                rel(&f.path)
+            );
+        }
         for x in &f.interactions {
             let mut what = Vec::new();
             if let Some((old, new)) = &x.key {
@@ -130,6 +155,9 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
             }
             if x.summary {
                 what.push("summary derived anew".to_string());
+            }
+            if x.seal {
+                what.push("answer sealed".to_string());
             }
             out.push_str(&format!(
                 "fixed {} interaction {}: {}\n",
@@ -175,6 +203,11 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                     "interaction {}: its key is not the key of its request (edited by hand?), so replay refuses it; run `cargo llmreplay status --fix`",
                     index + 1
                 ),
+                Problem::SealMismatch { index } => format!(
+                    "interaction {}: its answer no longer matches its seal (edited by hand?), so replay refuses it; if the edit is meant, run `cargo llmreplay status --fix` to seal it again",
+                    index + 1
+                ),
+                Problem::LeftoverTemp => "a temporary file a killed run left; `cargo llmreplay status --fix` removes it".to_string(),
                 Problem::Blob { message } => term(message).into_owned(),
                 Problem::Misplaced { expected } => format!(
                     "its test and provider are looked up in {}; move it there",

@@ -19,6 +19,11 @@ pub enum Problem {
     SummaryMismatch { index: usize },
     /// Interaction `index` (from 0) has a key that is not its request's: edited by hand.
     KeyMismatch { index: usize },
+    /// Interaction `index` (from 0) has an answer that no longer matches its seal: edited by
+    /// hand.
+    SealMismatch { index: usize },
+    /// A temporary file a write left when its process was killed before the rename.
+    LeftoverTemp,
     /// A blob the file refers to is missing or does not hash to its name.
     Blob { message: String },
     /// Replay looks this test and provider up at `expected`, not here.
@@ -36,9 +41,52 @@ pub struct Finding {
     pub problem: Problem,
 }
 
+/// The temporary files writes left under `dir` (`.llmreplay-*.tmp`, in a cassette folder or
+/// its blobs), when their process died before the rename; sorted.
+pub fn leftover_temps(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let list = |folder: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(folder)
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(".llmreplay-") && n.ends_with(".tmp"))
+            })
+            .collect()
+    };
+    let read = match std::fs::read_dir(dir) {
+        Ok(read) => read,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut out = Vec::new();
+    for folder in read.filter_map(Result::ok) {
+        if !folder.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let folder = folder.path();
+        out.extend(list(&folder));
+        if let Ok(blobs) = crate::body::blob_dir(&folder) {
+            out.extend(list(&blobs));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// Every problem of the cassettes under `dir`, in path order.
 pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
-    let mut out = Vec::new();
+    let mut out: Vec<Finding> = leftover_temps(dir)?
+        .into_iter()
+        .map(|path| Finding {
+            path,
+            problem: Problem::LeftoverTemp,
+        })
+        .collect();
     for path in cassette_files(dir)? {
         let text = match crate::read_text(&path) {
             Ok(text) => text,
@@ -92,6 +140,12 @@ fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
         out.push(Finding {
             path: path.to_path_buf(),
             problem: Problem::KeyMismatch { index },
+        });
+    }
+    for index in cassette.seal_mismatches() {
+        out.push(Finding {
+            path: path.to_path_buf(),
+            problem: Problem::SealMismatch { index },
         });
     }
     for (index, x) in cassette.interactions.iter().enumerate() {
@@ -150,6 +204,13 @@ mod tests {
         blobbed.interactions[0].summary = None;
         write("c--t--blob/openai.json", &blobbed.to_bytes());
         write("elsewhere/openai.json", &good.to_bytes());
+        let mut resealed = good.clone();
+        resealed.test = "c::t$sealed".into();
+        resealed.interactions[0].seal =
+            Some(crate::format::seal_of(&resealed.interactions[0].response));
+        resealed.interactions[0].response.status = 201;
+        write("c--t--sealed/openai.json", &resealed.to_bytes());
+        write("c--t--ok/.llmreplay-x1.tmp", b"{");
         let found = audit(dir.path()).unwrap();
         let names: Vec<(String, &str)> = found
             .iter()
@@ -181,6 +242,11 @@ mod tests {
                         assert!(message.contains("c--t--blob/blobs/"), "{message}");
                         "blob"
                     }
+                    Problem::SealMismatch { index } => {
+                        assert_eq!(*index, 0);
+                        "seal"
+                    }
+                    Problem::LeftoverTemp => "temp",
                 };
                 (rel, what)
             })
@@ -188,10 +254,12 @@ mod tests {
         assert_eq!(
             names,
             [
+                ("c--t--ok/.llmreplay-x1.tmp".to_string(), "temp"),
                 ("c--t--bad/openai.json".to_string(), "corrupt"),
                 ("c--t--blob/openai.json".to_string(), "blob"),
                 ("c--t--edited/openai.json".to_string(), "summary"),
                 ("c--t--rekeyed/openai.json".to_string(), "key"),
+                ("c--t--sealed/openai.json".to_string(), "seal"),
                 ("elsewhere/openai.json".to_string(), "misplaced"),
             ]
         );

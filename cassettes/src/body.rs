@@ -9,7 +9,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Binary bodies up to this size are kept inline as base64; larger ones go to a blob file.
 pub const INLINE_LIMIT: usize = 64 * 1024;
@@ -17,6 +17,11 @@ pub const INLINE_LIMIT: usize = 64 * 1024;
 /// JSON nested deeper than this is kept as text: serde_json reads at most 128 levels, and the
 /// cassette around a body adds up to seven, so what records must stay well below.
 pub const MAX_JSON_DEPTH: usize = 100;
+
+/// Bodies larger than this are kept as their bytes (a blob), never parsed: a JSON tree takes
+/// up to tens of times the size of its text, and the daemon's memory must stay within a small
+/// multiple of its body limit.
+pub const TREE_LIMIT: usize = 4 << 20;
 
 /// The folder, beside a test's cassettes, that holds its blobs.
 pub const BLOB_DIR: &str = "blobs";
@@ -207,6 +212,9 @@ impl Body {
     pub fn exact(bytes: &[u8]) -> Body {
         if bytes.is_empty() {
             return Body::Empty;
+        }
+        if bytes.len() > TREE_LIMIT {
+            return Body::binary(Bytes::copy_from_slice(bytes));
         }
         if let Some(value) = json_within_depth(bytes) {
             // A bare `null` would read back as "no body".
@@ -406,7 +414,17 @@ impl Blob {
         if self.bytes.is_some() {
             return Ok(());
         }
-        let path = folder.join(BLOB_DIR).join(&self.sha256);
+        let dir = blob_dir(folder).map_err(|reason| Error::Blob {
+            path: folder.join(BLOB_DIR),
+            reason,
+        })?;
+        if !is_sha256(&self.sha256) {
+            return Err(Error::Blob {
+                path: dir,
+                reason: format!("{:?} is not a SHA-256", self.sha256),
+            });
+        }
+        let path = dir.join(&self.sha256);
         let bytes = std::fs::read(&path).map_err(|e| Error::Blob {
             path: path.clone(),
             reason: e.to_string(),
@@ -423,11 +441,24 @@ impl Blob {
     }
 }
 
+/// A cassette folder's blob folder, refused when it is a link: what is read or removed there
+/// must be inside the cassette folder, as what is written is.
+pub fn blob_dir(folder: &Path) -> Result<PathBuf, String> {
+    let dir = folder.join(BLOB_DIR);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(m) if m.file_type().is_symlink() => Err(format!(
+            "{} is a link to elsewhere; blobs are read and removed only inside the cassette folder",
+            dir.display()
+        )),
+        _ => Ok(dir),
+    }
+}
+
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
 
-fn is_sha256(s: &str) -> bool {
+pub(crate) fn is_sha256(s: &str) -> bool {
     s.len() == 64
         && s.bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())

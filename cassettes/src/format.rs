@@ -26,10 +26,13 @@ pub struct Cassette {
 
 /// One request and its answer; for a WebSocket session, the answer is the session's frames
 /// (`frames` in the file, in place of `response`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawInteraction", into = "RawInteraction")]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(try_from = "RawInteraction")]
 pub struct Interaction {
     pub key: Key,
+    /// SHA-256 of the answer as stored ([`seal_of`]): an answer edited by hand no longer
+    /// matches it and is never replayed. None in cassettes written before seals.
+    pub seal: Option<String>,
     pub request: RecordedRequest,
     pub response: RecordedResponse,
     pub timing: Option<Timing>,
@@ -37,9 +40,11 @@ pub struct Interaction {
     pub summary: Option<Summary>,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct RawInteraction {
     key: Key,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seal: Option<String>,
     request: RecordedRequest,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     response: Option<RecordedResponse>,
@@ -68,6 +73,7 @@ impl TryFrom<RawInteraction> for Interaction {
         };
         Ok(Interaction {
             key: r.key,
+            seal: r.seal,
             request: r.request,
             response,
             timing: r.timing,
@@ -76,21 +82,66 @@ impl TryFrom<RawInteraction> for Interaction {
     }
 }
 
-impl From<Interaction> for RawInteraction {
-    fn from(i: Interaction) -> RawInteraction {
-        let (response, frames) = match i.response.body {
-            ResponseBody::Session(frames) => (None, Some(frames)),
-            _ => (Some(i.response), None),
+/// An interaction as it is written, borrowed: serialising a cassette copies no answer (a
+/// session's frames can be most of the daemon's memory).
+#[derive(Serialize)]
+struct RawInteractionRef<'a> {
+    key: &'a Key,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seal: &'a Option<String>,
+    request: &'a RecordedRequest,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response: Option<&'a RecordedResponse>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frames: Option<&'a [WsFrame]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timing: &'a Option<Timing>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    summary: &'a Option<Summary>,
+}
+
+impl Serialize for Interaction {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let (response, frames) = match &self.response.body {
+            ResponseBody::Session(frames) => (None, Some(frames.as_slice())),
+            _ => (Some(&self.response), None),
         };
-        RawInteraction {
-            key: i.key,
-            request: i.request,
+        RawInteractionRef {
+            key: &self.key,
+            seal: &self.seal,
+            request: &self.request,
             response,
             frames,
-            timing: i.timing,
-            summary: i.summary,
+            timing: &self.timing,
+            summary: &self.summary,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// The seal of an answer: SHA-256 of its stored form as compact JSON (status, headers, body,
+/// chunks or frames; a blob by its hash), so that what replay sends is covered the way the key
+/// covers the request. The order of an answer's JSON members is part of the bytes replay sends,
+/// so it is sealed as it stands; the JSON streams into the hash, never built whole.
+pub fn seal_of(response: &RecordedResponse) -> String {
+    use sha2::{Digest, Sha256};
+    struct Hashing(Sha256);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.update(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
         }
     }
+    let mut hashing = Hashing(Sha256::new());
+    match &response.body {
+        ResponseBody::Session(frames) => serde_json::to_writer(&mut hashing, frames),
+        _ => serde_json::to_writer(&mut hashing, response),
+    }
+    .expect("answers serialise");
+    format!("{:x}", hashing.0.finalize())
 }
 
 /// A recorded answer: status, the headers worth keeping, and its body or stream.
@@ -325,6 +376,16 @@ impl Cassette {
             .iter()
             .enumerate()
             .filter(|(_, x)| Key::of(&x.request) != x.key)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The interactions (by position) whose answer no longer matches its seal: edited by hand.
+    pub fn seal_mismatches(&self) -> Vec<usize> {
+        self.interactions
+            .iter()
+            .enumerate()
+            .filter(|(_, x)| x.seal.as_ref().is_some_and(|s| *s != seal_of(&x.response)))
             .map(|(i, _)| i)
             .collect()
     }
@@ -737,27 +798,49 @@ impl Prepared {
     /// The interaction's answer as bytes; its blobs must have been read.
     pub fn of(interaction: &Interaction) -> Prepared {
         let response = &interaction.response;
-        let chunks = match &response.body {
-            ResponseBody::Stream { format, chunks } => Some(
-                chunks
-                    .iter()
-                    .map(|c| (Bytes::from(c.to_text(*format)), c.at_ms))
-                    .collect::<Vec<_>>(),
-            ),
-            ResponseBody::Whole(_) | ResponseBody::Session(_) => None,
-        };
         let frames = match &response.body {
             ResponseBody::Session(frames) => Some(Arc::new(frames.clone())),
             _ => None,
         };
-        let body = match &chunks {
-            Some(c) => c
-                .iter()
-                .map(|(b, _)| &b[..])
-                .collect::<Vec<_>>()
-                .concat()
-                .into(),
-            None => response.body_bytes(),
+        Self::with_frames(interaction, frames)
+    }
+
+    /// As [`Prepared::of`], moving a session's frames out of `interaction` instead of copying
+    /// them, and leaving its answer empty: the store keeps each answer once, prepared.
+    pub fn take(interaction: &mut Interaction) -> Prepared {
+        let frames = match &mut interaction.response.body {
+            ResponseBody::Session(frames) => Some(Arc::new(std::mem::take(frames))),
+            _ => None,
+        };
+        let prepared = Self::with_frames(interaction, frames);
+        interaction.response.body = match interaction.response.body {
+            ResponseBody::Session(_) => ResponseBody::Session(Vec::new()),
+            _ => ResponseBody::Whole(Body::Empty),
+        };
+        prepared
+    }
+
+    fn with_frames(interaction: &Interaction, frames: Option<Arc<Vec<WsFrame>>>) -> Prepared {
+        let response = &interaction.response;
+        let (body, chunks) = match &response.body {
+            ResponseBody::Stream { format, chunks } => {
+                // One buffer for the whole stream; each chunk is a slice of it.
+                let texts: Vec<(String, u64)> = chunks
+                    .iter()
+                    .map(|c| (c.to_text(*format), c.at_ms))
+                    .collect();
+                let body = Bytes::from(texts.iter().map(|(t, _)| t.as_str()).collect::<String>());
+                let mut at = 0;
+                let slices = texts
+                    .iter()
+                    .map(|(t, at_ms)| {
+                        at += t.len();
+                        (body.slice(at - t.len()..at), *at_ms)
+                    })
+                    .collect::<Vec<_>>();
+                (body, Some(slices))
+            }
+            _ => (response.body_bytes(), None),
         };
         Prepared {
             status: response.status,
@@ -829,6 +912,7 @@ mod tests {
         assert_eq!(r.body_bytes(), parts.concat().as_bytes());
         let p = Prepared::of(&Interaction {
             key: Key::of(&crate::Normalizer::default().request("POST", "/", None, None, b"", &[])),
+            seal: None,
             request: crate::Normalizer::default().request("POST", "/", None, None, b"", &[]),
             response: r,
             timing: None,

@@ -191,6 +191,11 @@ pub struct ReplaceRule {
     pub replacement: String,
 }
 
+/// The most a `[match] replace` pattern may take once compiled. Every string of every request
+/// runs through it, so a pattern with a large repetition (`(a{1,1000}){1,1000}`) would cost
+/// seconds per request; ordinary patterns (dates, ids, `\w+`) take a few KiB.
+pub const REGEX_SIZE_LIMIT: usize = 256 << 10;
+
 /// The request normalisation configured in `llmreplay.toml`, compiled once at start-up.
 #[derive(Debug, Default)]
 pub struct Normalizer {
@@ -208,7 +213,10 @@ impl Normalizer {
         let replace = replace
             .iter()
             .map(|r| {
-                Regex::new(&r.pattern)
+                regex::RegexBuilder::new(&r.pattern)
+                    .size_limit(REGEX_SIZE_LIMIT)
+                    .dfa_size_limit(REGEX_SIZE_LIMIT)
+                    .build()
                     .map(|re| (re, r.replacement.clone()))
                     .map_err(|e| Error::BadRule {
                         rule: format!("[match] replace pattern {:?}", r.pattern),
@@ -231,6 +239,42 @@ impl Normalizer {
         body: &[u8],
         secret_params: &[&str],
     ) -> RecordedRequest {
+        self.request_of(method, path, query, content_type, body, None, secret_params)
+    }
+
+    /// [`Normalizer::request`] for a body the caller holds as `Bytes`: a body kept as its bytes
+    /// (over [`crate::body::TREE_LIMIT`]) shares them instead of copying.
+    pub fn request_shared(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        content_type: Option<&str>,
+        body: &Bytes,
+        secret_params: &[&str],
+    ) -> RecordedRequest {
+        self.request_of(
+            method,
+            path,
+            query,
+            content_type,
+            body,
+            Some(body),
+            secret_params,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn request_of(
+        &self,
+        method: &str,
+        path: &str,
+        query: Option<&str>,
+        content_type: Option<&str>,
+        body: &[u8],
+        shared: Option<&Bytes>,
+        secret_params: &[&str],
+    ) -> RecordedRequest {
         let query = query.and_then(|q| {
             let mut pairs: Vec<&str> = q
                 .split('&')
@@ -250,7 +294,7 @@ impl Normalizer {
             method: method.to_string(),
             path: self.replace_in(path),
             query,
-            body: self.body(content_type, body),
+            body: self.body(content_type, body, shared),
             websocket: false,
         }
     }
@@ -280,7 +324,7 @@ impl Normalizer {
         value
     }
 
-    fn body(&self, content_type: Option<&str>, body: &[u8]) -> Body {
+    fn body(&self, content_type: Option<&str>, body: &[u8], shared: Option<&Bytes>) -> Body {
         if body.is_empty() {
             return Body::Empty;
         }
@@ -294,6 +338,15 @@ impl Normalizer {
                 }
             }
             return Body::Parts(parts);
+        }
+        // Parsed, a large body would take many times its size (40 MB of numbers, 4 GB of
+        // tree): past the limit it is kept, and keyed, as its bytes; `[match]` rules, which
+        // work on parsed values, leave it as it is.
+        if body.len() > crate::body::TREE_LIMIT {
+            let bytes = shared
+                .cloned()
+                .unwrap_or_else(|| Bytes::copy_from_slice(body));
+            return Body::binary(bytes);
         }
         match json_within_depth(body) {
             // A bare `null` would read back as "no body"; keep it as text.
@@ -446,6 +499,29 @@ mod tests {
             })
             .collect();
         Normalizer::new(&ignore, &replace).unwrap()
+    }
+
+    #[test]
+    fn replace_patterns_compile_under_a_size_limit() {
+        let rule = |p: &str| ReplaceRule {
+            pattern: p.into(),
+            replacement: "X".into(),
+        };
+        for ordinary in [
+            r"\d{4}-\d{2}-\d{2}T[0-9:.]+Z",
+            r"req_[A-Za-z0-9]{24}",
+            r"\w+@\w+\.com",
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        ] {
+            Normalizer::new(&[], &[rule(ordinary)]).unwrap_or_else(|e| panic!("{ordinary}: {e}"));
+        }
+        for huge in [r"(a{1,1000}){1,1000}", r"\w{5000}", r"(x+x+)+y{1000}{100}"] {
+            let e = Normalizer::new(&[], &[rule(huge)]).unwrap_err().to_string();
+            assert!(
+                e.contains("size limit") || e.contains("exceeds"),
+                "{huge}: {e}"
+            );
+        }
     }
 
     #[test]

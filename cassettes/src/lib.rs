@@ -22,15 +22,15 @@ mod testing;
 
 pub use body::{Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH};
 pub use format::{
-    Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse, ResponseBody,
+    seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse, ResponseBody,
     StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
 };
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
 pub use store::{
     cassette_files, confined, fix_cassette, read_cassette, read_cassette_with_blobs, remove_folder,
-    remove_recordings, remove_unreferenced_blobs, Closest, Entry, Fixed, Lookup, RecordOutcome,
-    Store, Unused, DEFAULT_LOCK_TIMEOUT,
+    remove_leftover_temp, remove_recordings, remove_unreferenced_blobs, Closest, Entry, Fixed,
+    Lookup, RecordOutcome, Store, Unused, DEFAULT_LOCK_TIMEOUT,
 };
 pub use summary::Tokens;
 
@@ -56,10 +56,12 @@ pub enum Error {
     BadRule { rule: String, reason: String },
     #[error("{path}: {what} is no longer there; the cassette changed since the report was written. Run the suite again first")]
     Stale { path: PathBuf, what: String },
-    #[error("{path}: this blob is missing or damaged ({reason}). Restore it from git (git checkout -- {path}), or record the test again")]
+    #[error("{path}: this blob is missing or damaged ({reason}). Restore it from git (git checkout -- {}), or record the test again", shell_quote(&path.to_string_lossy()))]
     Blob { path: PathBuf, reason: String },
     #[error("{path}: interaction {} was edited by hand: its key is not the key of its request, so it is not replayed as it stands. Run `cargo llmreplay status --fix` to recompute its key and summary, or record it again", index + 1)]
     KeyMismatch { path: PathBuf, index: usize },
+    #[error("{path}: the answer of interaction {} was edited by hand: it no longer matches its seal, so it is not replayed as it stands. If the edit is meant, run `cargo llmreplay status --fix` to seal it again; else restore it from git or record it again", index + 1)]
+    SealMismatch { path: PathBuf, index: usize },
     #[error("{folder}: another process has held this cassette folder's lock for {}s (a second recording run, or prune?), so this recording was not saved. Let the other finish and run again", waited.as_secs())]
     Locked {
         folder: PathBuf,
@@ -110,4 +112,12 @@ impl Error {
             source,
         }
     }
+}
+
+/// `s` as one shell word, in single quotes where it needs any: commands printed for people to
+/// paste hold names a stranger may have written (`quote'; touch pwned; echo '`).
+pub fn shell_quote(s: &str) -> std::borrow::Cow<'_, str> {
+    // Only a NUL cannot be quoted; no name that reaches a printed command holds one.
+    shlex::try_quote(s)
+        .unwrap_or_else(|_| std::borrow::Cow::Owned(format!("'{}'", s.replace(['\0', '\''], ""))))
 }

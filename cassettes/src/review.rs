@@ -265,6 +265,7 @@ mod tests {
             let response = RecordedResponse::session(frames);
             Interaction {
                 key: Key::of(&request),
+                seal: None,
                 request,
                 summary: Summary::of(&response),
                 response,

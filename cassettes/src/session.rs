@@ -28,6 +28,17 @@ pub struct WsFrame {
     pub body: Body,
     /// Milliseconds since the upgrade was answered.
     pub at_ms: u64,
+    /// A close frame the server sent (its body is then empty): replay sends it and ends the
+    /// session there, as the provider did (`1008 quota exceeded`, say).
+    pub close: Option<Close>,
+}
+
+/// The code and reason of a close frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Close {
+    pub code: u16,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 impl WsFrame {
@@ -50,6 +61,18 @@ impl WsFrame {
             binary,
             body,
             at_ms,
+            close: None,
+        }
+    }
+
+    /// A close frame from `from`, with its code and reason.
+    pub fn close(from: Side, code: u16, reason: String, at_ms: u64) -> WsFrame {
+        WsFrame {
+            from,
+            binary: false,
+            body: Body::Empty,
+            at_ms,
+            close: Some(Close { code, reason }),
         }
     }
 
@@ -80,6 +103,8 @@ struct RawFrame {
     base64: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     blob: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    close: Option<Close>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     binary: bool,
     #[serde(default)]
@@ -95,9 +120,13 @@ impl TryFrom<RawFrame> for WsFrame {
             r.text.is_some(),
             r.base64.is_some(),
             r.blob.is_some(),
+            r.close.is_some(),
         ];
         if forms.iter().filter(|f| **f).count() != 1 {
-            return Err("a frame has exactly one of json, text, base64 or blob".into());
+            return Err("a frame has exactly one of json, text, base64, blob or close".into());
+        }
+        if let Some(close) = r.close {
+            return Ok(WsFrame::close(r.from, close.code, close.reason, r.at_ms));
         }
         let body = if let Some(value) = r.json {
             Body::Json {
@@ -112,8 +141,15 @@ impl TryFrom<RawFrame> for WsFrame {
                 .map_err(|e| format!("a frame's base64 does not decode: {e}"))?;
             Body::Bytes(bytes.into())
         } else {
+            let sha256 = r.blob.unwrap_or_default();
+            // The name becomes a path under blobs/: a hash and nothing else.
+            if !crate::body::is_sha256(&sha256) {
+                return Err(format!(
+                    "a frame's blob {sha256:?} is not a SHA-256 (64 lowercase hex digits)"
+                ));
+            }
             Body::Blob(Blob {
-                sha256: r.blob.unwrap_or_default(),
+                sha256,
                 bytes: None,
             })
         };
@@ -122,6 +158,7 @@ impl TryFrom<RawFrame> for WsFrame {
             binary: r.binary,
             body,
             at_ms: r.at_ms,
+            close: None,
         })
     }
 }
@@ -135,9 +172,14 @@ impl From<WsFrame> for RawFrame {
             text: None,
             base64: None,
             blob: None,
+            close: None,
             binary: f.binary,
             at_ms: f.at_ms,
         };
+        if let Some(close) = f.close {
+            raw.close = Some(close);
+            return raw;
+        }
         match f.body {
             Body::Json { value, .. } => raw.json = Some(value),
             Body::Text(t) => raw.text = Some(t),

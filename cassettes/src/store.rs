@@ -58,15 +58,23 @@ struct Loaded {
 }
 
 impl Loaded {
-    fn new(cassette: Cassette) -> Self {
+    /// Keeps each answer once, as prepared bytes: the cassette kept beside them holds the
+    /// requests (their large bodies by hash only) and summaries, which is all a miss or the
+    /// report reads of it.
+    fn new(mut cassette: Cassette) -> Self {
         let mut index: HashMap<Key, Vec<usize>> = HashMap::new();
         for (i, interaction) in cassette.interactions.iter().enumerate() {
             index.entry(interaction.key.clone()).or_default().push(i);
         }
         let prepared = cassette
             .interactions
-            .iter()
-            .map(|i| Arc::new(Prepared::of(i)))
+            .iter_mut()
+            .map(|i| {
+                for blob in i.request.body.blobs_mut() {
+                    blob.bytes = None;
+                }
+                Arc::new(Prepared::take(i))
+            })
             .collect();
         Loaded {
             cassette,
@@ -346,7 +354,12 @@ impl Entry {
     /// when there is one, appends otherwise. Merges with the file on disk under its lock, so
     /// another run's interactions written meanwhile are kept.
     /// Blocks on the folder's file lock: call it off the async workers.
-    pub fn record(&self, ordinal: usize, interaction: Interaction) -> Result<RecordOutcome, Error> {
+    pub fn record(
+        &self,
+        ordinal: usize,
+        mut interaction: Interaction,
+    ) -> Result<RecordOutcome, Error> {
+        interaction.seal = Some(crate::format::seal_of(&interaction.response));
         let _writing = self.writing.lock().expect("entry write lock");
         let key = interaction.key.clone();
         let mut outcome = RecordOutcome::Unchanged;
@@ -378,6 +391,11 @@ impl Entry {
     }
 
     fn read(&self) -> Result<Cassette, Error> {
+        // Read only inside the cassette dir, as writes are: a folder that links elsewhere is
+        // refused, not followed.
+        if self.folder().exists() {
+            confined(&self.root, self.folder())?;
+        }
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -395,6 +413,12 @@ impl Entry {
         }
         if let Some(&index) = cassette.key_mismatches().first() {
             return Err(Error::KeyMismatch {
+                path: self.path.clone(),
+                index,
+            });
+        }
+        if let Some(&index) = cassette.seal_mismatches().first() {
+            return Err(Error::SealMismatch {
                 path: self.path.clone(),
                 index,
             });
@@ -462,6 +486,9 @@ pub struct Fixed {
     pub key: Option<(Key, Key)>,
     /// True when the summary was derived anew.
     pub summary: bool,
+    /// True when the answer was sealed anew (edited on purpose, or written before seals).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seal: bool,
 }
 
 /// Recomputes the keys and summaries of a cassette edited by hand, under its folder's lock, and
@@ -474,21 +501,40 @@ pub fn fix_cassette(path: &Path) -> Result<Vec<Fixed>, Error> {
     for (index, x) in cassette.interactions.iter_mut().enumerate() {
         let key = Key::of(&x.request);
         let summary = Summary::of(&x.response);
+        let seal = Some(crate::format::seal_of(&x.response));
         let key_changed = key != x.key;
-        if key_changed || summary != x.summary {
+        if key_changed || summary != x.summary || seal != x.seal {
             fixed.push(Fixed {
                 index,
                 key: key_changed.then(|| (x.key.clone(), key.clone())),
                 summary: summary != x.summary,
+                seal: seal != x.seal,
             });
             x.key = key;
             x.summary = summary;
+            x.seal = seal;
         }
     }
     if !fixed.is_empty() {
         write_atomic(path, &cassette.to_bytes())?;
     }
     Ok(fixed)
+}
+
+/// Removes a temporary file a killed write left in a cassette folder (or its blobs), under
+/// the folder's lock so that no write in progress loses its file.
+pub fn remove_leftover_temp(path: &Path) -> Result<(), Error> {
+    let parent = path.parent().expect("temp files have a folder");
+    let folder = if parent.file_name().is_some_and(|n| n == BLOB_DIR) {
+        parent.parent().expect("blob folders have a folder")
+    } else {
+        parent
+    };
+    let _lock = lock_folder(folder, DEFAULT_LOCK_TIMEOUT)?;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, e)),
+        _ => Ok(()),
+    }
 }
 
 /// Writes the blobs of `cassette` that are not yet in `folder/blobs/`.
@@ -511,7 +557,10 @@ fn write_blobs(folder: &Path, cassette: &Cassette, root: &Path) -> Result<(), Er
 /// folder once empty; removes nothing when a cassette there does not parse. The caller holds the
 /// folder's lock. Returns what it removed.
 pub fn remove_unreferenced_blobs(folder: &Path) -> Result<Vec<PathBuf>, Error> {
-    let blob_dir = folder.join(BLOB_DIR);
+    // A blob folder that is a link leads elsewhere: nothing there is ours to remove.
+    let Ok(blob_dir) = crate::body::blob_dir(folder) else {
+        return Ok(Vec::new());
+    };
     let read = match std::fs::read_dir(&blob_dir) {
         Ok(read) => read,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -528,8 +577,10 @@ pub fn remove_unreferenced_blobs(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let mut left = 0;
     for entry in read.filter_map(Result::ok) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        // Only content-addressed files are ours to remove; anything else stays.
-        if name.len() == 64 && !referenced.contains(&name) && entry.path().is_file() {
+        // Only content-addressed regular files are ours to remove; anything else (a link
+        // included) stays.
+        let regular = entry.file_type().is_ok_and(|t| t.is_file());
+        if crate::body::is_sha256(&name) && !referenced.contains(&name) && regular {
             std::fs::remove_file(entry.path()).map_err(|e| Error::io(&entry.path(), e))?;
             removed.push(entry.path());
         } else {
@@ -944,6 +995,7 @@ mod tests {
             let req = crate::Normalizer::default().request("POST", "/p", None, None, &request, &[]);
             let x = Interaction {
                 key: Key::of(&req),
+                seal: None,
                 request: req,
                 response: crate::RecordedResponse::with_body(200, Default::default(), &answer),
                 timing: None,

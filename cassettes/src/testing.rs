@@ -17,6 +17,7 @@ pub fn interaction(prompt: &str, answer: &str) -> Interaction {
     );
     Interaction {
         key: Key::of(&request),
+        seal: None,
         request,
         response: RecordedResponse::with_body(200, BTreeMap::new(), answer.as_bytes()),
         timing: None,

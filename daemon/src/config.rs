@@ -140,14 +140,21 @@ impl Default for Limits {
     }
 }
 
+/// The longest timeout `llmreplay.toml` may set: past it a number is a typo (and `1e30`
+/// seconds is no duration at all).
+const MAX_SECONDS: f64 = 86_400.0;
+
+/// The largest body limit: a body is held in memory while it is keyed and recorded.
+const MAX_BODY_MIB: f64 = 4096.0;
+
 impl Limits {
     fn read(upstream: &UpstreamSection, limits: &LimitsSection) -> Result<Limits, ConfigError> {
         let d = Limits::default();
         let seconds = |v: Option<f64>, name: &str, default: Duration| match v {
             None => Ok(default),
-            Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+            Some(s) if s > 0.0 && s <= MAX_SECONDS => Ok(Duration::from_secs_f64(s)),
             Some(s) => Err(ConfigError::Invalid(format!(
-                "{name} = {s}: give a number of seconds above 0"
+                "{name} = {s}: give a number of seconds above 0 and at most {MAX_SECONDS} (a day)"
             ))),
         };
         Ok(Limits {
@@ -173,10 +180,10 @@ impl Limits {
             )?,
             body_bytes: match limits.body_mib {
                 None => d.body_bytes,
-                Some(m) if m > 0.0 && m.is_finite() => (m * (1u64 << 20) as f64) as u64,
+                Some(m) if m > 0.0 && m <= MAX_BODY_MIB => (m * (1u64 << 20) as f64) as u64,
                 Some(m) => {
                     return Err(ConfigError::Invalid(format!(
-                        "[limits] body_mib = {m}: give a size in MiB above 0"
+                        "[limits] body_mib = {m}: give a size in MiB above 0 and at most {MAX_BODY_MIB}"
                     )))
                 }
             },
@@ -216,6 +223,8 @@ pub struct Overrides {
     pub upstreams: Vec<String>,
     pub realtime: bool,
     pub allow_repeats: bool,
+    /// `--allow-credentials-to HOST`: hosts that may receive re-signed credentials.
+    pub allow_credentials_to: Vec<String>,
 }
 
 /// The daemon's settings, checked and compiled.
@@ -237,6 +246,8 @@ pub struct Settings {
     pub network: crate::upstream::Network,
     /// Which proxy each upstream goes through.
     pub proxies: Arc<crate::upstream::Proxies>,
+    /// Hosts outside a family's own that may receive the credentials the daemon signs with.
+    pub allow_credentials_to: Vec<String>,
 }
 
 impl Settings {
@@ -317,7 +328,10 @@ impl Settings {
             let (upstream, source) = match (entry.upstream, providers.get(&name)) {
                 (Some(u), _) => (
                     Some(check_upstream(&u).map_err(|m| {
-                        ConfigError::Invalid(format!("[providers.{name}] upstream {u:?}: {m}"))
+                        ConfigError::Invalid(format!(
+                            "[providers.{name}] upstream {:?}: {m}",
+                            providers::redact::url(&u)
+                        ))
                     })?),
                     UpstreamSource::ConfigFile,
                 ),
@@ -335,21 +349,23 @@ impl Settings {
                     kind,
                     upstream,
                     source,
+                    parsed: Default::default(),
                 },
             );
         }
         for pair in &overrides.upstreams {
+            let shown = providers::redact::url(pair);
             let (name, url) = pair.split_once('=').ok_or_else(|| {
                 ConfigError::Invalid(format!(
-                    "--upstream {pair:?}: expected NAME=URL, e.g. openai=http://127.0.0.1:8080"
+                    "--upstream {shown:?}: expected NAME=URL, e.g. openai=http://127.0.0.1:8080"
                 ))
             })?;
             let url = check_upstream(url)
-                .map_err(|m| ConfigError::Invalid(format!("--upstream {pair:?}: {m}")))?;
+                .map_err(|m| ConfigError::Invalid(format!("--upstream {shown:?}: {m}")))?;
             let known = providers.keys().cloned().collect::<Vec<_>>().join(", ");
             let provider = providers.get_mut(name).ok_or_else(|| {
                 ConfigError::Invalid(format!(
-                    "--upstream {pair:?}: no provider named {name:?}; known: {known}. Add new ones under [providers.NAME] in {CONFIG_FILE}"
+                    "--upstream {shown:?}: no provider named {name:?}; known: {known}. Add new ones under [providers.NAME] in {CONFIG_FILE}"
                 ))
             })?;
             provider.upstream = Some(url);
@@ -408,6 +424,7 @@ impl Settings {
             declared_faults,
             proxies,
             network,
+            allow_credentials_to: overrides.allow_credentials_to.clone(),
         })
     }
 }
@@ -420,8 +437,9 @@ impl Settings {
         for p in &self.providers {
             let line = match &p.upstream {
                 Some(u) => format!(
-                    "  {:<10} -> {u} ({}), {}\n",
+                    "  {:<10} -> {} ({}), {}\n",
                     p.name.as_str(),
+                    providers::redact::url(u),
                     p.source,
                     self.proxies.describe(u)
                 ),
@@ -572,6 +590,16 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("pattern \"(\""), "{e}");
+        for bad in [
+            "[upstream]\nconnect_timeout_s = 1e30\n",
+            "[upstream]\nidle_timeout_s = inf\n",
+            "[limits]\nlock_timeout_s = -1\n",
+            "[limits]\nbody_mib = 1e30\n",
+            "[limits]\nheader_read_timeout_s = nan\n",
+        ] {
+            let e = load(bad, &o).unwrap_err().to_string();
+            assert!(e.contains("at most"), "{bad}: {e}");
+        }
         let e = load("casette_dir = 1\n", &o).unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("casette_dir"), "{e}");
         let e = load("[providers.x]\nkind = \"openai\"\n", &o)

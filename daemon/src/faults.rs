@@ -9,18 +9,19 @@ use cassettes::filter::Filter;
 use cassettes::{ProviderName, TestId};
 use serde::Deserialize;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
 /// What a fault does to the request it takes.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FaultKind {
-    /// Answers this status; `body` defaults to the provider's own error shape.
+    /// Answers this status; `body` (its bytes, checked and serialised when the fault was
+    /// registered) defaults to the provider's own error shape.
     Status {
         status: u16,
-        headers: BTreeMap<String, String>,
-        body: Option<Value>,
+        headers: Vec<(http::HeaderName, http::HeaderValue)>,
+        body: Option<bytes::Bytes>,
     },
     /// Sends the first `after_chunks` chunks of the recorded answer, then cuts the connection
     /// (0: before any byte).
@@ -101,15 +102,34 @@ impl FaultSpec {
         }
         let spec = self;
         let kind = if let Some(status) = spec.status {
-            if !(100..=599).contains(&status) {
+            // 1xx would turn the connection into something else (101 hijacks it).
+            if !(200..=599).contains(&status) {
                 return Err(format!(
-                    "\"status\": {status} is not an HTTP status (100 to 599)"
+                    "\"status\": {status} is not a final HTTP status (200 to 599)"
                 ));
             }
+            let mut headers = Vec::new();
+            for (name, value) in spec.headers.iter().flatten() {
+                let parsed = http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("\"headers\": {name:?} is not a valid header name"))?;
+                if RESERVED_HEADERS.contains(&parsed.as_str()) {
+                    return Err(format!(
+                        "\"headers\": {name:?} is set by the daemon from the body it sends; leave it out"
+                    ));
+                }
+                let value = http::HeaderValue::from_str(value).map_err(|_| {
+                    format!("\"headers\": the value of {name:?} is not a valid header value")
+                })?;
+                headers.push((parsed, value));
+            }
+            let body = spec.body.as_ref().map(|b| match b {
+                Value::String(s) => bytes::Bytes::from(s.clone()),
+                other => serde_json::to_vec(other).expect("JSON serialises").into(),
+            });
             FaultKind::Status {
                 status: status as u16,
-                headers: spec.headers.clone().unwrap_or_default(),
-                body: spec.body.clone(),
+                headers,
+                body,
             }
         } else {
             if spec.headers.is_some() || spec.body.is_some() {
@@ -161,6 +181,22 @@ impl FaultSpec {
     }
 }
 
+/// Headers that describe the transfer, not the answer: a fault that set them would send a
+/// body of another length than it says, and break the next answer on a kept-alive connection.
+const RESERVED_HEADERS: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+];
+
+/// How many faults one test may have waiting: past it, a loop that posts faults is a bug.
+pub const MAX_PER_TEST: usize = 1000;
+
 fn non_negative(name: &str, n: i64) -> Result<u64, String> {
     u64::try_from(n).map_err(|_| format!("\"{name}\": {n} is negative"))
 }
@@ -179,14 +215,17 @@ pub struct Faults {
     any: AtomicBool,
     next_id: AtomicU64,
     declared: Vec<Declared>,
-    state: Mutex<PerTest>,
+    /// One lock per test, found under a shared read lock: a test that registers many faults
+    /// never holds up another test's requests.
+    by_test: RwLock<HashMap<TestId, Arc<Mutex<PerTest>>>>,
 }
 
 #[derive(Default)]
 struct PerTest {
-    by_test: HashMap<TestId, Vec<Fault>>,
-    /// Tests given their declared faults already: each gets its own copy, once.
-    seeded: HashSet<TestId>,
+    faults: Vec<Fault>,
+    /// Given its declared faults already (or cleared): each test gets its own copy, once per
+    /// attempt.
+    seeded: bool,
 }
 
 impl Faults {
@@ -203,24 +242,53 @@ impl Faults {
     pub fn add(&self, test: TestId, spec: FaultSpec, providers: &[&str]) -> Result<u64, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let fault = spec.into_fault(id, providers)?;
-        let mut state = self.state.lock().expect("faults lock");
+        let per_test = self.of(&test);
+        let mut state = per_test.lock().expect("faults lock");
         self.seed(&mut state, &test);
-        state.by_test.entry(test).or_default().push(fault);
+        if state.faults.len() >= MAX_PER_TEST {
+            return Err(format!(
+                "this test has {MAX_PER_TEST} faults waiting already; DELETE <LLMREPLAY_BASE_URL>/__llmreplay/faults clears them"
+            ));
+        }
+        state.faults.push(fault);
         self.any.store(true, Ordering::Release);
         Ok(id)
     }
 
     /// Removes every fault of `test`; returns how many there were.
     pub fn clear(&self, test: &TestId) -> usize {
-        let mut state = self.state.lock().expect("faults lock");
+        let per_test = self.of(test);
+        let mut state = per_test.lock().expect("faults lock");
         // Cleared means cleared: its declared faults do not come back either.
-        state.seeded.insert(test.clone());
-        state.by_test.remove(test).map_or(0, |f| f.len())
+        state.seeded = true;
+        std::mem::take(&mut state.faults).len()
     }
 
-    /// Gives `test` its declared faults, the first time it is seen.
+    /// A new attempt of `test` (`begin`): its posted faults are gone and its declared ones
+    /// armed afresh, so a retried test meets the faults its first attempt met.
+    pub fn reset(&self, test: &TestId) {
+        let found = self.by_test.read().expect("faults lock").get(test).cloned();
+        if let Some(per_test) = found {
+            *per_test.lock().expect("faults lock") = PerTest::default();
+        }
+    }
+
+    /// The lock of `test`'s faults, made on first use.
+    fn of(&self, test: &TestId) -> Arc<Mutex<PerTest>> {
+        if let Some(found) = self.by_test.read().expect("faults lock").get(test) {
+            return found.clone();
+        }
+        self.by_test
+            .write()
+            .expect("faults lock")
+            .entry(test.clone())
+            .or_default()
+            .clone()
+    }
+
+    /// Gives `test` its declared faults, the first time it is seen in an attempt.
     fn seed(&self, state: &mut PerTest, test: &TestId) {
-        if self.declared.is_empty() || !state.seeded.insert(test.clone()) {
+        if self.declared.is_empty() || std::mem::replace(&mut state.seeded, true) {
             return;
         }
         for d in self
@@ -230,7 +298,7 @@ impl Faults {
         {
             let mut fault = d.fault.clone();
             fault.id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
-            state.by_test.entry(test.clone()).or_default().push(fault);
+            state.faults.push(fault);
         }
     }
 
@@ -240,11 +308,15 @@ impl Faults {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
-        let mut state = self.state.lock().expect("faults lock");
+        let per_test = if self.declared.is_empty() {
+            self.by_test.read().expect("faults lock").get(test)?.clone()
+        } else {
+            self.of(test)
+        };
+        let mut state = per_test.lock().expect("faults lock");
         self.seed(&mut state, test);
-        let faults = state.by_test.get_mut(test.as_str())?;
         let mut fired = None;
-        for f in faults.iter_mut() {
+        for f in state.faults.iter_mut() {
             if f.provider.as_ref().is_some_and(|p| p != provider) {
                 continue;
             }
@@ -289,7 +361,25 @@ mod tests {
                 json!({"status": 429, "provider": "nope"}),
                 "no provider named \"nope\"",
             ),
-            (json!({"status": 42}), "not an HTTP status"),
+            (json!({"status": 42}), "not a final HTTP status"),
+            (json!({"status": 101}), "not a final HTTP status"),
+            (json!({"status": 600}), "not a final HTTP status"),
+            (
+                json!({"status": 500, "headers": {"content-length": "5"}}),
+                "\"content-length\" is set by the daemon",
+            ),
+            (
+                json!({"status": 500, "headers": {"Transfer-Encoding": "chunked"}}),
+                "set by the daemon",
+            ),
+            (
+                json!({"status": 500, "headers": {"bad name": "x"}}),
+                "\"bad name\" is not a valid header name",
+            ),
+            (
+                json!({"status": 500, "headers": {"x-ok": "line\nbreak"}}),
+                "the value of \"x-ok\" is not a valid header value",
+            ),
             (
                 json!({"malformed": true, "body": "x"}),
                 "go with \"status\" only",
@@ -357,5 +447,31 @@ mod tests {
         assert!(faults.take(&c, &openai).is_none(), "not selected");
         assert_eq!(faults.clear(&b), 1);
         assert!(faults.take(&b, &openai).is_none(), "cleared stays cleared");
+        faults.reset(&a);
+        assert!(faults.take(&a, &openai).is_some(), "a new attempt re-arms");
+        assert!(faults.take(&a, &openai).is_none());
+    }
+
+    #[test]
+    fn a_test_has_a_bounded_number_of_faults() {
+        let faults = Faults::default();
+        let t = TestId::new("a$many");
+        for _ in 0..MAX_PER_TEST {
+            faults
+                .add(t.clone(), spec(json!({"status": 500})), PROVIDERS)
+                .unwrap();
+        }
+        let e = faults
+            .add(t.clone(), spec(json!({"status": 500})), PROVIDERS)
+            .unwrap_err();
+        assert!(e.contains("1000 faults waiting"), "{e}");
+        let other = TestId::new("a$other");
+        assert!(faults
+            .add(other, spec(json!({"status": 500})), PROVIDERS)
+            .is_ok());
+        faults.reset(&t);
+        assert!(faults
+            .add(t, spec(json!({"status": 500})), PROVIDERS)
+            .is_ok());
     }
 }

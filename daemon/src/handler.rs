@@ -76,7 +76,7 @@ pub async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body>
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let request = state.settings.normalizer.request(
+    let request = state.settings.normalizer.request_shared(
         parts.method.as_str(),
         &route.upstream_path,
         parts.uri.query(),
@@ -199,24 +199,21 @@ fn answer_fault(
             body,
         } => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let body = body.unwrap_or_else(|| {
-                kind.family().error_body(
+            let bytes = body.unwrap_or_else(|| {
+                let shape = kind.family().error_body(
                     status.as_u16(),
                     "llmreplay_fault",
                     &format!("cargo-llmreplay: a fault this test asked for ({})", status),
-                )
+                );
+                serde_json::to_vec(&shape).expect("JSON serialises").into()
             });
-            let bytes = match body {
-                serde_json::Value::String(s) => s.into_bytes(),
-                other => serde_json::to_vec(&other).expect("JSON serialises"),
-            };
             let mut b = Response::builder()
                 .status(status)
                 .header(CONTENT_TYPE, "application/json");
-            for (name, value) in &headers {
-                b = b.header(name.as_str(), value.as_str());
+            for (name, value) in headers {
+                b = b.header(name, value);
             }
-            b.body(full(bytes.into()))
+            b.body(full(bytes))
         }
         FaultKind::Disconnect { after_chunks } => {
             let (head, pieces) = recorded_pieces(recorded.as_deref());
@@ -330,8 +327,18 @@ async fn faults_route(state: &State, prefix: &str, req: Request<Incoming>) -> Re
             json(serde_json::json!({ "cleared": cleared }))
         }
         Method::POST => {
-            let body = match req.into_body().collect().await {
+            let limit = state.settings.limits.body_bytes;
+            let body = match http_body_util::Limited::new(req.into_body(), limit as usize)
+                .collect()
+                .await
+            {
                 Ok(b) => b.to_bytes(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    return text(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("cargo-llmreplay: the fault is over the body limit of {limit} bytes ([limits] body_mib in llmreplay.toml)"),
+                    )
+                }
                 Err(e) => {
                     return text(
                         StatusCode::BAD_REQUEST,
@@ -515,13 +522,11 @@ async fn proxy(
     save: bool,
 ) -> Response<Body> {
     let kind = route.provider.kind;
-    let query = parts
-        .uri
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
-    let root = match route.provider.upstream() {
-        Ok(root) => root,
+    let uri = match route
+        .provider
+        .upstream_uri(&route.upstream_path, parts.uri.query())
+    {
+        Ok(uri) => uri,
         Err(message) => {
             return upstream_failed(
                 state,
@@ -533,8 +538,24 @@ async fn proxy(
             )
         }
     };
-    let url = format!("{root}{}{query}", route.upstream_path);
-    let mut upstream = Request::builder().method(parts.method.clone()).uri(&url);
+    // What messages may say of the upstream: never its userinfo nor a secret in its query.
+    let root =
+        providers::redact::url(route.provider.upstream.as_deref().unwrap_or("")).into_owned();
+    let url = uri.to_string();
+    if let Err(message) = route
+        .provider
+        .may_send_credentials(&uri, &state.settings.allow_credentials_to)
+    {
+        return upstream_failed(
+            state,
+            recording.call,
+            kind,
+            StatusCode::BAD_GATEWAY,
+            "llmreplay_credentials_refused",
+            message,
+        );
+    }
+    let mut upstream = Request::builder().method(parts.method.clone()).uri(uri);
     for (name, value) in &parts.headers {
         if !NOT_FORWARDED.contains(&name.as_str()) {
             upstream = upstream.header(name, value);
@@ -549,7 +570,10 @@ async fn proxy(
                 kind,
                 StatusCode::BAD_REQUEST,
                 "llmreplay_error",
-                &format!("cargo-llmreplay: bad upstream request {url}: {e}"),
+                &format!(
+                    "cargo-llmreplay: bad upstream request {}: {e}",
+                    providers::redact::url(&url)
+                ),
             )
         }
     };
@@ -611,8 +635,12 @@ async fn proxy(
                     route.provider.name
                 ),
                 None => format!(
-                    "cargo-llmreplay: could not reach the {} upstream at {}: {e:?}. Check --upstream {}=URL or [providers.{}] upstream",
-                    route.provider.name, root, route.provider.name, route.provider.name
+                    "cargo-llmreplay: could not reach the {} upstream at {}: {}. Check --upstream {}=URL or [providers.{}] upstream",
+                    route.provider.name,
+                    root,
+                    providers::redact::text(&format!("{e:?}")),
+                    route.provider.name,
+                    route.provider.name
                 ),
             };
             return upstream_failed(
@@ -855,6 +883,7 @@ impl Capture {
         let (response, timing) = captured.into_response(status, headers, format);
         let interaction = Interaction {
             key: call.key.clone(),
+            seal: None,
             request,
             summary: Summary::of(&response),
             response,
@@ -924,7 +953,9 @@ async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<
         (&Method::POST, "begin") => match test() {
             Some(t) => {
                 state.journal.begin(&t);
-                state.store.reset_test(&TestId::new(t));
+                let test = TestId::new(t);
+                state.store.reset_test(&test);
+                state.faults.reset(&test);
                 json(serde_json::json!({ "status": "ok" }))
             }
             None => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin needs ?test=<test id> or an X-Test-Id header".into()),
@@ -942,7 +973,7 @@ async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, listed, end", req.method()),
+            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, listed, faults", req.method()),
         ),
     }
 }

@@ -19,10 +19,25 @@ pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
 pub use journal::{Journal, Miss, Outcome, Stats};
 
 /// The command that records a test's missing requests: a filter on the test under nextest,
-/// else the daemon's record-missing mode for clients naming tests themselves.
+/// else the daemon's record-missing mode for clients naming tests themselves. The filter is
+/// escaped for nextest and the whole argument quoted for the shell, so that pasting it runs
+/// exactly this command whatever the test is called.
 pub fn record_command(test: &str) -> String {
     match test.split_once('$') {
-        Some((_, name)) => format!("cargo llmreplay test --record-missing -E 'test(={name})'"),
+        Some((_, name)) => {
+            let mut escaped = String::with_capacity(name.len());
+            for c in name.chars() {
+                if matches!(c, '\\' | ')' | ',') {
+                    escaped.push('\\');
+                }
+                escaped.push(c);
+            }
+            let filter = format!("test(={escaped})");
+            format!(
+                "cargo llmreplay test --record-missing -E {}",
+                cassettes::shell_quote(&filter)
+            )
+        }
         None => "cargo llmreplay serve --mode record-missing".into(),
     }
 }
@@ -231,5 +246,55 @@ impl Daemon {
         })
         .await;
         self.state.journal.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::record_command;
+
+    /// Pasted into a shell, the command runs itself and nothing else, whatever the test is
+    /// called; nextest gets the name as one exact matcher.
+    #[test]
+    fn record_commands_paste_safely() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "answers_hello",
+            "quote'; touch pwned; echo '",
+            "dollar $(touch pwned) `touch pwned`",
+            "back\\slash, comma) paren",
+            "new\nline",
+        ] {
+            let command = record_command(&format!("k::t${name}"));
+            let args = command
+                .strip_prefix("cargo llmreplay test --record-missing -E ")
+                .unwrap_or_else(|| panic!("{command}"));
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("printf '%s' {args}"))
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{command}");
+            assert!(
+                !dir.path().join("pwned").exists(),
+                "{command} ran something"
+            );
+            let filter = String::from_utf8(out.stdout).unwrap();
+            let inner = filter
+                .strip_prefix("test(=")
+                .and_then(|f| f.strip_suffix(')'))
+                .unwrap();
+            let mut unescaped = String::new();
+            let mut chars = inner.chars();
+            while let Some(c) = chars.next() {
+                unescaped.push(if c == '\\' { chars.next().unwrap() } else { c });
+            }
+            assert_eq!(unescaped, name, "{command}");
+        }
+        assert_eq!(
+            record_command("k::t$answers_hello"),
+            "cargo llmreplay test --record-missing -E 'test(=answers_hello)'"
+        );
     }
 }

@@ -34,6 +34,18 @@ pub struct Provider {
     /// and nothing named one (Azure without `AZURE_OPENAI_ENDPOINT`).
     pub upstream: Option<String>,
     pub source: UpstreamSource,
+    /// The upstream's scheme, authority and path prefix, parsed on first use and kept: every
+    /// upstream URL is built from these parts, never by pasting text.
+    pub parsed: std::sync::OnceLock<Result<UpstreamRoot, String>>,
+}
+
+/// An upstream URL taken apart once.
+#[derive(Clone, Debug)]
+pub struct UpstreamRoot {
+    scheme: http::uri::Scheme,
+    authority: http::uri::Authority,
+    /// The path before the client's, no trailing `/` (`/api` of `https://gw/api`).
+    prefix: String,
 }
 
 impl Provider {
@@ -48,6 +60,7 @@ impl Provider {
                 .map(str::to_string)
                 .or_else(|| regional_upstream(kind)),
             source: UpstreamSource::BuiltIn,
+            parsed: Default::default(),
         }
     }
 
@@ -75,6 +88,90 @@ impl Provider {
                 name = self.name
             )
         })
+    }
+}
+
+impl Provider {
+    /// The upstream URL of `path` (which starts with `/`) and `query`: built from the parsed
+    /// root's scheme and authority, so that nothing in a path can name another host or port.
+    pub fn upstream_uri(&self, path: &str, query: Option<&str>) -> Result<http::Uri, String> {
+        let root = self.upstream()?;
+        let UpstreamRoot {
+            scheme,
+            authority,
+            prefix,
+        } = self
+            .parsed
+            .get_or_init(|| {
+                let parsed: http::Uri = root.parse().map_err(|e| {
+                    format!(
+                        "cargo-llmreplay: the {} upstream is not a URL ({e})",
+                        self.name
+                    )
+                })?;
+                match (parsed.scheme(), parsed.authority()) {
+                    (Some(scheme), Some(authority)) => Ok(UpstreamRoot {
+                        scheme: scheme.clone(),
+                        authority: authority.clone(),
+                        prefix: parsed.path().trim_end_matches('/').to_string(),
+                    }),
+                    _ => Err(format!(
+                        "cargo-llmreplay: the {} upstream {} has no scheme or host",
+                        self.name,
+                        providers::redact::url(root)
+                    )),
+                }
+            })
+            .clone()?;
+        let mut target = String::with_capacity(prefix.len() + path.len() + 1);
+        target.push_str(&prefix);
+        if !path.starts_with('/') {
+            target.push('/');
+        }
+        target.push_str(path);
+        if let Some(q) = query {
+            target.push('?');
+            target.push_str(q);
+        }
+        http::Uri::builder()
+            .scheme(scheme.clone())
+            .authority(authority.clone())
+            .path_and_query(target)
+            .build()
+            .map_err(|e| {
+                format!(
+                    "cargo-llmreplay: no upstream URL for {}: {e}",
+                    providers::redact::url(path)
+                )
+            })
+    }
+}
+
+impl Provider {
+    /// Whether the credentials the daemon adds to this provider's requests (Bedrock's
+    /// re-signing) may go to `uri`: the family's own https hosts, an upstream the user's own
+    /// environment named (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`), or a host given to
+    /// `--allow-credentials-to`. A `llmreplay.toml` alone never sends them elsewhere.
+    pub fn may_send_credentials(&self, uri: &http::Uri, allowed: &[String]) -> Result<(), String> {
+        let host = uri.host().unwrap_or("");
+        let https = uri.scheme_str() == Some("https");
+        let named = |a: &String| {
+            a.eq_ignore_ascii_case(host)
+                || uri
+                    .authority()
+                    .is_some_and(|auth| a.eq_ignore_ascii_case(auth.as_str()))
+        };
+        if self.family().may_receive_credentials(https, host)
+            || matches!(self.source, UpstreamSource::Env(_))
+            || allowed.iter().any(named)
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "cargo-llmreplay: the {name} upstream {url} is not one of {name}'s own https hosts, so the credentials the daemon signs with are not sent there. If you trust it, pass --allow-credentials-to {host}",
+            name = self.name,
+            url = providers::redact::url(self.upstream.as_deref().unwrap_or("")),
+        ))
     }
 }
 

@@ -26,6 +26,7 @@ pub struct Resender {
     client: upstream::Client,
     redact: Vec<String>,
     idle_timeout: std::time::Duration,
+    allow_credentials_to: Vec<String>,
 }
 
 impl Resender {
@@ -35,6 +36,7 @@ impl Resender {
                 .map_err(DaemonError::Tls)?,
             redact: settings.redact_headers.clone(),
             idle_timeout: settings.limits.idle_timeout,
+            allow_credentials_to: settings.allow_credentials_to.clone(),
         })
     }
 
@@ -49,15 +51,12 @@ impl Resender {
         content_type: Option<&str>,
         key: Option<&str>,
     ) -> Result<Resent, String> {
-        let query = request
-            .query
-            .as_deref()
-            .map(|q| format!("?{q}"))
-            .unwrap_or_default();
-        let url = format!("{}{}{query}", provider.upstream()?, request.path);
+        let uri = provider.upstream_uri(&request.path, request.query.as_deref())?;
+        provider.may_send_credentials(&uri, &self.allow_credentials_to)?;
+        let url = providers::redact::url(&uri.to_string()).into_owned();
         let mut builder = http::Request::builder()
             .method(request.method.as_str())
-            .uri(&url)
+            .uri(uri)
             .header(ACCEPT_ENCODING, "identity");
         match (request.json(), content_type) {
             (_, Some(ct)) => builder = builder.header(CONTENT_TYPE, ct),

@@ -44,6 +44,10 @@ pub fn resolve(
     test_header: Option<&str>,
     providers: &[Arc<Provider>],
 ) -> Result<Route, RouteError> {
+    // A base URL that ends in `/` gives `//openai/...`: runs of slashes are one, so that no
+    // part of a path can ever be read as an authority upstream.
+    let path = collapse_slashes(path);
+    let path = path.as_ref();
     // `..` would climb out of the upstream's prefix; clients that mean it resolve it themselves.
     let dot = path.split('/').any(|segment| {
         let decoded = percent_decode_str(segment).decode_utf8_lossy();
@@ -69,7 +73,9 @@ pub fn resolve(
     let test = test
         .or_else(|| test_header.filter(|h| !h.is_empty()).map(TestId::new))
         .unwrap_or_else(|| TestId::new(TestId::DEFAULT));
-    let first = rest.trim_start_matches('/').split('/').next().unwrap_or("");
+    // Every path from here starts with one `/` (the test id's segment included).
+    let rest = if rest.starts_with('/') { rest } else { "/" };
+    let first = rest[1..].split('/').next().unwrap_or("");
     if let Some(p) = providers.iter().find(|p| p.name.as_str() == first) {
         let upstream_path = &rest[1 + first.len()..];
         let upstream_path = if upstream_path.is_empty() {
@@ -99,6 +105,20 @@ pub fn resolve(
         "cargo-llmreplay: no provider for path {rest:?}. Prefix the path with a provider name ({}), e.g. /openai/v1/chat/completions, or add one under [providers.NAME] in llmreplay.toml",
         names.join(", ")
     )))
+}
+
+/// The path with every run of `/` made one.
+fn collapse_slashes(path: &str) -> std::borrow::Cow<'_, str> {
+    if !path.contains("//") {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if !(c == '/' && out.ends_with('/')) {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -145,6 +165,17 @@ mod tests {
             ),
             ("x", "ollama", "/api/chat")
         );
+        for doubled in [
+            "//openai/v1/chat/completions",
+            "/t/x//openai//v1/chat/completions",
+        ] {
+            let r = resolve(doubled, None, &ps).unwrap();
+            assert_eq!(
+                (r.provider.name.as_str(), r.upstream_path.as_str()),
+                ("openai", "/v1/chat/completions"),
+                "{doubled}"
+            );
+        }
         assert!(resolve("/t/x/elsewhere", None, &ps)
             .unwrap_err()
             .message()
@@ -166,8 +197,10 @@ mod tests {
         fn any_path_routes_or_errs(path in "/[\\PC/%.]{0,80}", header in proptest::option::of("\\PC{0,20}")) {
             let ps = providers();
             if let Ok(r) = resolve(&path, header.as_deref(), &ps) {
-                proptest::prop_assert!(path.ends_with(&r.upstream_path) || r.upstream_path == "/");
+                let collapsed = collapse_slashes(&path);
+                proptest::prop_assert!(collapsed.ends_with(&r.upstream_path) || r.upstream_path == "/");
                 proptest::prop_assert!(!r.upstream_path.split('/').any(|s| s == ".."));
+                proptest::prop_assert!(r.upstream_path.starts_with('/') && !r.upstream_path.starts_with("//"));
             }
         }
     }

@@ -42,6 +42,17 @@ const HANDSHAKE: &[&str] = &[
     "x-test-id",
 ];
 
+/// Ends the close handshake: sends the close answer tungstenite queued (or a close of our
+/// own), then reads until the client hangs up, for a short while at most.
+async fn finish(ws: &mut Socket) {
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        let _ = ws.close(None).await;
+        let _ = ws.flush().await;
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+}
+
 /// Whether `req` asks to become a WebSocket.
 pub fn is_upgrade<B>(req: &Request<B>) -> bool {
     let has = |name, token: &str| {
@@ -104,7 +115,10 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
                 route.test,
                 route.provider.name,
                 route.upstream_path,
-                req.uri().query().map(|q| format!("?{q}")).unwrap_or_default(),
+                req.uri()
+                    .query()
+                    .map(|q| format!("?{}", providers::redact::query(q)))
+                    .unwrap_or_default(),
                 daemon_record_command(&route),
             );
             tokio::spawn(async move {
@@ -220,6 +234,18 @@ async fn replay(
             if realtime {
                 tokio::time::sleep_until(started + Duration::from_millis(f.at_ms)).await;
             }
+            if let Some(close) = &f.close {
+                // The provider ended the session here: so does its replay.
+                // 1005 says the close had no code: it is never sent as one.
+                let frame = (close.code != 1005).then(|| CloseFrame {
+                    code: CloseCode::from(close.code),
+                    reason: close.reason.clone().into(),
+                });
+                let _ = ws.send(Message::Close(frame)).await;
+                finish(&mut ws).await;
+                state.journal.log(call, Outcome::Hit, 101, None);
+                return;
+            }
             if let Some(m) = message_of(f) {
                 let sent = if realtime {
                     ws.send(m).await
@@ -245,9 +271,10 @@ async fn replay(
             }
         };
         let Some((binary, payload)) = got else {
-            // The client is done: a session replayed as far as it went.
+            // The client is done: a session replayed as far as it went. Its close is
+            // answered, as a server does, so it sees a normal closure.
             state.journal.log(call, Outcome::Hit, 101, None);
-            let _ = ws.close(None).await;
+            finish(&mut ws).await;
             return;
         };
         let expected = frames.get(next);
@@ -326,8 +353,11 @@ async fn record(
     save: bool,
 ) -> Response<Body> {
     let kind = route.provider.kind;
-    let root = match route.provider.upstream() {
-        Ok(root) => root.to_string(),
+    let uri = match route
+        .provider
+        .upstream_uri(&route.upstream_path, req.uri().query())
+    {
+        Ok(uri) => uri,
         Err(message) => {
             state.journal.log(
                 call,
@@ -343,12 +373,7 @@ async fn record(
             );
         }
     };
-    let query = req
-        .uri()
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
-    let url = format!("{root}{}{query}", route.upstream_path);
+    let url = uri.to_string();
     let failed = |state: &State, call: Call, status: StatusCode, message: String| {
         state.journal.log(
             call,
@@ -357,14 +382,6 @@ async fn record(
             Some(Detail::message(message.clone())),
         );
         crate::handler::provider_error(kind, status, "llmreplay_upstream_unreachable", &message)
-    };
-    let Ok(uri) = url.parse::<http::Uri>() else {
-        return failed(
-            &state,
-            call,
-            StatusCode::BAD_GATEWAY,
-            format!("cargo-llmreplay: bad upstream URL {url}"),
-        );
     };
     let tls = uri.scheme_str() == Some("https");
     let host = uri.host().unwrap_or("").to_string();
@@ -375,6 +392,8 @@ async fn record(
         uri.authority().map_or("", |a| a.as_str()),
         uri.path_and_query().map_or("/", |p| p.as_str())
     );
+    // What messages may say of it: no userinfo, no secret in the query.
+    let shown = providers::redact::url(&ws_url).into_owned();
     let mut upstream_req =
         match tokio_tungstenite::tungstenite::client::IntoClientRequest::into_client_request(
             ws_url.as_str(),
@@ -385,7 +404,7 @@ async fn record(
                     &state,
                     call,
                     StatusCode::BAD_GATEWAY,
-                    format!("cargo-llmreplay: bad upstream URL {ws_url}: {e}"),
+                    format!("cargo-llmreplay: bad upstream URL {shown}: {e}"),
                 )
             }
         };
@@ -419,11 +438,16 @@ async fn record(
     let (upstream, answer) = match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(pair)) => pair,
         Ok(Err(why)) => {
-            let message = format!("cargo-llmreplay: could not open the {} session at {ws_url}: {why}; nothing was saved", route.provider.name);
+            let why = providers::redact::text(&why).into_owned();
+            let message = format!("cargo-llmreplay: could not open the {} session at {shown}: {why}; nothing was saved", route.provider.name);
             return failed(&state, call, StatusCode::BAD_GATEWAY, message);
         }
         Err(_) => {
-            let message = format!("cargo-llmreplay: the {} upstream at {ws_url} did not answer the upgrade within {}s", route.provider.name, timeout.as_secs_f64());
+            let message = format!(
+                "cargo-llmreplay: the {} upstream at {shown} did not answer the upgrade within {}s",
+                route.provider.name,
+                timeout.as_secs_f64()
+            );
             return failed(&state, call, StatusCode::GATEWAY_TIMEOUT, message);
         }
     };
@@ -466,14 +490,18 @@ async fn relay<U>(
     let (mut client_tx, mut client_rx) = client.split();
     let (mut up_tx, mut up_rx) = upstream.split();
     let mut frames: Vec<WsFrame> = Vec::new();
+    // Frames share the bytes of the message relayed: nothing is copied to keep them.
     let keep = |frames: &mut Vec<WsFrame>, from: Side, m: &Message, at_ms: u64| match m {
-        Message::Text(t) => frames.push(WsFrame::new(
+        Message::Text(t) => frames.push(WsFrame::new(from, false, Bytes::from(t.clone()), at_ms)),
+        Message::Binary(b) => frames.push(WsFrame::new(from, true, b.clone(), at_ms)),
+        // A close the server starts is part of what it said (1008 "quota exceeded"); the
+        // client's close only ends the session.
+        Message::Close(c) if from == Side::Server => frames.push(WsFrame::close(
             from,
-            false,
-            Bytes::from(t.as_str().to_string()),
+            c.as_ref().map_or(1005, |c| u16::from(c.code)),
+            c.as_ref().map(|c| c.reason.to_string()).unwrap_or_default(),
             at_ms,
         )),
-        Message::Binary(b) => frames.push(WsFrame::new(from, true, b.clone(), at_ms)),
         _ => {}
     };
     let end = loop {
@@ -543,6 +571,7 @@ async fn relay<U>(
         .map_or(0, |f| f.at_ms);
     let interaction = Interaction {
         key: call.key.clone(),
+        seal: None,
         request,
         summary: Summary::of(&response),
         response,

@@ -45,6 +45,13 @@ impl Family for Bedrock {
         SIGNING_HEADERS
     }
 
+    /// The re-signed request carries the access key id and session token: only AWS's own
+    /// hosts, over TLS, get it.
+    fn may_receive_credentials(&self, https: bool, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        https && (host == "amazonaws.com" || host.ends_with(".amazonaws.com"))
+    }
+
     /// `/model/<id>/converse`, the id percent-encoded (`:` as `%3A`).
     fn model(&self, path: &str, _body: Option<&Value>) -> Option<String> {
         let id = path.strip_prefix("/model/")?.rsplit_once('/')?.0;

@@ -13,6 +13,7 @@ mod gemini;
 mod http;
 mod ollama;
 mod openai;
+pub mod redact;
 mod vertex;
 
 pub use bedrock::SIGNING_HEADERS as BEDROCK_SIGNING_HEADERS;
@@ -108,6 +109,13 @@ pub trait Family: Sync {
     /// Whether a path with no provider prefix is this family's.
     fn owns_path(&self, _path: &str) -> bool {
         false
+    }
+
+    /// Whether an upstream at `host` may receive the credentials the daemon itself adds to a
+    /// request of this family (Bedrock's re-signing with the environment's AWS keys). Families
+    /// that add none accept every host.
+    fn may_receive_credentials(&self, _https: bool, _host: &str) -> bool {
+        true
     }
 
     /// Query parameters that carry a key: forwarded upstream, never recorded nor keyed.
