@@ -683,3 +683,780 @@ async fn an_upstream_that_does_not_accept_gets_a_504() {
     serve.stop();
     drop(listener);
 }
+
+// The third hostile round: secrets on the WebSocket and upstream paths, confinement of blob
+// reads and removals, bounded memory, honest sessions, faults per attempt, sealed answers and
+// commands that paste safely.
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// The daemon's `ws://` base for a test.
+fn ws_base(serve: &Serve, test: &str) -> String {
+    serve.for_test(test).replacen("http://", "ws://", 1)
+}
+
+/// Everything the daemon wrote that a stranger could read: the journal, and the files under
+/// `dir`.
+async fn written(serve: &Serve, dir: &Path) -> String {
+    let mut all = serve.journal().await.to_string();
+    for (path, text) in support::all_files(dir) {
+        all.push_str(&format!("\n{}\n{text}", path.display()));
+    }
+    all
+}
+
+/// A Gemini Live key in the upgrade URL, a replay miss and a recording whose upstream cannot
+/// be reached: no secret in the error event, the 502, the journal, the report or stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_misses_and_failures_leak_no_secret() {
+    use futures_util::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let replay = Serve::replaying(dir.path());
+    let url = format!(
+        "{}/gemini/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent?key=LIVEKEY-77f1",
+        ws_base(&replay, "h$live")
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    let mut seen = String::new();
+    while let Some(Ok(m)) = ws.next().await {
+        seen.push_str(&m.to_string());
+    }
+    assert!(seen.contains("no recording"), "{seen}");
+    let journal = written(&replay, dir.path()).await;
+    let stopped = replay.stop();
+    for (what, text) in [
+        ("event", &seen),
+        ("journal", &journal),
+        ("stderr", &stopped.stderr),
+    ] {
+        assert!(!text.contains("LIVEKEY"), "{what}: {text}");
+    }
+    assert!(seen.contains("key=***"), "{seen}");
+
+    let rec = Serve::in_mode(
+        dir.path(),
+        "record",
+        &format!("openai=http://127.0.0.1:{}", closed_port()),
+        &[],
+    );
+    let url = format!(
+        "{}/openai/v1/realtime?model=m&key=K1-aa&api_key=K2-bb&k%65y=K3-cc&access_token=K4-dd",
+        ws_base(&rec, "h$rt")
+    );
+    let refused = match tokio_tungstenite::connect_async(url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            assert_eq!(r.status(), 502);
+            String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned()
+        }
+        other => panic!("expected a 502, got {other:?}"),
+    };
+    assert!(refused.contains("could not open"), "{refused}");
+    let journal = written(&rec, dir.path()).await;
+    let stopped = rec.stop();
+    for secret in ["K1-aa", "K2-bb", "K3-cc", "K4-dd"] {
+        for (what, text) in [
+            ("502", &refused),
+            ("journal", &journal),
+            ("stderr", &stopped.stderr),
+        ] {
+            assert!(!text.contains(secret), "{secret} in the {what}: {text}");
+        }
+    }
+}
+
+/// A base URL that ends in `/` gives `//openai/...`: the request still goes to the upstream's
+/// own port and path, never to a host or port the path seems to name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_doubled_slash_keeps_the_upstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let serve = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    for path in [
+        "//openai/v1/chat/completions",
+        "/openai//v1/chat/completions",
+    ] {
+        let r = http()
+            .post(format!("{}{path}", serve.base))
+            .header("x-test-id", "h$slashes")
+            .header("authorization", "Bearer sk-doubled")
+            .json(&chat(path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}: {}", r.text().await.unwrap());
+    }
+    let received = fake.received();
+    assert_eq!(received.len(), 2);
+    assert!(
+        received.iter().all(|r| r.path == "/v1/chat/completions"),
+        "{received:?}"
+    );
+}
+
+/// `https://user:TOKEN@gateway` as an upstream: the token is used, never printed (start-up,
+/// 502, journal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_userinfo_is_never_printed() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = format!(
+        "openai=http://gwuser:GW-TOKEN-31@127.0.0.1:{}",
+        closed_port()
+    );
+    let serve = Serve::in_mode(dir.path(), "record", &up, &[]);
+    let r = ask(&serve, "h$userinfo", "hi").await;
+    assert_eq!(r.status(), 502);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("***@127.0.0.1"), "{body}");
+    let journal = written(&serve, dir.path()).await;
+    let stopped = serve.stop();
+    assert!(
+        stopped.stderr.contains("***@127.0.0.1"),
+        "{}",
+        stopped.stderr
+    );
+    for (what, text) in [
+        ("502", &body),
+        ("journal", &journal),
+        ("stderr", &stopped.stderr),
+    ] {
+        assert!(!text.contains("GW-TOKEN-31"), "{what}: {text}");
+    }
+}
+
+/// A `llmreplay.toml` (a pull request's, say) that points Bedrock at a plain-HTTP host does not
+/// get the AWS credentials sent there; `--allow-credentials-to` lets the user say otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bedrock_credentials_go_only_to_aws_hosts_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        format!("[providers.bedrock]\nupstream = \"{}\"\n", fake.url()),
+    )
+    .unwrap();
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "AKIDLEAKCHECK1"),
+        ("AWS_SECRET_ACCESS_KEY", "secret-leak-check"),
+        ("AWS_SESSION_TOKEN", "SESSIONLEAKCHECK1"),
+    ];
+    let send = |serve: &Serve| {
+        http()
+            .post(format!(
+                "{}/bedrock/model/m/converse",
+                serve.for_test("h$bedrock")
+            ))
+            .body(r#"{"messages":[{"role":"user","content":[{"text":"hi"}]}]}"#)
+            .send()
+    };
+    let args = ["--cassette-dir", "c", "--mode", "record"];
+    let refused = Serve::start_with_env(dir.path(), &args, &env);
+    let r = send(&refused).await.unwrap();
+    assert_eq!(r.status(), 502);
+    let body = r.text().await.unwrap();
+    assert!(body.contains("--allow-credentials-to 127.0.0.1"), "{body}");
+    assert!(fake.received().is_empty(), "nothing reached the host");
+    drop(refused);
+
+    let mut allowed_args = args.to_vec();
+    allowed_args.extend(["--allow-credentials-to", "127.0.0.1"]);
+    let allowed = Serve::start_with_env(dir.path(), &allowed_args, &env);
+    let r = send(&allowed).await.unwrap();
+    r.bytes().await.unwrap();
+    let received = fake.received();
+    assert_eq!(received.len(), 1, "allowed, it goes");
+    assert!(received[0]
+        .headers
+        .iter()
+        .any(|(k, v)| k == "authorization" && v.contains("AKIDLEAKCHECK1")));
+}
+
+/// A cassette folder whose `blobs` links elsewhere: a recording there removes nothing in the
+/// other folder. A session frame whose blob names a path is refused, never opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blobs_are_read_and_removed_only_inside_the_cassette_folder() {
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    let elsewhere = sample.scratch().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let victim = elsewhere.join("a".repeat(64));
+    std::fs::write(&victim, b"not ours").unwrap();
+    let folder = sample.root.join("c/h--linked");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, folder.join("blobs")).unwrap();
+    let serve = Serve::in_mode(
+        &sample.root,
+        "record",
+        &format!("openai={}", fake.url()),
+        &[],
+    );
+    let r = ask(&serve, "h$linked", "hello").await;
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    drop(serve);
+    assert!(folder.join("openai.json").is_file(), "recorded");
+    assert!(victim.is_file(), "the file elsewhere is untouched");
+
+    let session = sample.root.join("c/h--session");
+    std::fs::create_dir_all(&session).unwrap();
+    let cassette = json!({"llmreplay": 1, "test": "h$session", "provider": "openai", "interactions": [{
+        "key": "0".repeat(64),
+        "request": {"method": "GET", "path": "/v1/realtime", "websocket": true},
+        "frames": [{"from": "server", "blob": "../../../../../../etc/passwd", "at_ms": 0}]
+    }]});
+    std::fs::write(session.join("openai.json"), cassette.to_string()).unwrap();
+    let out = sample.llmreplay(&["status", "--no-list", "--check", "--cassette-dir", "c"]);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("not a SHA-256"), "{}", out.stderr);
+    assert!(!out.stderr.contains("git checkout"), "{}", out.stderr);
+}
+
+/// Peak memory of a process, from the kernel's high-water mark.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// A 40 MB JSON array (under the body limit) records and replays byte for byte, kept as a blob,
+/// with memory a small multiple of it (it took 4.7 GB once; `bench/memory.sh` measures it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_json_body_records_in_bounded_memory() {
+    let zeros = |mib: usize| {
+        let mut body = String::with_capacity((mib + 1) << 20);
+        body.push_str("[0");
+        while body.len() < mib << 20 {
+            body.push_str(",0");
+        }
+        body.push(']');
+        body
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // Keyed on its way to an upstream that is not there: the request is all that is held.
+    let unreachable = format!("openai=http://127.0.0.1:{}", closed_port());
+    let serve = Serve::recording(dir.path(), &unreachable);
+    let r = http()
+        .post(format!("{}/openai/v1/embeddings", serve.for_test("h$huge")))
+        .header("content-type", "application/json")
+        .body(zeros(40))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let peak = peak_rss_kib(serve.pid());
+    assert!(peak < 400 << 10, "peak RSS {peak} KiB for a 40 MB body");
+    drop(serve);
+
+    // Past the size where it would be parsed, a body is recorded as its bytes and replays.
+    let fake = FakeProvider::start().await;
+    let serve = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let body = zeros(5);
+    let r = http()
+        .post(format!("{}/openai/v1/embeddings", serve.for_test("h$big")))
+        .header("content-type", "application/json")
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.bytes().await.unwrap();
+    drop(serve);
+    let cassette = support::read_json(&dir.path().join("c/h--big/openai.json"));
+    let blob = cassette["interactions"][0]["request"]["body_blob"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{cassette}"));
+    assert_eq!(
+        std::fs::read(dir.path().join("c/h--big/blobs").join(blob)).unwrap(),
+        body.as_bytes()
+    );
+    let replay = Serve::replaying(dir.path());
+    let r = http()
+        .post(format!("{}/openai/v1/embeddings", replay.for_test("h$big")))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the same bytes replay");
+}
+
+/// The faults route shares the body limit, a test has at most 1,000 faults waiting, and a
+/// `[match]` pattern too large to run on every request is refused at start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_and_match_rules_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = serve_with(
+        dir.path(),
+        "[limits]\nbody_mib = 1\n",
+        "replay",
+        "openai=http://127.0.0.1:9",
+    );
+    let faults = format!("{}/__llmreplay/faults", serve.for_test("h$faults"));
+    let huge = json!({"status": 500, "body": "x".repeat(2 << 20)});
+    let r = http().post(&faults).json(&huge).send().await.unwrap();
+    assert_eq!(r.status(), 413);
+    let client = http();
+    for i in 0..1000 {
+        let r = client
+            .post(&faults)
+            .json(&json!({"status": 500}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201, "fault {i}");
+    }
+    let r = http()
+        .post(&faults)
+        .json(&json!({"status": 500}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("1000 faults waiting"));
+    let other = format!("{}/__llmreplay/faults", serve.for_test("h$other"));
+    let r = http()
+        .post(&other)
+        .json(&json!({"status": 500}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "another test is not limited by this one");
+    drop(serve);
+
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[match]\nreplace = [{ pattern = \"(a{1,1000}){1,1000}\", with = \"x\" }]\n",
+    )
+    .unwrap();
+    let e = Serve::try_start(dir.path(), &["--cassette-dir", "c"], &[])
+        .err()
+        .unwrap();
+    assert!(e.contains("size limit") || e.contains("exceeds"), "{e}");
+    for bad in [
+        "[upstream]\nidle_timeout_s = 1e30\n",
+        "[limits]\nbody_mib = 1e30\n",
+    ] {
+        std::fs::write(dir.path().join("llmreplay.toml"), bad).unwrap();
+        let e = Serve::try_start(dir.path(), &["--cassette-dir", "c"], &[])
+            .err()
+            .unwrap();
+        assert!(
+            e.contains("at most") && !e.contains("panicked"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+/// A fault spec is checked whole when it is posted: transfer headers, 1xx statuses and bad
+/// header names are refused naming the field, and nothing corrupts the next answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_specs_are_checked_when_posted() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::replaying(dir.path());
+    let faults = format!("{}/__llmreplay/faults", serve.for_test("h$spec"));
+    for (spec, says) in [
+        (
+            json!({"status": 500, "headers": {"content-length": "5"}}),
+            "content-length",
+        ),
+        (json!({"status": 101}), "\"status\": 101"),
+        (
+            json!({"status": 500, "headers": {"bad name": "x"}}),
+            "\"bad name\"",
+        ),
+    ] {
+        let r = http().post(&faults).json(&spec).send().await.unwrap();
+        assert_eq!(r.status(), 400, "{spec}");
+        let text = r.text().await.unwrap();
+        assert!(text.contains(says), "{spec}: {text}");
+    }
+}
+
+/// `begin` starts a test's attempt afresh: posted faults are gone and `[[faults]]` fire again,
+/// so a retried test meets what its first attempt met.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn begin_resets_and_rearms_a_tests_faults() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = serve_with(
+        dir.path(),
+        "[[faults]]\ntest = \"test(=retried)\"\nstatus = 503\n",
+        "replay",
+        "openai=http://127.0.0.1:9",
+    );
+    let begin = format!("{}/__llmreplay/begin?test=h%24retried", serve.base);
+    let faults = format!("{}/__llmreplay/faults", serve.for_test("h$retried"));
+    for attempt in 0..2 {
+        http().post(&begin).send().await.unwrap();
+        let first = ask(&serve, "h$retried", "hi").await.status();
+        assert_eq!(first, 503, "attempt {attempt}: the declared fault fires");
+        let second = ask(&serve, "h$retried", "hi").await.status();
+        assert_eq!(second, 404, "attempt {attempt}: once, then a miss");
+        let r = http()
+            .post(&faults)
+            .json(&json!({"status": 429, "times": "always"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    http().post(&begin).send().await.unwrap();
+    assert_eq!(
+        ask(&serve, "h$retried", "hi").await.status(),
+        503,
+        "not 429: posted faults are gone"
+    );
+}
+
+/// A session the server closes with 1008 is recorded with its close and replayed with it;
+/// a client's close is answered, so it sees a normal closure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_record_the_servers_close_and_answer_the_clients() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = support::FakeRealtime::start().await;
+    let item = |text: &str| {
+        Message::text(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}).to_string())
+    };
+    // The first server frame (session.created), then the client's item, then the close.
+    let turn = |base: String, text: &'static str| async move {
+        let url = format!("{base}/openai/v1/realtime?model=gpt-realtime");
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let first = ws.next().await.unwrap().unwrap();
+        assert!(first.to_string().contains("session.created"), "{first}");
+        ws.send(item(text)).await.unwrap();
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(c))) => break c,
+                Some(Ok(_)) => continue,
+                other => panic!("no close frame: {other:?}"),
+            }
+        }
+    };
+    let rec = Serve::recording_from(dir.path(), &[("openai", fake.url())]);
+    let close = turn(ws_base(&rec, "h$quota"), "QUOTA please")
+        .await
+        .unwrap();
+    assert_eq!(
+        (close.code, close.reason.as_str()),
+        (CloseCode::Policy, "quota exceeded")
+    );
+    let stopped = rec.stop();
+    assert!(stopped.stderr.contains("1 recorded"), "{}", stopped.stderr);
+    fake.stop();
+    let replay = Serve::replaying(dir.path());
+    let close = turn(ws_base(&replay, "h$quota"), "QUOTA please")
+        .await
+        .unwrap();
+    assert_eq!(
+        (close.code, close.reason.as_str()),
+        (CloseCode::Policy, "quota exceeded"),
+        "replayed"
+    );
+
+    // A client that closes first gets the close answered, not a dropped connection.
+    let url = format!(
+        "{}/openai/v1/realtime?model=gpt-realtime",
+        ws_base(&replay, "h$quota")
+    );
+    for _ in 0..5 {
+        let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        ws.next().await.unwrap().unwrap();
+        ws.close(None).await.unwrap();
+        let answered = loop {
+            match ws.next().await {
+                Some(Ok(Message::Close(_))) => break true,
+                Some(Ok(_)) => continue,
+                None => break true,
+                Some(Err(e)) => panic!("abnormal closure: {e}"),
+            }
+        };
+        assert!(answered);
+    }
+}
+
+/// An answer or a session frame edited by hand is refused at replay (the seal covers what
+/// replay sends) and listed by `status --check`; `status --fix` seals a deliberate edit, and
+/// removes the temporary files a killed run left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edited_answers_and_frames_are_refused_until_sealed_again() {
+    let sample = Sample::new();
+    let fake = FakeProvider::start().await;
+    let rec = Serve::in_mode(
+        &sample.root,
+        "record",
+        &format!("openai={}", fake.url()),
+        &[],
+    );
+    let r = ask(&rec, "h$edited", "hello").await;
+    let answer = r.text().await.unwrap();
+    drop(rec);
+    let path = sample.root.join("c/h--edited/openai.json");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let mut cassette: Value = serde_json::from_str(&original).unwrap();
+    assert!(
+        cassette["interactions"][0]["seal"].is_string(),
+        "{cassette}"
+    );
+    let text = cassette["interactions"][0]["response"]["body"]["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(answer.contains(&text));
+    cassette["interactions"][0]["response"]["body"]["choices"][0]["message"]["content"] =
+        json!("I was edited");
+    std::fs::write(&path, serde_json::to_string_pretty(&cassette).unwrap()).unwrap();
+    std::fs::write(path.with_file_name(".llmreplay-killed.tmp"), b"{\"half").unwrap();
+
+    let replay = Serve::replaying(&sample.root);
+    let r = ask(&replay, "h$edited", "hello").await;
+    assert_eq!(r.status(), 400);
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains("edited by hand") && body.contains("status --fix"),
+        "{body}"
+    );
+    drop(replay);
+
+    let check = sample.llmreplay(&["status", "--no-list", "--check", "--cassette-dir", "c"]);
+    assert_eq!(check.code, Some(1), "{}", check.stderr);
+    assert!(
+        check.stderr.contains("no longer matches its seal"),
+        "{}",
+        check.stderr
+    );
+    assert!(
+        check.stderr.contains(".llmreplay-killed.tmp"),
+        "{}",
+        check.stderr
+    );
+    let fix = sample.llmreplay(&["status", "--no-list", "--fix", "--cassette-dir", "c"]);
+    assert!(fix.stderr.contains("answer sealed"), "{}", fix.stderr);
+    assert!(!path.with_file_name(".llmreplay-killed.tmp").exists());
+    let replay = Serve::replaying(&sample.root);
+    let r = ask(&replay, "h$edited", "hello").await;
+    assert_eq!(r.status(), 200);
+    assert!(
+        r.text().await.unwrap().contains("I was edited"),
+        "the deliberate edit replays"
+    );
+}
+
+/// A recorded session whose frame is edited by hand is refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_session_frame_is_refused() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = support::FakeRealtime::start().await;
+    let rec = Serve::recording_from(dir.path(), &[("openai", fake.url())]);
+    let url = format!(
+        "{}/openai/v1/realtime?model=gpt-realtime",
+        ws_base(&rec, "h$frames")
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    ws.next().await.unwrap().unwrap();
+    ws.send(Message::text(
+        json!({"type": "session.update", "session": {"instructions": "x"}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    ws.next().await.unwrap().unwrap();
+    ws.close(None).await.unwrap();
+    while let Some(Ok(_)) = ws.next().await {}
+    let stopped = rec.stop();
+    assert!(stopped.stderr.contains("1 recorded"), "{}", stopped.stderr);
+    let path = dir.path().join("c/h--frames/openai.json");
+    let mut cassette: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let frames = cassette["interactions"][0]["frames"]
+        .as_array_mut()
+        .unwrap();
+    let server = frames.iter_mut().find(|f| f["from"] == "server").unwrap();
+    server["json"]["type"] = json!("session.hacked");
+    std::fs::write(&path, serde_json::to_string_pretty(&cassette).unwrap()).unwrap();
+    let replay = Serve::replaying(dir.path());
+    let url = format!(
+        "{}/openai/v1/realtime?model=gpt-realtime",
+        ws_base(&replay, "h$frames")
+    );
+    match tokio_tungstenite::connect_async(&url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => {
+            assert_eq!(r.status(), 400);
+            let body =
+                String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()).into_owned();
+            assert!(body.contains("edited by hand"), "{body}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// The "record it with" command of a miss, pasted into a shell, runs that command alone,
+/// whatever the test is called.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn printed_commands_paste_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::replaying(dir.path());
+    let test = "h$quote'; touch pwned; echo '";
+    let r = ask(&serve, test, "hi").await;
+    assert_eq!(r.status(), 404);
+    let body: Value = r.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap().to_string();
+    let command = message
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("record it with: "))
+        .unwrap()
+        .split(" (with a daemon")
+        .next()
+        .unwrap()
+        .to_string();
+    let stopped = serve.stop();
+    let scratch = tempfile::tempdir().unwrap();
+    // `cargo` stands in as a function that prints its arguments, one per line.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("cargo() {{ printf '%s\\n' \"$@\"; }}; {command}"))
+        .current_dir(scratch.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{command}");
+    assert!(
+        !scratch.path().join("pwned").exists(),
+        "{command} ran touch"
+    );
+    let args = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        args.lines().last().unwrap(),
+        "test(=quote'; touch pwned; echo ')",
+        "{command}"
+    );
+    assert!(
+        stopped.stderr.contains("no recording") || stopped.stderr.contains("missing"),
+        "{}",
+        stopped.stderr
+    );
+}
+
+/// Sends `secret` in one of its forms down every path that writes something (a recording, a
+/// 502 from an upstream that is not there, a replay miss, HTTP and WebSocket alike) and
+/// returns all the daemons wrote and answered.
+async fn everything_written_for(secret: &str, param: &str, header: &str) -> String {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let realtime = support::FakeRealtime::start().await;
+    let query = format!("{param}={secret}&alt=sse");
+    let mut seen = String::new();
+    let chat_to = |serve: &Serve, test: &str| {
+        http()
+            .post(format!(
+                "{}/openai/v1/chat/completions?{query}",
+                serve.for_test(test)
+            ))
+            .header(header, format!("Bearer {secret}"))
+            .json(&chat("hi"))
+            .send()
+    };
+    let session = |serve: &Serve, test: &str| {
+        let mut req = format!(
+            "{}/openai/v1/realtime?model=gpt-realtime&{query}",
+            ws_base(serve, test)
+        )
+        .into_client_request()
+        .unwrap();
+        req.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(header.as_bytes())
+                .unwrap(),
+            format!("Bearer {secret}").parse().unwrap(),
+        );
+        tokio_tungstenite::connect_async(req)
+    };
+    let mut stderr = String::new();
+
+    // Recorded, HTTP and WebSocket.
+    let rec = Serve::recording_from(
+        dir.path(),
+        &[("openai", fake.url()), ("gemini", realtime.url())],
+    );
+    let r = chat_to(&rec, "p$http").await.unwrap();
+    seen.push_str(&r.text().await.unwrap());
+    let rec_ws = Serve::recording_from(dir.path(), &[("openai", realtime.url())]);
+    let (mut ws, _) = session(&rec_ws, "p$ws").await.unwrap();
+    seen.push_str(&ws.next().await.unwrap().unwrap().to_string());
+    ws.close(None).await.unwrap();
+    while let Some(Ok(m)) = ws.next().await {
+        seen.push_str(&m.to_string());
+    }
+    seen.push_str(&written(&rec, dir.path()).await);
+    seen.push_str(&written(&rec_ws, dir.path()).await);
+    stderr.push_str(&rec.stop().stderr);
+    stderr.push_str(&rec_ws.stop().stderr);
+
+    // An upstream with the secret as its userinfo, not there.
+    let gone = format!("openai=http://user:{secret}@127.0.0.1:{}", closed_port());
+    let failing = Serve::in_mode(dir.path(), "record", &gone, &[]);
+    let r = chat_to(&failing, "p$gone").await.unwrap();
+    seen.push_str(&r.text().await.unwrap());
+    match session(&failing, "p$gone").await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => seen.push_str(
+            &String::from_utf8_lossy(r.body().as_deref().unwrap_or_default()),
+        ),
+        other => panic!("expected a 502, got {other:?}"),
+    }
+    seen.push_str(&written(&failing, dir.path()).await);
+    stderr.push_str(&failing.stop().stderr);
+
+    // Replayed, and missed.
+    let replay = Serve::replaying(dir.path());
+    for test in ["p$http", "p$missing"] {
+        let r = chat_to(&replay, test).await.unwrap();
+        seen.push_str(&r.text().await.unwrap());
+    }
+    for test in ["p$ws", "p$missing"] {
+        let (mut ws, _) = session(&replay, test).await.unwrap();
+        let _ = ws
+            .send(tokio_tungstenite::tungstenite::Message::text(
+                "{\"type\":\"x\"}",
+            ))
+            .await;
+        while let Some(Ok(m)) = ws.next().await {
+            seen.push_str(&m.to_string());
+        }
+    }
+    seen.push_str(&written(&replay, dir.path()).await);
+    stderr.push_str(&replay.stop().stderr);
+    seen.push_str(&stderr);
+    seen
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 4, ..Default::default() })]
+
+    /// No secret, in any form (a header, a query parameter under any casing or percent-encoded
+    /// name, a URL's userinfo), appears in anything the daemon writes or answers, whichever
+    /// path the request takes.
+    #[test]
+    fn no_secret_form_reaches_any_output(
+        secret in "[A-Za-z0-9]{16,24}",
+        param in proptest::sample::select(vec!["key", "KEY", "api_key", "Api_Key", "access_token", "k%65y", "api%5Fkey"]),
+        header in proptest::sample::select(vec!["authorization", "x-api-key", "api-key", "x-goog-api-key"]),
+    ) {
+        let secret = format!("SECRET{secret}");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let all = runtime.block_on(everything_written_for(&secret, param, header));
+        proptest::prop_assert!(all.contains("You said") || all.contains("choices"), "the calls went through");
+        proptest::prop_assert!(!all.contains(&secret), "{secret} ({param}, {header}) leaked:\n{all}");
+    }
+}

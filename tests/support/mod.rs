@@ -782,6 +782,11 @@ impl Serve {
         get_json(&format!("{}/__llmreplay/{route}", self.base)).await
     }
 
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
     /// What the daemon answered so far.
     pub async fn journal(&self) -> Value {
         self.control("journal").await
@@ -1428,7 +1433,7 @@ fn tool_answer(path: &str, tool: &str, n: usize, streamed: bool) -> Response<Bod
 /// A fake WebSocket upstream on 127.0.0.1 speaking OpenAI Realtime (and Azure's, on any path
 /// with `realtime`) and Gemini Live (`...BidiGenerateContent`): every id and timestamp new on
 /// each session, as the real ones are. A prompt with `CUT` drops the connection after the first
-/// delta, without a close.
+/// delta, without a close; one with `QUOTA` is answered with a close 1008 "quota exceeded".
 pub struct FakeRealtime {
     pub addr: SocketAddr,
     /// Sessions opened, and the path and query of each upgrade.
@@ -1532,6 +1537,16 @@ async fn openai_realtime(mut ws: FakeSocket, n: usize) {
                     .as_str()
                     .unwrap_or("")
                     .to_string();
+                if prompt.contains("QUOTA") {
+                    use futures_util::SinkExt;
+                    let close = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                        code: 1008.into(),
+                        reason: "quota exceeded".into(),
+                    };
+                    let _ = ws.send(Message::Close(Some(close))).await;
+                    while let Some(Ok(_)) = ws.next().await {}
+                    return;
+                }
                 send_json(&mut ws, json!({"type": "conversation.item.created", "event_id": event_id(), "previous_item_id": null, "item": {"id": format!("item_{n}"), "type": "message", "role": "user", "content": v["item"]["content"]}})).await;
             }
             "response.create" => {
