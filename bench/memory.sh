@@ -12,4 +12,5 @@ cargo build --release --quiet --manifest-path "$root/bench/floor/Cargo.toml" --t
 load="$root/target/bench-floor/release/mem_load"
 bin="$root/target/release/cargo-llmreplay"
 echo "json    $("$load" json "$bin" "$json_mib")"
-echo "session $("$load" session "$bin" "$session_mib")"
+echo "session $("$load" session "$bin" "$session_mib" 60)   (60 KiB frames, inline)"
+echo "session $("$load" session "$bin" "$session_mib" 200)   (200 KiB frames, blobs)"

@@ -2,8 +2,10 @@
 //! of its own on 127.0.0.1, sends one large exchange through it, and prints the daemon's RSS
 //! after start and its peak (the kernel's high-water mark) as JSON.
 //!   mem_load json <cargo-llmreplay> <MiB>       one JSON array of zeros, POSTed and recorded
-//!   mem_load session <cargo-llmreplay> <MiB>    a Realtime-style session: the client sends
-//!                                               audio appends of ~60 KiB, the upstream answers
+//!   mem_load session <cargo-llmreplay> <MiB> [FRAME_KIB]
+//!                                               a Realtime-style session: the client sends
+//!                                               audio appends of FRAME_KIB (60: inline in the
+//!                                               cassette; over 64: blobs), the upstream answers
 //!                                               each with a delta of the same size
 //! Bounded: one exchange each, and the daemon is stopped at the end.
 
@@ -14,8 +16,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 
-/// One frame's base64 payload: under the 64 KiB a frame may stay inline in the cassette.
-const FRAME: usize = 60 << 10;
+/// One frame's base64 payload by default: under the 64 KiB a frame may stay inline in the
+/// cassette.
+const FRAME_KIB: usize = 60;
 
 fn kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -163,9 +166,10 @@ async fn main() {
             );
             let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
             ws.next().await.unwrap().unwrap();
-            let audio = "B".repeat(FRAME);
+            let frame_kib = args.get(4).map_or(FRAME_KIB, |k| k.parse().unwrap());
+            let audio = "B".repeat(frame_kib << 10);
             // Both ways together make `mib`: half from the client, half answered.
-            for i in 0..sent / 2 / FRAME {
+            for i in 0..sent / 2 / (frame_kib << 10) {
                 let frame = format!(
                     r#"{{"type":"input_audio_buffer.append","event_id":"c{i}","audio":"{audio}"}}"#
                 );
