@@ -1,5 +1,5 @@
 //! What can go wrong in a command, each with its cause kept, and the one place that turns an
-//! outcome into an exit status (SPEC "Exit codes"; the table is in README).
+//! outcome into an exit status (README, "Exit codes").
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -106,7 +106,7 @@ impl Error {
         }
     }
 
-    /// Every error is a usage, configuration or input error to the user: SPEC gives them one
+    /// Every error is a usage, configuration or input error to the user: README gives them one
     /// status. Listed one by one so that a new kind is mapped on purpose.
     pub fn exit_code(&self) -> u8 {
         match self {

@@ -19,17 +19,25 @@ mod snapshots;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// The command's long help; the providers come from the family list, so it never drifts.
+fn long_about() -> String {
+    format!(
+        "Record LLM API calls once, replay them in every test run: offline, free, byte for byte.\n\n\
+        A local daemon stands between your tests and the providers ({}, and OpenAI-compatible \
+        gateways). In record mode it forwards each request and writes the answer to \
+        tests/cassettes/<test>/<provider>.json; in replay mode (the default) it answers from those \
+        files with no network and no keys.",
+        providers::family_names()
+    )
+}
+
 #[derive(Parser)]
 #[command(
     name = "cargo llmreplay",
     bin_name = "cargo llmreplay",
     version,
     about = "Record LLM API calls once, replay them in every test run: offline, free, byte for byte.",
-    long_about = "Record LLM API calls once, replay them in every test run: offline, free, byte for byte.\n\n\
-        A local daemon stands between your tests and the providers (OpenAI, Anthropic, Gemini, Ollama, \
-        OpenAI-compatible gateways). In record mode it forwards each request and writes the answer to \
-        tests/cassettes/<test>/<provider>.json; in replay mode (the default) it answers from those files \
-        with no network and no keys."
+    long_about = long_about()
 )]
 struct Cli {
     #[command(subcommand)]

@@ -7,7 +7,7 @@ use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{plural, stderr, term};
 use crate::report::{Report, Unused};
-use cassettes::Key;
+use cassettes::RecordingId;
 use clap::Args;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -52,14 +52,17 @@ pub fn run(args: PruneArgs) -> Result<Outcome> {
             }
         }
     };
-    let mut recordings: BTreeMap<PathBuf, Vec<(Key, usize)>> = BTreeMap::new();
+    let mut recordings: BTreeMap<PathBuf, Vec<RecordingId>> = BTreeMap::new();
     let mut folders = Vec::new();
     for u in &report.unused {
         match u {
             Unused::Recording(r) => recordings
                 .entry(inside(&cassette_dir, local(&r.cassette, 2), 2)?)
                 .or_default()
-                .push((r.key.clone(), r.ordinal)),
+                .push(RecordingId {
+                    key: r.key.clone(),
+                    ordinal: r.ordinal,
+                }),
             Unused::Folder { folder } => {
                 folders.push(inside(&cassette_dir, local(Path::new(folder), 1), 1)?)
             }
@@ -161,7 +164,7 @@ fn trust(report: &Report, path: &Path, cassette_dir: &Path) -> Result<()> {
             path.display()
         )));
     }
-    if report.mode == "passthrough" {
+    if report.mode == daemon::Mode::Passthrough {
         return Err(Error::Report(format!(
             "{} comes from a passthrough run, which replays nothing. {again}",
             path.display()

@@ -405,7 +405,7 @@ fn pick(
                     }
                     items.push(Item {
                         cassette: path.clone(),
-                        test: c.test.clone(),
+                        test: c.test.to_string(),
                         provider: c.provider.clone(),
                         index,
                         old,

@@ -9,15 +9,23 @@ use daemon::Daemon;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-#[derive(Args)]
-#[command(
-    about = "Run the record/replay daemon alone, until Ctrl-C or SIGTERM",
-    long_about = "Run the record/replay daemon alone, until Ctrl-C or SIGTERM.\n\n\
+/// The long help; the well-known paths come from the families, so it never drifts.
+fn long_about() -> String {
+    format!(
+        "Run the record/replay daemon alone, until Ctrl-C or SIGTERM.\n\n\
         The first line on stdout is LLMREPLAY_BASE_URL=http://127.0.0.1:<port>. Point clients at \
         <base>/<provider>/... (e.g. OPENAI_BASE_URL=<base>/openai/v1) and name the test in an \
         X-Test-Id header, or use <base>/t/<percent-encoded test id>/<provider>/... . Requests to \
-        well-known paths (/v1/chat/completions, /v1/messages, /api/chat, ...:generateContent) need no \
-        provider prefix. On exit it prints what was replayed, missing and recorded.",
+        well-known paths ({}) need no provider prefix. On exit it prints what was replayed, missing \
+        and recorded.",
+        providers::example_paths()
+    )
+}
+
+#[derive(Args)]
+#[command(
+    about = "Run the record/replay daemon alone, until Ctrl-C or SIGTERM",
+    long_about = long_about(),
     after_help = "Examples:\n  cargo llmreplay serve                          # replay from tests/cassettes\n  \
         cargo llmreplay serve --mode record-missing    # record what is not recorded yet\n  \
         cargo llmreplay serve --upstream openai=http://127.0.0.1:8080 --mode record"

@@ -12,17 +12,26 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The long help; the variables come from the families' tables, so it never drifts.
+fn long_about() -> String {
+    format!(
+        "Run the crate's tests under cargo-nextest, each pointed at a per-run record/replay daemon.\n\n\
+        Every test process gets LLMREPLAY_BASE_URL and the base URL every client reads ({}, and \
+        <NAME>_BASE_URL for a gateway of llmreplay.toml) for its own cassettes in \
+        tests/cassettes/<test>/. In replay mode (the default) nothing reaches the network; a request \
+        with no recording fails. After the run it reports missing, unused and changed cassettes and \
+        writes target/llmreplay/report.json.\n\n\
+        Every argument not listed below goes to `cargo nextest run` (-E, -p, --workspace, \
+        --partition, --retries, -- ...).",
+        providers::env::injected_names()
+    )
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "cargo llmreplay test",
     about = "Run the crate's tests under cargo-nextest, each pointed at a per-run record/replay daemon",
-    long_about = "Run the crate's tests under cargo-nextest, each pointed at a per-run record/replay daemon.\n\n\
-        Every test process gets OPENAI_BASE_URL, ANTHROPIC_BASE_URL, OLLAMA_HOST, GOOGLE_GEMINI_BASE_URL \
-        and LLMREPLAY_BASE_URL for its own cassettes in tests/cassettes/<test>/. In replay mode (the \
-        default) nothing reaches the network; a request with no recording fails. After the run it \
-        reports missing, unused and changed cassettes and writes target/llmreplay/report.json.\n\n\
-        Every argument not listed below goes to `cargo nextest run` (-E, -p, --workspace, --partition, \
-        --retries, -- ...).",
+    long_about = long_about(),
     after_help = "Examples:\n  cargo llmreplay test                               # replay; fails on a missing cassette\n  \
         cargo llmreplay test --record-missing              # record what is not recorded yet\n  \
         cargo llmreplay test --record -E 'test(=chat)'     # re-record one test\n  \

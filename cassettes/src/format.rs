@@ -3,6 +3,7 @@
 //! forms of `body.rs`) or a stream of events, each kept as JSON when that reproduces its bytes.
 
 use crate::body::{json_within_depth, Blob, Body, BodyFields};
+use crate::id::TestId;
 use crate::key::{Key, RecordedRequest};
 use crate::session::{Side, WsFrame};
 use crate::Error;
@@ -18,8 +19,10 @@ pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Cassette {
+    /// The format version ([`FORMAT_VERSION`]).
     pub llmreplay: u32,
-    pub test: String,
+    /// Whose recordings these are: a test names its folder, so two tests never share one.
+    pub test: TestId,
     pub provider: String,
     pub interactions: Vec<Interaction>,
 }
@@ -117,6 +120,28 @@ impl Serialize for Interaction {
         }
         .serialize(serializer)
     }
+}
+
+/// Which recording an interaction is, stable across appends and replacements: its request's
+/// key and which recording of that key it is (0 for the first).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RecordingId {
+    /// The request's key.
+    pub key: Key,
+    /// Which recording of `key`: 0 for the first.
+    pub ordinal: usize,
+}
+
+/// The id of each interaction, in order.
+pub fn recording_ids(interactions: &[Interaction]) -> Vec<RecordingId> {
+    interactions
+        .iter()
+        .zip(ordinals(interactions))
+        .map(|(x, ordinal)| RecordingId {
+            key: x.key.clone(),
+            ordinal,
+        })
+        .collect()
 }
 
 /// The seal of an answer: SHA-256 of its stored form as compact JSON (status, headers, body,
@@ -334,7 +359,7 @@ impl Cassette {
     pub fn new(test: &str, provider: &str) -> Self {
         Cassette {
             llmreplay: FORMAT_VERSION,
-            test: test.to_string(),
+            test: TestId::new(test),
             provider: provider.to_string(),
             interactions: Vec::new(),
         }

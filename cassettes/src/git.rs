@@ -3,8 +3,7 @@
 //! will see, told before it is pushed.
 
 use crate::body::BLOB_DIR;
-use crate::format::{ordinals, Cassette, Interaction};
-use crate::key::Key;
+use crate::format::{recording_ids, Cassette, Interaction, RecordingId};
 use crate::review::{diff_cassettes, InteractionDiff};
 use crate::store::cassette_files;
 use crate::Error;
@@ -152,7 +151,7 @@ pub struct FileDiff {
     /// Relative to the repository's root.
     #[serde(with = "crate::lossy_path")]
     pub path: PathBuf,
-    pub test: String,
+    pub test: crate::TestId,
     pub provider: String,
     pub kind: ChangeKind,
     pub interactions: Vec<InteractionDiff>,
@@ -276,7 +275,7 @@ pub fn diff_against(
         };
         let mut file = FileDiff {
             path: path.clone(),
-            test: String::new(),
+            test: crate::TestId::new(""),
             provider: String::new(),
             kind,
             interactions: Vec::new(),
@@ -358,11 +357,11 @@ fn resolve_base<'r>(
 
 /// Interactions are matched by key and ordinal, as replay matches them.
 fn count(old: &[Interaction], new: &[Interaction], change: &mut Change) {
-    let index = |list: &[Interaction]| -> HashMap<(Key, usize), usize> {
-        list.iter()
-            .zip(ordinals(list))
+    let index = |list: &[Interaction]| -> HashMap<RecordingId, usize> {
+        recording_ids(list)
+            .into_iter()
             .enumerate()
-            .map(|(i, (x, n))| ((x.key.clone(), n), i))
+            .map(|(i, id)| (id, i))
             .collect()
     };
     let (old_index, new_index) = (index(old), index(new));

@@ -7,19 +7,56 @@ use std::fmt;
 use std::sync::LazyLock;
 
 /// A test's id: nextest's `<binary-id>$<test-name>`, or whatever a client sent as `X-Test-Id`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct TestId(String);
 
 impl TestId {
     /// The id used when a request names no test.
     pub const DEFAULT: &'static str = "default";
 
+    /// Any text names a test: ids come from nextest, a header or a path.
     pub fn new(id: impl Into<String>) -> Self {
         TestId(id.into())
     }
 
+    /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+// Reads as the text it is wherever text is wanted (printing, matching a filter).
+impl std::ops::Deref for TestId {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for TestId {
+    fn from(id: &str) -> Self {
+        TestId::new(id)
+    }
+}
+
+impl From<String> for TestId {
+    fn from(id: String) -> Self {
+        TestId(id)
+    }
+}
+
+impl PartialEq<&str> for TestId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<str> for TestId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
     }
 }
 
@@ -52,7 +89,7 @@ static TITLE_SEPARATOR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\s*[›>]\s*").expect("static regex"));
 
 impl Slug {
-    /// The SPEC rules: `::` and `$` become `--`, anything outside `[A-Za-z0-9_-]` becomes `-`,
+    /// The rules README gives ("Cassettes"): `::` and `$` become `--`, anything outside `[A-Za-z0-9_-]` becomes `-`,
     /// runs of three or more `-` become `--`, lowercase, cut at 120 characters plus a hash. A
     /// Playwright-style `X-Test-Id` (`file.spec.ts › suite › name`) follows aimock's rules, which
     /// these extend: the file prefix is dropped, `›` and `>` separate with `--`, dashes are trimmed.
@@ -115,8 +152,33 @@ impl fmt::Display for Slug {
 }
 
 /// A provider's name as it appears in routes and cassette file names: `openai`, `anthropic`, ...
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "String", into = "String")]
 pub struct ProviderName(String);
+
+impl TryFrom<String> for ProviderName {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        ProviderName::new(&name).ok_or_else(|| {
+            format!("{name:?} is not a provider name (lowercase letters, digits, '-', '_')")
+        })
+    }
+}
+
+impl std::ops::Deref for ProviderName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<ProviderName> for String {
+    fn from(name: ProviderName) -> String {
+        name.0
+    }
+}
 
 impl ProviderName {
     /// Accepts `[a-z0-9_-]+`, so the name is safe as a path segment and a file name.
@@ -128,6 +190,7 @@ impl ProviderName {
         ok.then(|| ProviderName(name.to_string()))
     }
 
+    /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -22,8 +22,8 @@ mod testing;
 
 pub use body::{Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH};
 pub use format::{
-    seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse, ResponseBody,
-    StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
+    recording_ids, seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse,
+    RecordingId, ResponseBody, StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
 };
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};

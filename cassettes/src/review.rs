@@ -3,8 +3,8 @@
 //! the answer's text as a line diff, and the token counts before and after. Ids, timestamps and
 //! headers alone are not a change, as for a re-record.
 
-use crate::format::{ordinals, Cassette, Interaction, RecordedResponse, Summary};
-use crate::key::{differing_fields, Key};
+use crate::format::{recording_ids, Cassette, Interaction, RecordedResponse, RecordingId, Summary};
+use crate::key::differing_fields;
 use crate::summary::Tokens;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -118,14 +118,9 @@ pub fn diff_cassettes(old: Option<&Cassette>, new: Option<&Cassette>) -> Vec<Int
     let old = old.map_or(&none, |c| &c.interactions);
     let new = new.map_or(&none, |c| &c.interactions);
     // First as replay matches: the n-th recording of a key with the n-th.
-    let ids = |list: &[Interaction]| -> Vec<(Key, usize)> {
-        list.iter()
-            .zip(ordinals(list))
-            .map(|(x, n)| (x.key.clone(), n))
-            .collect()
-    };
+    let ids = recording_ids;
     let old_ids = ids(old);
-    let old_at: HashMap<&(Key, usize), usize> =
+    let old_at: HashMap<&RecordingId, usize> =
         old_ids.iter().enumerate().map(|(i, id)| (id, i)).collect();
     let mut old_taken = vec![false; old.len()];
     let mut pairs: Vec<(Option<usize>, usize)> = Vec::new();
@@ -234,6 +229,7 @@ fn changed(old: &Interaction, new: &Interaction) -> Option<InteractionDiff> {
 mod tests {
     use super::*;
     use crate::testing::interaction;
+    use crate::Key;
 
     fn cassette(list: Vec<Interaction>) -> Cassette {
         let mut c = Cassette::new("t", "openai");

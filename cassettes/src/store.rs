@@ -4,7 +4,9 @@
 //! each other's interactions.
 
 use crate::body::BLOB_DIR;
-use crate::format::{ordinals, Cassette, Interaction, Prepared, Summary};
+use crate::format::{
+    ordinals, recording_ids, Cassette, Interaction, Prepared, RecordingId, Summary,
+};
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::{differing_fields, Key, RecordedRequest};
 use crate::Error;
@@ -103,8 +105,8 @@ pub enum RecordOutcome {
 /// A recording that no request of this run replayed.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unused {
-    pub test: String,
-    pub provider: String,
+    pub test: TestId,
+    pub provider: ProviderName,
     #[serde(with = "crate::lossy_path")]
     pub cassette: PathBuf,
     pub key: Key,
@@ -203,12 +205,13 @@ impl Store {
         let folder = self.dir.join(Slug::from_test_id(test).as_str());
         let mut out = Vec::new();
         for path in json_files(&folder)? {
-            let provider = path
-                .file_stem()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            let entry = ProviderName::new(&provider).and_then(|p| self.find(test.as_str(), &p));
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            // A file no provider is named for is no cassette of ours: never reported, so
+            // never pruned.
+            let Some(provider) = ProviderName::new(&stem) else {
+                continue;
+            };
+            let entry = self.find(test.as_str(), &provider);
             let (cassette, used) = match &entry {
                 Some(e) => {
                     let mut state = e.state.lock().expect("entry lock");
@@ -221,7 +224,7 @@ impl Store {
             for (position, i) in cassette.interactions.iter().enumerate() {
                 if !used.contains(&position) {
                     out.push(Unused {
-                        test: test.to_string(),
+                        test: test.clone(),
                         provider: provider.clone(),
                         cassette: path.clone(),
                         key: i.key.clone(),
@@ -407,7 +410,7 @@ impl Entry {
         if cassette.test != self.test.as_str() {
             return Err(Error::SlugCollision {
                 slug: self.slug.to_string(),
-                first: cassette.test,
+                first: cassette.test.to_string(),
                 second: self.test.to_string(),
             });
         }
@@ -456,7 +459,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let dir = path.parent().expect("cassette paths have a folder");
     let mut builder = tempfile::Builder::new();
     builder.prefix(".llmreplay-").suffix(".tmp");
-    // A new file is readable as any file the user makes (0644 less the umask, SPEC), not 0600; a
+    // A new file is readable as any file the user makes (0644 less the umask, README "Limits and hostile input"), not 0600; a
     // re-recorded one keeps the mode it had.
     #[cfg(unix)]
     {
@@ -596,21 +599,16 @@ pub fn remove_unreferenced_blobs(folder: &Path) -> Result<Vec<PathBuf>, Error> {
 /// Removes recordings, each named by its key and which recording of that key it is, from one
 /// cassette under its folder's lock; deletes the file when none is left. Changes nothing and
 /// fails when one of them is no longer there (the file changed since it was judged unused).
-pub fn remove_recordings(path: &Path, which: &[(Key, usize)]) -> Result<usize, Error> {
+pub fn remove_recordings(path: &Path, which: &[RecordingId]) -> Result<usize, Error> {
     let dir = path.parent().expect("cassette paths have a folder");
     let _lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
     let mut cassette = read_cassette(path)?;
-    let positions: Vec<(Key, usize)> = cassette
-        .interactions
-        .iter()
-        .zip(ordinals(&cassette.interactions))
-        .map(|(x, n)| (x.key.clone(), n))
-        .collect();
+    let positions = recording_ids(&cassette.interactions);
     for id in which {
         if !positions.contains(id) {
             return Err(Error::Stale {
                 path: path.to_path_buf(),
-                what: format!("recording {} of key {}", id.1 + 1, id.0.as_str()),
+                what: format!("recording {} of key {}", id.ordinal + 1, id.key.as_str()),
             });
         }
     }
@@ -786,6 +784,13 @@ mod tests {
         c.interactions[i].key.clone()
     }
 
+    fn id(key: &Key, ordinal: usize) -> RecordingId {
+        RecordingId {
+            key: key.clone(),
+            ordinal,
+        }
+    }
+
     fn ids() -> (TestId, ProviderName) {
         (TestId::new("crate$t"), ProviderName::new("openai").unwrap())
     }
@@ -903,18 +908,18 @@ mod tests {
         ];
         std::fs::write(&path, c.to_bytes()).unwrap();
         let a = c.interactions[0].key.clone();
-        let stale = remove_recordings(&path, &[(a.clone(), 0), (a.clone(), 5)]);
+        let stale = remove_recordings(&path, &[id(&a, 0), id(&a, 5)]);
         assert!(matches!(stale, Err(Error::Stale { .. })), "{stale:?}");
         assert_eq!(
             read_cassette(&path).unwrap(),
             c,
             "a stale removal changes nothing"
         );
-        assert_eq!(remove_recordings(&path, &[(a.clone(), 1)]).unwrap(), 1);
+        assert_eq!(remove_recordings(&path, &[id(&a, 1)]).unwrap(), 1);
         let left = read_cassette(&path).unwrap().interactions;
         assert_eq!(left, [c.interactions[0].clone(), c.interactions[2].clone()]);
         let b = c.interactions[2].key.clone();
-        remove_recordings(&path, &[(a, 0), (b, 0)]).unwrap();
+        remove_recordings(&path, &[id(&a, 0), id(&b, 0)]).unwrap();
         assert!(!path.exists(), "an empty cassette is deleted");
     }
 
@@ -972,7 +977,7 @@ mod tests {
             .to_string();
         assert!(damaged.contains("missing or damaged"), "{damaged}");
 
-        remove_recordings(&entry.path, &[(key, 0)]).unwrap();
+        remove_recordings(&entry.path, &[id(&key, 0)]).unwrap();
         assert!(!blobs.exists(), "pruned with the last recording");
     }
 

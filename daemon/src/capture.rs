@@ -2,9 +2,10 @@
 //! frame to its client as it comes while recording, `rerun` only keeps them. One reader, so
 //! that both measure time to first byte and cut idle answers the same way.
 
-use crate::handler::recorded_response;
+use crate::provider::NOT_RECORDED;
 use bytes::Bytes;
 use cassettes::{RecordedResponse, StreamFormat, Timing};
+use http::header::CONTENT_TYPE;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::collections::BTreeMap;
@@ -85,5 +86,70 @@ impl Captured {
             recorded_response(status, headers, format, &self.frames),
             timing,
         )
+    }
+}
+
+/// The response headers a cassette keeps: no secrets, cookies, account ids or transfer details.
+pub(crate) fn recordable_headers(
+    headers: &http::HeaderMap,
+    redact: &[String],
+) -> BTreeMap<String, String> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            let name = name.as_str();
+            !NOT_RECORDED.contains(&name)
+                && !providers::secret_headers().contains(&name)
+                && !redact.iter().any(|r| r == name)
+        })
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The recorded form of a whole answer: a stream's events, or its body.
+pub(crate) fn recorded_response(
+    status: u16,
+    headers: BTreeMap<String, String>,
+    format: Option<StreamFormat>,
+    frames: &[(Bytes, u64)],
+) -> RecordedResponse {
+    match format {
+        Some(format) => RecordedResponse::with_stream(status, headers, format, frames),
+        None => {
+            let bytes = frames
+                .iter()
+                .map(|(b, _)| &b[..])
+                .collect::<Vec<_>>()
+                .concat();
+            RecordedResponse::with_body(status, headers, &bytes)
+        }
+    }
+}
+
+/// The stream format of an answer from its content type; none for a compressed answer, which
+/// is kept whole as the bytes received.
+pub(crate) fn stream_format(headers: &http::HeaderMap) -> Option<StreamFormat> {
+    if headers
+        .get(http::header::CONTENT_ENCODING)
+        .is_some_and(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        return None;
+    }
+    let ct = headers
+        .get(CONTENT_TYPE)?
+        .to_str()
+        .ok()?
+        .to_ascii_lowercase();
+    if ct.starts_with("text/event-stream") {
+        Some(StreamFormat::Sse)
+    } else if ct.starts_with("application/x-ndjson") || ct.starts_with("application/jsonl") {
+        Some(StreamFormat::Ndjson)
+    } else {
+        None
     }
 }

@@ -15,13 +15,20 @@ use std::time::Duration;
 /// The file name looked for at the workspace root.
 pub const CONFIG_FILE: &str = "llmreplay.toml";
 
-/// How requests are answered: see SPEC's table of modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// How requests are answered (README, "Modes"); written in reports as `replay`,
+/// `record-missing`, `record` or `passthrough`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Mode {
+    /// Answers from cassettes only; a request with no recording is a miss.
     #[default]
     Replay,
+    /// Replays what is recorded, records what is not.
+    #[serde(alias = "record_missing")]
     RecordMissing,
+    /// Records every request again.
     Record,
+    /// Forwards everything, writes nothing.
     Passthrough,
 }
 
@@ -112,7 +119,8 @@ struct LimitsSection {
     lock_timeout_s: Option<f64>,
 }
 
-/// Timeouts and sizes, each with SPEC's default and a key in `llmreplay.toml`.
+/// Timeouts and sizes, each with its default (README, "Limits and hostile input") and a key
+/// in `llmreplay.toml`.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     /// `[upstream] connect_timeout_s`: a provider that does not accept the connection.
@@ -525,7 +533,8 @@ mod tests {
         assert_eq!(oa.source, UpstreamSource::Flag);
     }
 
-    /// SPEC's precedence: the flag, the file, the user's environment, the built-in default.
+    /// The precedence README gives: the flag, the file, the user's environment, the built-in
+    /// default.
     #[test]
     fn upstreams_from_the_users_environment() {
         let env = |name: &str| match name {

@@ -122,8 +122,8 @@ struct Overflow {
 /// A request that found no recording.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Miss {
-    pub test: String,
-    pub provider: String,
+    pub test: cassettes::TestId,
+    pub provider: cassettes::ProviderName,
     pub method: String,
     pub path: String,
     pub cassette: String,
@@ -309,8 +309,8 @@ impl Journal {
             .iter()
             .filter(|r| r.outcome == Outcome::Miss)
             .map(|r| Miss {
-                test: r.call.entry.test.to_string(),
-                provider: r.call.entry.provider.to_string(),
+                test: r.call.entry.test.clone(),
+                provider: r.call.entry.provider.clone(),
                 method: r.call.method.to_string(),
                 path: r.call.path.clone(),
                 cassette: r.call.entry.path.display().to_string(),
@@ -319,6 +319,16 @@ impl Journal {
                 detail: r.detail.as_deref().cloned().unwrap_or_default(),
             })
             .collect()
+    }
+}
+
+impl From<cassettes::RecordOutcome> for Outcome {
+    fn from(outcome: cassettes::RecordOutcome) -> Outcome {
+        match outcome {
+            cassettes::RecordOutcome::Appended => Outcome::Recorded,
+            cassettes::RecordOutcome::Replaced => Outcome::Replaced,
+            cassettes::RecordOutcome::Unchanged => Outcome::Unchanged,
+        }
     }
 }
 

@@ -1,15 +1,23 @@
 //! The cargo-llmreplay daemon: an HTTP server on 127.0.0.1 that answers LLM API requests from
 //! per-test cassettes (replay), or proxies them to the real provider and records the answers.
-//! Routing lives in `route`; what differs between providers in the `providers` crate; what is recorded and how
-//! it is keyed lives in the `cassettes` crate; this crate is the HTTP in and out.
+//! A request crosses it one way, through rooms that each do one thing: `route` (what a request
+//! is: its test, provider and upstream path) → `exchange` (one recorded or replayed exchange,
+//! for HTTP and WebSocket alike: key, sequence, fault, miss, save, journal) → `proxy` (upstream
+//! forwarding) → `respond` (answers and errors in the family's shape); `control` serves the
+//! `/__llmreplay/*` routes and `session` a WebSocket's frames beside them. What differs between
+//! providers lives in the `providers` crate; what is recorded and how it is keyed, in
+//! `cassettes`.
 
 mod capture;
 pub mod config;
+mod control;
+mod exchange;
 pub mod faults;
-mod handler;
 pub mod journal;
 pub mod provider;
+mod proxy;
 pub mod resend;
+mod respond;
 mod route;
 mod session;
 mod sigv4;
@@ -43,9 +51,12 @@ pub fn record_command(test: &str) -> String {
 }
 
 use cassettes::Store;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use respond::Body;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -67,8 +78,9 @@ pub enum DaemonError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// The client that reaches providers could not be made.
     #[error("could not set up the upstream client: {0}")]
-    Tls(String),
+    Upstream(#[from] upstream::ClientError),
 }
 
 pub(crate) struct State {
@@ -136,7 +148,7 @@ impl Daemon {
             .await
             .map_err(|source| DaemonError::Bind { addr, source })?;
         let client = upstream::client(settings.limits.connect_timeout, &settings.network)
-            .map_err(DaemonError::Tls)?;
+            .map_err(DaemonError::Upstream)?;
         let local = listener
             .local_addr()
             .map_err(|source| DaemonError::Bind { addr, source })?;
@@ -209,7 +221,7 @@ impl Daemon {
                     let state = self.state.clone();
                     let service = service_fn(move |req| {
                         let state = state.clone();
-                        async move { Ok::<_, Infallible>(handler::handle(state, req).await) }
+                        async move { Ok::<_, Infallible>(handle(state, req).await) }
                     });
                     // The header read timeout also ends idle kept-alive connections: its clock
                     // starts whenever the connection waits for a request head.
@@ -247,6 +259,46 @@ impl Daemon {
         .await;
         self.state.journal.stats()
     }
+}
+
+/// The front door: a request to this daemon is refused (a foreign `Host`), a control route, a
+/// WebSocket session, or one HTTP exchange.
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    if let Some(port) = state.loopback_port {
+        if !route::loopback_host(req.headers().get(http::header::HOST), port) {
+            return respond::text(
+                StatusCode::FORBIDDEN,
+                format!("cargo-llmreplay: the Host header must name this daemon (127.0.0.1:{port}, localhost:{port} or [::1]:{port}); a web page reaching it through another name is refused. To serve other hosts, bind one with --addr"),
+            );
+        }
+    }
+    if let Some(prefix) = req.uri().path().strip_suffix("/__llmreplay/faults") {
+        let prefix = prefix.to_string();
+        return control::faults(&state, &prefix, req).await;
+    }
+    if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
+        let rest = rest.to_string();
+        return control::control(&state, &rest, req).await;
+    }
+    // Test names are UTF-8 (a Playwright title has `›`); anything else cannot name a folder.
+    let test_header = match req.headers().get("x-test-id").map(|v| std::str::from_utf8(v.as_bytes())) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
+            return respond::text(
+                StatusCode::BAD_REQUEST,
+                "cargo-llmreplay: the X-Test-Id header is not UTF-8; send the test's name as UTF-8 text (or percent-encoded in the /t/<test id>/ path)".into(),
+            )
+        }
+    };
+    let route = match route::resolve(req.uri().path(), test_header, &state.settings.providers) {
+        Ok(route) => route,
+        Err(e) => return respond::text(e.status(), e.message()),
+    };
+    if session::is_upgrade(&req) {
+        return session::handle(state, route, req).await;
+    }
+    exchange::http(state, route, req).await
 }
 
 #[cfg(test)]

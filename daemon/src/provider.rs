@@ -58,7 +58,10 @@ impl Provider {
                 .family()
                 .default_upstream()
                 .map(str::to_string)
-                .or_else(|| regional_upstream(kind)),
+                .or_else(|| {
+                    kind.family()
+                        .regional_upstream(&|name| std::env::var(name).ok())
+                }),
             source: UpstreamSource::BuiltIn,
             parsed: Default::default(),
         }
@@ -203,30 +206,3 @@ pub const NOT_RECORDED: &[&str] = &[
     "alt-svc",
     "server-timing",
 ];
-
-/// The real endpoint of a family whose host names a region or location, from the variables
-/// its SDKs read: Bedrock's `AWS_REGION` (else `AWS_DEFAULT_REGION`, else us-east-1), Vertex
-/// AI's `GOOGLE_CLOUD_LOCATION` (else us-central1).
-fn regional_upstream(kind: Kind) -> Option<String> {
-    let env = |names: &[&str], default: &str| {
-        names
-            .iter()
-            .find_map(|n| std::env::var(n).ok().filter(|v| !v.is_empty()))
-            .unwrap_or_else(|| default.to_string())
-    };
-    match kind {
-        Kind::Bedrock => Some(format!(
-            "https://bedrock-runtime.{}.amazonaws.com",
-            env(&["AWS_REGION", "AWS_DEFAULT_REGION"], "us-east-1")
-        )),
-        Kind::Vertex => {
-            let location = env(&["GOOGLE_CLOUD_LOCATION"], "us-central1");
-            Some(if location == "global" {
-                "https://aiplatform.googleapis.com".into()
-            } else {
-                format!("https://{location}-aiplatform.googleapis.com")
-            })
-        }
-        _ => None,
-    }
-}

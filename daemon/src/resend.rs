@@ -3,7 +3,7 @@
 //! what `cargo llmreplay rerun` compares with the cassette. The key goes into the request's
 //! headers only; nothing here writes anything.
 
-use crate::handler::{recordable_headers, stream_format};
+use crate::capture::{recordable_headers, stream_format};
 use crate::provider::{Family, Provider};
 use crate::{upstream, DaemonError, Settings};
 use bytes::Bytes;
@@ -33,7 +33,7 @@ impl Resender {
     pub fn new(settings: &Settings) -> Result<Self, DaemonError> {
         Ok(Resender {
             client: upstream::client(settings.limits.connect_timeout, &settings.network)
-                .map_err(DaemonError::Tls)?,
+                .map_err(DaemonError::Upstream)?,
             redact: settings.redact_headers.clone(),
             idle_timeout: settings.limits.idle_timeout,
             allow_credentials_to: settings.allow_credentials_to.clone(),
@@ -73,7 +73,7 @@ impl Resender {
         let mut outgoing = builder
             .body(Full::new(body.clone()))
             .map_err(|e| format!("bad request to {url}: {e}"))?;
-        if family.kind() == providers::Kind::Bedrock {
+        if family.resigns_requests() {
             crate::sigv4::resign(&mut outgoing, &body)?;
         }
         let started = Instant::now();

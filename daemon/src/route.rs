@@ -1,5 +1,5 @@
 //! From a request's path and headers to the test it belongs to, the provider and the path to
-//! send upstream. The three forms of SPEC: `/t/<test id>/<provider>/...`, `/<provider>/...` with
+//! send upstream. The three forms (README, "The daemon alone"): `/t/<test id>/<provider>/...`, `/<provider>/...` with
 //! `X-Test-Id`, and well-known upstream paths with no provider prefix.
 
 use crate::provider::{Kind, Provider};
@@ -121,6 +121,34 @@ fn collapse_slashes(path: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Whether a `Host` header names this daemon on loopback: `127.0.0.1`, `localhost` or `[::1]`,
+/// with its port (or none, as a client on port 80 would send).
+pub(crate) fn loopback_host(host: Option<&http::HeaderValue>, port: u16) -> bool {
+    let Some(value) = host else {
+        // HTTP/1.0 clients may send none; a browser always does.
+        return true;
+    };
+    let Ok(host) = value.to_str() else {
+        return false;
+    };
+    let (name, given) = match host.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) => (format!("[{addr}]"), rest.strip_prefix(':')),
+            None => return false,
+        },
+        None => match host.split_once(':') {
+            Some((name, p)) => (name.to_string(), Some(p)),
+            None => (host.to_string(), None),
+        },
+    };
+    let port_ok = given.is_none_or(|p| p.parse::<u16>() == Ok(port));
+    port_ok
+        && matches!(
+            name.to_ascii_lowercase().as_str(),
+            "127.0.0.1" | "localhost" | "[::1]"
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +231,30 @@ mod tests {
                 proptest::prop_assert!(r.upstream_path.starts_with('/') && !r.upstream_path.starts_with("//"));
             }
         }
+    }
+
+    #[test]
+    fn only_loopback_names_of_this_port_pass() {
+        let ok = |h: &str| loopback_host(Some(&http::HeaderValue::from_str(h).unwrap()), 4090);
+        for good in [
+            "127.0.0.1:4090",
+            "localhost:4090",
+            "LOCALHOST:4090",
+            "[::1]:4090",
+            "localhost",
+        ] {
+            assert!(ok(good), "{good}");
+        }
+        for bad in [
+            "evil.example:4090",
+            "127.0.0.1:4091",
+            "attacker.localhost.evil:4090",
+            "[::1]:80",
+            "127.0.0.2:4090",
+            "localhost:x",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+        assert!(loopback_host(None, 4090), "HTTP/1.0 without Host");
     }
 }

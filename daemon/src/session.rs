@@ -7,14 +7,14 @@
 //! with 1008, and the session is reported as missing, naming the field that differs.
 
 use crate::config::Mode;
-use crate::handler::Body;
 use crate::journal::{Call, Detail, Outcome};
 use crate::provider::Kind;
+use crate::respond::Body;
 use crate::route::Route;
 use crate::State;
 use bytes::Bytes;
 use cassettes::session::{comparable, Side, WsFrame};
-use cassettes::{Interaction, Key, RecordOutcome, RecordedResponse, Summary, Timing};
+use cassettes::{Interaction, Key, RecordedResponse, Summary, Timing};
 use futures_util::{SinkExt, StreamExt};
 use http::header::{
     CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE,
@@ -68,7 +68,7 @@ pub fn is_upgrade<B>(req: &Request<B>) -> bool {
 pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> Response<Body> {
     let kind = route.provider.kind;
     let Some(client_key) = req.headers().get(SEC_WEBSOCKET_KEY).cloned() else {
-        return crate::handler::provider_error(
+        return crate::respond::provider_error(
             kind,
             StatusCode::BAD_REQUEST,
             "llmreplay_error",
@@ -81,7 +81,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         providers::secret_params(),
     );
     let key = Key::of(&request);
-    let call = match crate::handler::call_for(&state, &route, http::Method::GET, key) {
+    let call = match crate::exchange::call_for(&state, &route, http::Method::GET, key) {
         Ok(call) => call,
         Err(refused) => return *refused,
     };
@@ -94,7 +94,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
     let (call, hit) = if state.settings.mode == Mode::Passthrough {
         (call, None)
     } else {
-        match crate::handler::next_in_sequence(&state, call, kind) {
+        match crate::exchange::next_in_sequence(&state, call, kind) {
             Ok(found) => found,
             Err(refused) => return *refused,
         }
@@ -156,7 +156,7 @@ fn switching(client_key: &http::HeaderValue, protocol: Option<&str>) -> Response
     if let Some(p) = protocol {
         b = b.header(SEC_WEBSOCKET_PROTOCOL, p);
     }
-    b.body(crate::handler::empty())
+    b.body(crate::respond::empty())
         .expect("valid handshake headers")
 }
 
@@ -170,15 +170,9 @@ async fn accept(req: Request<Incoming>) -> Option<Socket> {
 
 /// An `error` event in the provider's shape, then close 1008.
 async fn refuse(ws: &mut Socket, kind: Kind, message: &str) {
-    let event = match kind {
-        Kind::OpenAi | Kind::Azure => serde_json::json!({
-            "type": "error",
-            "error": {"type": "invalid_request_error", "code": "llmreplay_missing_recording", "message": message}
-        }),
-        other => other
-            .family()
-            .error_body(404, "llmreplay_missing_recording", message),
-    };
+    let event = kind
+        .family()
+        .session_error(404, "llmreplay_missing_recording", message);
     let _ = ws.send(Message::text(event.to_string())).await;
     // A close reason is at most 123 bytes; the event carries the whole message.
     let reason: String = "cargo-llmreplay: no recording for this frame; see the error event"
@@ -365,7 +359,7 @@ async fn record(
                 502,
                 Some(Detail::message(message.clone())),
             );
-            return crate::handler::provider_error(
+            return crate::respond::provider_error(
                 kind,
                 StatusCode::BAD_GATEWAY,
                 "llmreplay_no_upstream",
@@ -381,7 +375,7 @@ async fn record(
             status.as_u16(),
             Some(Detail::message(message.clone())),
         );
-        crate::handler::provider_error(kind, status, "llmreplay_upstream_unreachable", &message)
+        crate::respond::provider_error(kind, status, "llmreplay_upstream_unreachable", &message)
     };
     let tls = uri.scheme_str() == Some("https");
     let host = uri.host().unwrap_or("").to_string();
@@ -586,28 +580,6 @@ async fn relay<U>(
             total_ms: at(),
         }),
     };
-    let (entry, ordinal) = (call.entry.clone(), call.ordinal);
-    match tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await {
-        Ok(Ok(outcome)) => {
-            let outcome = match outcome {
-                RecordOutcome::Appended => Outcome::Recorded,
-                RecordOutcome::Replaced => Outcome::Replaced,
-                RecordOutcome::Unchanged => Outcome::Unchanged,
-            };
-            state.journal.log(call, outcome, 101, None);
-        }
-        Ok(Err(e)) => {
-            let message = format!("cargo-llmreplay: the session was not saved: {e}");
-            tracing::error!("{message}");
-            state
-                .journal
-                .log(call, Outcome::Error, 101, Some(Detail::message(message)));
-        }
-        Err(e) => {
-            let message = format!("cargo-llmreplay: recording task failed: {e}");
-            state
-                .journal
-                .log(call, Outcome::Error, 101, Some(Detail::message(message)));
-        }
-    }
+    // The session is over: a failure to save is journalled, and there is no client to tell.
+    let _ = crate::exchange::save(&state, call, interaction, 101).await;
 }

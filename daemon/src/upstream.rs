@@ -222,16 +222,30 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// Why the upstream client could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// A certificate file or proxy setting that does not work; the message says which.
+    #[error("{0}")]
+    Network(String),
+    /// The TLS library refused its own settings.
+    #[error("TLS cannot be set up")]
+    Tls(#[source] rustls::Error),
+}
+
 /// `connect_timeout` bounds how long a provider (or its proxy) may take to accept.
-pub fn client(connect_timeout: std::time::Duration, network: &Network) -> Result<Client, String> {
-    let roots = Roots::load(network)?;
-    let proxies = Arc::new(Proxies::new(network)?);
+pub fn client(
+    connect_timeout: std::time::Duration,
+    network: &Network,
+) -> Result<Client, ClientError> {
+    let roots = Roots::load(network).map_err(ClientError::Network)?;
+    let proxies = Arc::new(Proxies::new(network).map_err(ClientError::Network)?);
     let tls = Arc::new(
         rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(ClientError::Tls)?
         .with_root_certificates(roots.store)
         .with_no_client_auth(),
     );

@@ -11,6 +11,14 @@ pub struct Anthropic;
 const VERSION: &str = "2023-06-01";
 
 impl Family for Anthropic {
+    fn display_name(&self) -> &'static str {
+        "Anthropic"
+    }
+
+    fn example_path(&self) -> Option<&'static str> {
+        Some("/v1/messages")
+    }
+
     fn kind(&self) -> Kind {
         Kind::Anthropic
     }

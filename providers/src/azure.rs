@@ -15,6 +15,14 @@ fn openai() -> &'static dyn Family {
 }
 
 impl Family for Azure {
+    fn display_name(&self) -> &'static str {
+        "Azure OpenAI"
+    }
+
+    fn example_path(&self) -> Option<&'static str> {
+        Some("/openai/deployments/<deployment>/chat/completions")
+    }
+
     fn kind(&self) -> Kind {
         Kind::Azure
     }
@@ -67,6 +75,10 @@ impl Family for Azure {
 
     fn error_body(&self, status: u16, code: &str, message: &str) -> Value {
         openai().error_body(status, code, message)
+    }
+
+    fn session_error(&self, status: u16, code: &str, message: &str) -> Value {
+        openai().session_error(status, code, message)
     }
 
     fn request_id(

@@ -20,6 +20,14 @@ pub const SIGNING_HEADERS: &[&str] = &[
 ];
 
 impl Family for Bedrock {
+    fn display_name(&self) -> &'static str {
+        "Bedrock"
+    }
+
+    fn example_path(&self) -> Option<&'static str> {
+        Some("/model/<model>/converse")
+    }
+
     fn kind(&self) -> Kind {
         Kind::Bedrock
     }
@@ -43,6 +51,17 @@ impl Family for Bedrock {
 
     fn secret_headers(&self) -> &'static [&'static str] {
         SIGNING_HEADERS
+    }
+
+    /// `https://bedrock-runtime.<region>.amazonaws.com`: `AWS_REGION`, else
+    /// `AWS_DEFAULT_REGION`, else us-east-1.
+    fn regional_upstream(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        let region = crate::first_env(env, &["AWS_REGION", "AWS_DEFAULT_REGION"], "us-east-1");
+        Some(format!("https://bedrock-runtime.{region}.amazonaws.com"))
+    }
+
+    fn resigns_requests(&self) -> bool {
+        true
     }
 
     /// The re-signed request carries the access key id and session token: only AWS's own

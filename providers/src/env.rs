@@ -188,6 +188,19 @@ pub fn injected(base: &str, providers: &[Routed]) -> Vec<(String, String)> {
     out
 }
 
+/// The base-URL variables every test gets, for help texts: `OPENAI_BASE_URL, ...`.
+pub fn injected_names() -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for kind in Kind::ALL {
+        for v in of(kind).base_urls {
+            if !names.contains(&v.name) {
+                names.push(v.name);
+            }
+        }
+    }
+    names.join(", ")
+}
+
 /// The key variables that get a placeholder in replay when unset: a gateway `NAME` has
 /// `<NAME>_API_KEY`.
 pub fn key_vars(providers: &[Routed]) -> Vec<String> {

@@ -9,6 +9,14 @@ use std::collections::BTreeMap;
 pub struct Gemini;
 
 impl Family for Gemini {
+    fn display_name(&self) -> &'static str {
+        "Gemini"
+    }
+
+    fn example_path(&self) -> Option<&'static str> {
+        Some("/v1beta/models/<model>:generateContent")
+    }
+
     fn kind(&self) -> Kind {
         Kind::Gemini
     }

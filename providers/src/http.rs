@@ -7,6 +7,10 @@ use serde_json::{json, Value};
 pub struct Http;
 
 impl Family for Http {
+    fn display_name(&self) -> &'static str {
+        "any other HTTP API"
+    }
+
     fn kind(&self) -> Kind {
         Kind::Http
     }

@@ -101,13 +101,34 @@ impl Kind {
 
 /// What one family knows. Defaults fit a family that has nothing special to say.
 pub trait Family: Sync {
+    /// Its [`Kind`].
     fn kind(&self) -> Kind;
+
+    /// Its name for people, in help texts.
+    fn display_name(&self) -> &'static str;
+
+    /// A path of its API that routes to it with no provider prefix, for help texts.
+    fn example_path(&self) -> Option<&'static str> {
+        None
+    }
 
     /// The real API's root, when it is the same for everybody (Azure's is per resource).
     fn default_upstream(&self) -> Option<&'static str>;
 
     /// Whether a path with no provider prefix is this family's.
     fn owns_path(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// The real endpoint of a family whose host names a region or location, from the variables
+    /// its SDKs read (`env` looks one up); none for a family with one host for everybody.
+    fn regional_upstream(&self, _env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        None
+    }
+
+    /// Whether recording signs this family's requests again for the real host (the client
+    /// signed them for the daemon's), with the environment's credentials.
+    fn resigns_requests(&self) -> bool {
         false
     }
 
@@ -172,6 +193,12 @@ pub trait Family: Sync {
 
     /// An error body its SDK surfaces with `message`.
     fn error_body(&self, status: u16, code: &str, message: &str) -> Value;
+
+    /// The event a WebSocket session of this family gets for an error, before its close: the
+    /// family's error body, unless its sessions speak events of their own (OpenAI Realtime).
+    fn session_error(&self, status: u16, code: &str, message: &str) -> Value {
+        self.error_body(status, code, message)
+    }
 
     /// The provider's id for a request, from its answer's headers or payloads.
     fn request_id(
@@ -240,6 +267,22 @@ pub fn prompt(body: &Value) -> Option<String> {
     families().find_map(|f| f.prompt(body))
 }
 
+/// The families by name, for help texts: "OpenAI, Azure OpenAI, ..., any other HTTP API".
+pub fn family_names() -> String {
+    families()
+        .map(|f| f.display_name())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A well-known path of each family, for help texts.
+pub fn example_paths() -> String {
+    families()
+        .filter_map(|f| f.example_path())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Every family's secret query parameters, lowercase: none is recorded, whoever the provider,
 /// since a gateway may take any family's.
 pub fn secret_params() -> &'static [&'static str] {
@@ -268,6 +311,14 @@ pub fn secret_headers() -> &'static [&'static str] {
 }
 
 // Helpers the families share.
+
+/// The first of `names` that `env` holds (not empty), else `default`.
+fn first_env(env: &dyn Fn(&str) -> Option<String>, names: &[&str], default: &str) -> String {
+    names
+        .iter()
+        .find_map(|n| env(n).filter(|v| !v.is_empty()))
+        .unwrap_or_else(|| default.to_string())
+}
 
 fn str_at(v: &Value, key: &str) -> Option<String> {
     v.get(key).and_then(Value::as_str).map(str::to_string)

@@ -7,6 +7,14 @@ use serde_json::{json, Value};
 pub struct Ollama;
 
 impl Family for Ollama {
+    fn display_name(&self) -> &'static str {
+        "Ollama"
+    }
+
+    fn example_path(&self) -> Option<&'static str> {
+        Some("/api/chat")
+    }
+
     fn kind(&self) -> Kind {
         Kind::Ollama
     }

@@ -10,6 +10,14 @@ use std::collections::BTreeMap;
 pub struct OpenAi;
 
 impl Family for OpenAi {
+    fn display_name(&self) -> &'static str {
+        "OpenAI"
+    }
+
+    fn example_path(&self) -> Option<&'static str> {
+        Some("/v1/chat/completions")
+    }
+
     fn kind(&self) -> Kind {
         Kind::OpenAi
     }
@@ -137,6 +145,14 @@ impl Family for OpenAi {
 
     fn error_body(&self, _status: u16, code: &str, message: &str) -> Value {
         json!({ "error": { "message": message, "type": code, "param": null, "code": code } })
+    }
+
+    /// Realtime's `error` event, which its SDKs raise.
+    fn session_error(&self, _status: u16, code: &str, message: &str) -> Value {
+        json!({
+            "type": "error",
+            "error": { "type": "invalid_request_error", "code": code, "message": message }
+        })
     }
 
     fn request_id(

@@ -10,6 +10,25 @@ use std::collections::BTreeMap;
 pub struct Vertex;
 
 impl Family for Vertex {
+    fn display_name(&self) -> &'static str {
+        "Vertex AI"
+    }
+
+    fn example_path(&self) -> Option<&'static str> {
+        Some("/v1/projects/<p>/locations/<l>/publishers/google/models/<model>:generateContent")
+    }
+
+    /// `https://<location>-aiplatform.googleapis.com` from `GOOGLE_CLOUD_LOCATION` (else
+    /// us-central1); `global` has no location in its host.
+    fn regional_upstream(&self, env: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+        let location = crate::first_env(env, &["GOOGLE_CLOUD_LOCATION"], "us-central1");
+        Some(if location == "global" {
+            "https://aiplatform.googleapis.com".into()
+        } else {
+            format!("https://{location}-aiplatform.googleapis.com")
+        })
+    }
+
     fn kind(&self) -> Kind {
         Kind::Vertex
     }

@@ -46,7 +46,7 @@ pub enum Unused {
 #[derive(Serialize, Deserialize)]
 pub struct Report {
     pub llmreplay_report: u32,
-    pub mode: String,
+    pub mode: Mode,
     pub scope: RunScope,
     /// When the report was written, in milliseconds since the Unix epoch: `prune` refuses a
     /// report older than the cassettes.
@@ -123,7 +123,7 @@ impl Report {
         let changes = changes_against_head(inputs.cassette_dir)?;
         Ok(Report {
             llmreplay_report: 1,
-            mode: inputs.mode.to_string(),
+            mode: inputs.mode,
             scope: RunScope {
                 filtered: inputs.scope.filtered,
                 partition: inputs.scope.partition.clone(),

@@ -1,0 +1,170 @@
+//! The control routes under `/__llmreplay/`: health, stats and the journal for people and the
+//! runner; `begin` (a test's attempt starts afresh: its sequence and its faults) and `listed`
+//! from the runner; and `faults`, where a test registers the faults of its own requests.
+
+use crate::faults::FaultSpec;
+use crate::respond::{json, text, Body};
+use crate::State;
+use cassettes::TestId;
+use http::header::CONTENT_TYPE;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<Body> {
+    let param = |name: &str| {
+        req.uri()
+            .query()
+            .and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            })
+            .map(|v| {
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+    };
+    let test = || {
+        param("test").or_else(|| {
+            req.headers()
+                .get("x-test-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        })
+    };
+    match (req.method(), rest) {
+        (&Method::GET, "health") => json(serde_json::json!({
+            "status": "ok",
+            "mode": state.settings.mode.as_str(),
+            "cassette_dir": state.settings.cassette_dir.display().to_string(),
+            "version": env!("CARGO_PKG_VERSION"),
+        })),
+        (&Method::GET, "stats") => json(serde_json::to_value(state.journal.stats()).expect("stats serialise")),
+        (&Method::GET, "journal") => Response::builder()
+            .header(CONTENT_TYPE, "application/json")
+            .body(crate::respond::full(state.journal.to_json().into()))
+            .expect("static headers"),
+        (&Method::POST, "begin") => match test() {
+            Some(t) => {
+                state.journal.begin(&t);
+                let test = TestId::new(t);
+                state.store.reset_test(&test);
+                state.faults.reset(&test);
+                json(serde_json::json!({ "status": "ok" }))
+            }
+            None => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin needs ?test=<test id> or an X-Test-Id header".into()),
+        },
+        (&Method::POST, "listed") => {
+            let binary = param("binary").unwrap_or_default();
+            match req.into_body().collect().await {
+                Ok(body) => {
+                    let names = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+                    state.journal.listed(&binary, names.lines());
+                    json(serde_json::json!({ "status": "ok" }))
+                }
+                Err(e) => text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the list: {e}")),
+            }
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, listed, faults", req.method()),
+        ),
+    }
+}
+
+/// `POST .../__llmreplay/faults` registers a fault for the test of the base URL (or of
+/// `X-Test-Id`, or `?test=`); `DELETE` clears its faults.
+pub(crate) async fn faults(state: &State, prefix: &str, req: Request<Incoming>) -> Response<Body> {
+    let from_path = match prefix.strip_prefix("/t/") {
+        Some(encoded) if !encoded.contains('/') => {
+            match percent_encoding::percent_decode_str(encoded).decode_utf8() {
+                Ok(id) => Some(id.into_owned()),
+                Err(_) => {
+                    return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: the test id in the path is not UTF-8 once percent-decoded".into())
+                }
+            }
+        }
+        _ if prefix.is_empty() => None,
+        _ => {
+            return text(StatusCode::NOT_FOUND, format!("cargo-llmreplay: faults live at <LLMREPLAY_BASE_URL>/__llmreplay/faults, not under {prefix:?}"))
+        }
+    };
+    let test = from_path
+        .or_else(|| {
+            req.uri().query().and_then(|q| {
+                q.split('&')
+                    .find_map(|kv| kv.strip_prefix("test="))
+                    .map(|v| {
+                        percent_encoding::percent_decode_str(v)
+                            .decode_utf8_lossy()
+                            .into_owned()
+                    })
+            })
+        })
+        .or_else(|| {
+            req.headers()
+                .get("x-test-id")
+                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
+                .map(str::to_string)
+        });
+    let Some(test) = test else {
+        return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: a fault belongs to a test: post it to <LLMREPLAY_BASE_URL>/__llmreplay/faults (the per-test base URL), or send X-Test-Id".into());
+    };
+    let test = TestId::new(test);
+    match *req.method() {
+        Method::DELETE => {
+            let cleared = state.faults.clear(&test);
+            json(serde_json::json!({ "cleared": cleared }))
+        }
+        Method::POST => {
+            let limit = state.settings.limits.body_bytes;
+            let body = match http_body_util::Limited::new(req.into_body(), limit as usize)
+                .collect()
+                .await
+            {
+                Ok(b) => b.to_bytes(),
+                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                    return text(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("cargo-llmreplay: the fault is over the body limit of {limit} bytes ([limits] body_mib in llmreplay.toml)"),
+                    )
+                }
+                Err(e) => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        format!("cargo-llmreplay: could not read the fault: {e}"),
+                    )
+                }
+            };
+            let spec: FaultSpec = match serde_json::from_slice(&body) {
+                Ok(spec) => spec,
+                Err(e) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: the fault is not valid: {e}. Send JSON such as {{\"status\": 429, \"headers\": {{\"retry-after\": \"1\"}}}}")),
+            };
+            if spec.test.is_some() {
+                return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: \"test\" belongs in [[faults]] of llmreplay.toml; a posted fault is for the test of its URL".into());
+            }
+            let names: Vec<&str> = state
+                .settings
+                .providers
+                .iter()
+                .map(|p| p.name.as_str())
+                .collect();
+            match state.faults.add(test, spec, &names) {
+                Ok(id) => {
+                    let mut r = json(serde_json::json!({ "id": id }));
+                    *r.status_mut() = StatusCode::CREATED;
+                    r
+                }
+                Err(message) => text(
+                    StatusCode::BAD_REQUEST,
+                    format!("cargo-llmreplay: {message}"),
+                ),
+            }
+        }
+        _ => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "cargo-llmreplay: POST a fault, or DELETE to clear them".into(),
+        ),
+    }
+}

@@ -1,0 +1,424 @@
+//! One exchange, recorded or replayed, for HTTP requests and WebSocket sessions alike: the
+//! request keyed, its place in the test's sequence, the fault it draws, its recording replayed
+//! or a miss explained, and a new recording saved and journalled. Forwarding is `proxy`'s;
+//! building answers is `respond`'s.
+
+use crate::config::Mode;
+use crate::faults::FaultKind;
+use crate::journal::{Call, Detail, Outcome};
+use crate::provider::Kind;
+use crate::proxy::Forwarded;
+use crate::respond::{provider_error, text, Body, Refused};
+use crate::route::Route;
+use crate::State;
+use bytes::Bytes;
+use cassettes::{Interaction, Key, Prepared, RecordedRequest, StreamFormat, Summary, TestId};
+use http::header::CONTENT_TYPE;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use hyper::body::{Frame, Incoming};
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Longest prompt preview in a miss message.
+const PROMPT_PREVIEW: usize = 200;
+
+/// One HTTP exchange on `route`: the request read and keyed, then a fault it drew, its
+/// recording replayed, a miss, or the request forwarded (and its answer recorded).
+pub(crate) async fn http(
+    state: Arc<State>,
+    route: Route,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let kind = route.provider.kind;
+    let (parts, body) = match read_body(req, kind, state.settings.limits.body_bytes).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let request = state.settings.normalizer.request_shared(
+        parts.method.as_str(),
+        &route.upstream_path,
+        parts.uri.query(),
+        content_type,
+        &body,
+        providers::secret_params(),
+    );
+    let key = Key::of(&request);
+    let call = match call_for(&state, &route, parts.method.clone(), key) {
+        Ok(call) => call,
+        Err(refused) => return *refused,
+    };
+    // With no fault registered this is one atomic load.
+    match state.faults.take(&route.test, &route.provider.name) {
+        None => {}
+        Some(FaultKind::Delay { ms }) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        Some(fault) => {
+            let recorded = call.entry.peek(&call.key, state.settings.allow_repeats);
+            let recorded = recorded.ok().flatten();
+            let response = crate::respond::fault(kind, fault, recorded.as_deref());
+            let status = response.status().as_u16();
+            state.journal.log(call, Outcome::Fault, status, None);
+            return response;
+        }
+    }
+    if state.settings.mode == Mode::Passthrough {
+        let recording = Recording { call, request };
+        return record(&state, &parts, &route, body, recording, false).await;
+    }
+    let (call, hit) = match next_in_sequence(&state, call, kind) {
+        Ok(found) => found,
+        Err(refused) => return *refused,
+    };
+    match (state.settings.mode, hit) {
+        (Mode::Replay | Mode::RecordMissing, Some(prepared)) => {
+            state.journal.log(call, Outcome::Hit, prepared.status, None);
+            crate::respond::replay(prepared, state.settings.realtime).await
+        }
+        (Mode::Replay, None) => miss(&state, &route, call, request),
+        _ => {
+            let recording = Recording { call, request };
+            record(&state, &parts, &route, body, recording, true).await
+        }
+    }
+}
+
+/// The journal's record of a request to `route` with `key`, before its place in the sequence
+/// is known; a cassette the store cannot open refuses it in the provider's shape.
+pub(crate) fn call_for(
+    state: &State,
+    route: &Route,
+    method: Method,
+    key: Key,
+) -> Result<Call, Refused> {
+    let entry = state
+        .store
+        .entry(&route.test, &route.provider.name)
+        .map_err(|e| {
+            Box::new(provider_error(
+                route.provider.kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &e.to_string(),
+            ))
+        })?;
+    Ok(Call {
+        entry,
+        method,
+        path: route.upstream_path.clone(),
+        key,
+        ordinal: 0,
+    })
+}
+
+/// The recording this call gets, if any, and its place in the test's sequence: replay never
+/// starts a sequence for a key with no recording; a cassette that cannot be read is journalled
+/// and refused in the provider's shape.
+pub(crate) fn next_in_sequence(
+    state: &State,
+    mut call: Call,
+    kind: Kind,
+) -> Result<(Call, Option<Arc<Prepared>>), Refused> {
+    let repeat = state.settings.allow_repeats;
+    let lookup = match state.settings.mode {
+        Mode::Replay => call.entry.next_recorded(&call.key, repeat),
+        _ => call.entry.next(&call.key, repeat),
+    };
+    match lookup {
+        Ok(lookup) => {
+            call.ordinal = lookup.ordinal;
+            Ok((call, lookup.hit))
+        }
+        Err(e) => {
+            let message = e.to_string();
+            state.journal.log(
+                call,
+                Outcome::Error,
+                400,
+                Some(Detail::message(message.clone())),
+            );
+            Err(Box::new(provider_error(
+                kind,
+                StatusCode::BAD_REQUEST,
+                "llmreplay_error",
+                &message,
+            )))
+        }
+    }
+}
+
+/// The request's head and whole body, or the answer that refuses it: 413 in the provider's
+/// shape past `limit` bytes (said by `content-length`, or counted as the body arrives).
+async fn read_body(
+    req: Request<Incoming>,
+    kind: Kind,
+    limit: u64,
+) -> Result<(http::request::Parts, Bytes), Response<Body>> {
+    let too_large = || {
+        provider_error(
+            kind,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "llmreplay_body_too_large",
+            &format!("cargo-llmreplay: the request body is over the limit of {limit} bytes; raise [limits] body_mib in llmreplay.toml if this is meant"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let (parts, body) = req.into_parts();
+    match http_body_util::Limited::new(body, limit as usize)
+        .collect()
+        .await
+    {
+        Ok(b) => Ok((parts, b.to_bytes())),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(text(
+            StatusCode::BAD_REQUEST,
+            format!("cargo-llmreplay: could not read the request body: {e}"),
+        )),
+    }
+}
+
+fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> Response<Body> {
+    let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
+    let closest = entry.closest(&request);
+    let model = request.model();
+    let prompt = request
+        .last_user_text()
+        .map(|p| p.chars().take(PROMPT_PREVIEW).collect::<String>());
+    let mut message = format!(
+        "cargo-llmreplay: no recording for this request (replay mode).\n  test: {}\n  request: {} {} {}{}\n",
+        route.test,
+        route.provider.name,
+        method,
+        route.upstream_path,
+        model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
+    );
+    if let Some(p) = &prompt {
+        message.push_str(&format!("  last user message: {p:?}\n"));
+    }
+    match &closest {
+        Some(c) if c.differing.is_empty() => message.push_str(&format!(
+            "  the same request is recorded, but this is call #{} with it and {} holds fewer; record the extra calls\n",
+            ordinal + 1,
+            entry.path.display()
+        )),
+        Some(c) => message.push_str(&format!(
+            "  closest recording: #{} in {}, differs at {}\n",
+            c.index + 1,
+            entry.path.display(),
+            c.differing.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+        )),
+        None => message.push_str(&format!("  no recordings for this test in {}\n", entry.path.display())),
+    }
+    message.push_str(&format!("  record it with: {}", record_hint(&route.test)));
+    let detail = Detail {
+        model,
+        prompt,
+        closest: closest.map(|c| c.differing),
+        message: Some(message.clone()),
+    };
+    state.journal.log(call, Outcome::Miss, 404, Some(detail));
+    provider_error(
+        route.provider.kind,
+        StatusCode::NOT_FOUND,
+        "llmreplay_missing_recording",
+        &message,
+    )
+}
+
+/// The command that records a missing request, and the daemon's own way for other clients.
+fn record_hint(test: &TestId) -> String {
+    let command = crate::record_command(test.as_str());
+    if test.as_str().contains('$') {
+        format!(
+            "{command} (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
+        )
+    } else {
+        format!("LLMREPLAY_MODE=record-missing ({command})")
+    }
+}
+
+/// A request on its way upstream, and what will be recorded for it.
+struct Recording {
+    call: Call,
+    request: RecordedRequest,
+}
+
+/// Forwards the request and answers as upstream did: passed on as it comes, and recorded
+/// (`save`) unless it is a rate limit, a server error or a refused key.
+async fn record(
+    state: &Arc<State>,
+    parts: &http::request::Parts,
+    route: &Route,
+    body: Bytes,
+    recording: Recording,
+    save: bool,
+) -> Response<Body> {
+    let Forwarded {
+        answer,
+        started,
+        headers_at,
+    } = match crate::proxy::forward(state, parts, route, body).await {
+        Ok(forwarded) => forwarded,
+        Err(failed) => {
+            state.journal.log(
+                recording.call,
+                Outcome::Error,
+                failed.status.as_u16(),
+                Some(Detail::message(failed.message.clone())),
+            );
+            return provider_error(
+                route.provider.kind,
+                failed.status,
+                failed.code,
+                &failed.message,
+            );
+        }
+    };
+    let status = answer.status();
+    let (answer_parts, answer_body) = answer.into_parts();
+    let response = crate::proxy::answer_head(&answer_parts);
+    // Rate limits, server errors and refused keys reach the client but are never saved: a
+    // wrong key must not be replayed forever.
+    let refused = matches!(status.as_u16(), 401 | 403 | 407);
+    if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() || refused {
+        let detail = (save && refused).then(|| {
+            let vars = route.provider.key_vars().join(" or ");
+            let message = format!(
+                "cargo-llmreplay: the {} upstream answered {status} for {} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407)",
+                route.provider.name, parts.method, route.upstream_path
+            );
+            tracing::warn!("{message}");
+            Detail::message(message)
+        });
+        state.journal.log(
+            recording.call,
+            Outcome::Passthrough,
+            status.as_u16(),
+            detail,
+        );
+        return response
+            .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
+            .expect("headers copied from a valid response");
+    }
+    let format = crate::capture::stream_format(&answer_parts.headers);
+    let headers =
+        crate::capture::recordable_headers(&answer_parts.headers, &state.settings.redact_headers);
+    let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
+    let capture = Capture {
+        state: state.clone(),
+        recording,
+        status: status.as_u16(),
+        headers,
+        format,
+        started,
+        headers_at,
+    };
+    tokio::spawn(capture.run(answer_body, tx));
+    // No content-length: the body ends only once the recording is on disk.
+    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    response
+        .body(BodyExt::boxed_unsync(body))
+        .expect("headers copied from a valid response")
+}
+
+/// Saves `interaction` as `call`'s recording (off the async workers: it waits on the folder's
+/// lock) and journals what that did; a recording that could not be saved is journalled as an
+/// error and its message returned, for the caller to fail its client with.
+pub(crate) async fn save(
+    state: &State,
+    call: Call,
+    interaction: Interaction,
+    status: u16,
+) -> Result<(), String> {
+    let (entry, ordinal) = (call.entry.clone(), call.ordinal);
+    let failure =
+        match tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await {
+            Ok(Ok(outcome)) => {
+                state.journal.log(call, outcome.into(), status, None);
+                return Ok(());
+            }
+            Ok(Err(e)) => format!("cargo-llmreplay: the recording was not saved: {e}"),
+            Err(e) => format!("cargo-llmreplay: recording task failed: {e}"),
+        };
+    tracing::error!("{failure}");
+    state.journal.log(
+        call,
+        Outcome::Error,
+        status,
+        Some(Detail::message(failure.clone())),
+    );
+    Err(failure)
+}
+
+/// Forwards an upstream answer frame by frame while keeping a copy, then records it.
+struct Capture {
+    state: Arc<State>,
+    recording: Recording,
+    status: u16,
+    headers: BTreeMap<String, String>,
+    format: Option<StreamFormat>,
+    started: Instant,
+    headers_at: Duration,
+}
+
+impl Capture {
+    async fn run(self, body: Incoming, tx: mpsc::Sender<Result<Frame<Bytes>, io::Error>>) {
+        let Capture {
+            state,
+            recording: Recording { call, request },
+            status,
+            headers,
+            format,
+            started,
+            headers_at,
+        } = self;
+        let idle = state.settings.limits.idle_timeout;
+        let forward = |data: Bytes| {
+            let tx = tx.clone();
+            // A client that went away does not stop the recording of a complete answer.
+            async move {
+                let _ = tx.send(Ok(Frame::data(data))).await;
+            }
+        };
+        let captured = match crate::capture::capture(body, started, headers_at, idle, forward).await
+        {
+            Ok(captured) => captured,
+            Err(e) => {
+                let message = format!("cargo-llmreplay: the upstream answer broke off: {e}; passed on broken and not saved");
+                state.journal.log(
+                    call,
+                    Outcome::Broken,
+                    status,
+                    Some(Detail::message(message)),
+                );
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        };
+        let (response, timing) = captured.into_response(status, headers, format);
+        let interaction = Interaction {
+            key: call.key.clone(),
+            seal: None,
+            request,
+            summary: Summary::of(&response),
+            response,
+            timing: Some(timing),
+        };
+        if let Err(failure) = save(&state, call, interaction, status).await {
+            // Fail the client's read, so the test cannot pass on an unsaved recording.
+            let _ = tx.send(Err(io::Error::other(failure))).await;
+        }
+    }
+}
