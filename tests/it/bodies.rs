@@ -3,13 +3,11 @@
 //! async-openai's audio client and reqwest, against the loopback fake provider. Also keys that
 //! tell the truth: a hand edit is refused at replay until `status --fix`.
 
-mod support;
-
+use crate::support::{all_files, audio_bytes, http, read_json, FakeProvider, Serve};
 use async_openai::config::OpenAIConfig;
 use async_openai::types::audio::{AudioInput, CreateSpeechRequest, CreateTranscriptionRequestArgs};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use support::{all_files, audio_bytes, http, read_json, FakeProvider, Serve};
 
 const TEST: &str = "bodies::all$forms";
 const SECRET: &str = "SECRET-in-an-encoded-query";
@@ -203,7 +201,7 @@ async fn audio_uploads_gzip_binary_deep_and_blob_bodies_replay_byte_for_byte() {
         stopped.stderr
     );
     assert_eq!(replayed, recorded);
-    let uploads: Vec<&support::Received> = sent
+    let uploads: Vec<&crate::support::Received> = sent
         .iter()
         .filter(|r| r.path == "/v1/audio/transcriptions")
         .collect();
@@ -260,7 +258,7 @@ fn crate_root(dir: &Path) {
 }
 
 fn status(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let out = std::process::Command::new(support::binary())
+    let out = std::process::Command::new(crate::support::binary())
         .args(["llmreplay", "status", "--no-list", "--cassette-dir", "c"])
         .args(args)
         .current_dir(dir)

@@ -2,11 +2,9 @@
 //! that goes away: markdown for PR comments that a cassette cannot break out of, terminal
 //! output that control characters cannot drive, JSON whatever the file names hold.
 
-mod support;
-
+use crate::support::{FakeProvider, Sample, Serve};
 use serde_json::{json, Value};
 use std::path::Path;
-use support::{FakeProvider, Sample, Serve};
 
 const INJECTION: &str = "`\n\n</details>\n\n## INJECTED [click](https://evil.example)";
 
@@ -120,7 +118,7 @@ async fn hostile_cassettes_cannot_break_out_of_markdown_or_drive_the_terminal() 
         "{}/t/a%1B%5B2Jb/openai/v1/chat/completions",
         serve.for_test("x").split("/t/").next().unwrap()
     );
-    let r = support::http()
+    let r = crate::support::http()
         .post(&url)
         .json(&json!({"model": "m", "messages": [{"role": "user", "content": "hi\u{1b}[2J"}]}))
         .send()
@@ -208,7 +206,7 @@ fn a_closed_stdout_is_not_an_error() {
         &["status", "--no-list", "--json"],
     ] {
         let mut child = sample
-            .command(support::binary())
+            .command(crate::support::binary())
             .arg("llmreplay")
             .args(args)
             .stdout(std::process::Stdio::piped())
@@ -238,7 +236,7 @@ async fn every_exit_code_of_the_table() {
             "-c",
             &format!(
                 "set -o pipefail; {} llmreplay test -E 'test(=answers_hello)' | head -1",
-                support::binary().display()
+                crate::support::binary().display()
             ),
         ])
         .env("CI", "true")
@@ -304,7 +302,7 @@ async fn test_takes_mode_like_serve_and_passes_the_rest_to_nextest() {
         .iter()
         .map(|s| s.to_string())
         .collect();
-    args.extend(support::upstream_args(&fake));
+    args.extend(crate::support::upstream_args(&fake));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let run = sample.run(&args, &[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);

@@ -4,12 +4,10 @@
 //! event-stream frames replay byte for byte. Vertex: google-genai with `vertexai=True` and an
 //! OAuth token. No credential reaches a cassette.
 
-mod support;
-
+use crate::support::{all_files, http, read_json, run_sdk_script, sdk_python, FakeProvider, Serve};
 use serde_json::Value;
 use std::io::BufRead;
 use std::process::{Command, Stdio};
-use support::{all_files, http, read_json, run_sdk_script, sdk_python, FakeProvider, Serve};
 
 const RECORDER_KEY_ID: &str = "AKIDRECORDER7Q2W";
 const RECORDER_SECRET: &str = "recorder-secret-9f8e7d6c";
@@ -48,7 +46,7 @@ impl FakeBedrock {
     }
 
     async fn stats(&self) -> Value {
-        support::get_json(&format!("{}/__stats", self.url)).await
+        crate::support::get_json(&format!("{}/__stats", self.url)).await
     }
 }
 

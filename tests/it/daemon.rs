@@ -1,8 +1,7 @@
 //! End-to-end tests of the daemon: the real `cargo-llmreplay serve` binary, real HTTP on
 //! 127.0.0.1, real clients (async-openai, reqwest), and a loopback fake provider upstream.
 
-mod support;
-
+use crate::support::{all_files, read_json, FakeProvider, Serve};
 use async_openai::config::OpenAIConfig;
 use async_openai::types::chat::{
     ChatCompletionRequestUserMessageArgs, CreateChatCompletionRequest,
@@ -11,7 +10,6 @@ use async_openai::types::chat::{
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::path::Path;
-use support::{all_files, read_json, FakeProvider, Serve};
 
 /// A path, its headers and its JSON body.
 type Call = (&'static str, Vec<(&'static str, &'static str)>, Value);
@@ -26,7 +24,7 @@ async fn setup() -> (reqwest::Client, tempfile::TempDir, FakeProvider, String) {
 }
 
 fn init() -> reqwest::Client {
-    support::http()
+    crate::support::http()
 }
 
 fn chat(prompt: &str) -> CreateChatCompletionRequest {

@@ -2,8 +2,7 @@
 //! (async-openai with its own retries, reqwest, the official Python SDK) against recorded
 //! answers, with faults registered by `llmreplay_runner::fault()` on the test's own base URL.
 
-mod support;
-
+use crate::support::{http, run_sdk_script, sdk_python, FakeProvider, Serve};
 use async_openai::config::OpenAIConfig;
 use async_openai::types::chat::{
     ChatCompletionRequestUserMessageArgs, CreateChatCompletionRequestArgs,
@@ -11,7 +10,6 @@ use async_openai::types::chat::{
 use futures_util::StreamExt;
 use runner_plugin::fault;
 use serde_json::{json, Value};
-use support::{http, run_sdk_script, sdk_python, FakeProvider, Serve};
 
 const TEST: &str = "faults::retry$handles_a_429";
 
@@ -279,7 +277,7 @@ async fn the_python_sdk_retries_a_429_and_gets_the_replayed_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declared_faults_reach_only_the_tests_their_filterset_selects() {
     let fake = FakeProvider::start().await;
-    let sample = support::Sample::new();
+    let sample = crate::support::Sample::new();
     sample.record_all(&fake);
     std::fs::write(
         sample.root.join("llmreplay.toml"),

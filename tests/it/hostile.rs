@@ -5,14 +5,12 @@
 //! file descriptors, and a report that names a path outside the cassette directory. Each was a
 //! defect once; each test fails without its fix.
 
-mod support;
-
+use crate::support::{http, FakeProvider, Sample, Serve};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
-use support::{http, FakeProvider, Sample, Serve};
 
 /// `serve` in `dir` with an `llmreplay.toml` of `config`, recording from `upstream`.
 fn serve_with(dir: &Path, config: &str, mode: &str, upstream: &str) -> Serve {
@@ -385,7 +383,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_out_of_file_descriptors_does_not_spin() {
     let dir = tempfile::tempdir().unwrap();
-    let binary = support::binary();
+    let binary = crate::support::binary();
     let mut child = std::process::Command::new("sh")
         .args([
             "-c",
@@ -534,7 +532,7 @@ async fn a_recording_daemon_killed_mid_stream_loses_only_that_answer() {
         "{}",
         stopped.stderr
     );
-    let file = support::read_json(&dir.path().join("c/h--killed/openai.json"));
+    let file = crate::support::read_json(&dir.path().join("c/h--killed/openai.json"));
     assert_eq!(file["interactions"].as_array().unwrap().len(), 2);
 }
 
@@ -551,9 +549,9 @@ async fn a_recording_run_killed_mid_way_leaves_files_that_parse() {
         .iter()
         .map(|a| a.to_string())
         .collect();
-    args.extend(support::upstream_args(&fake));
+    args.extend(crate::support::upstream_args(&fake));
     let mut child = sample
-        .command(support::binary())
+        .command(crate::support::binary())
         .args(&args)
         .env("SAMPLE_BLOCK", state.path())
         .env("SAMPLE_STATE_DIR", state.path())
@@ -626,7 +624,7 @@ async fn two_concurrent_recording_runs_lose_nothing() {
     let fake = FakeProvider::start().await;
     let sample = Sample::new();
     let mut args = vec!["--record".to_string(), "--retries".into(), "1".into()];
-    args.extend(support::upstream_args(&fake));
+    args.extend(crate::support::upstream_args(&fake));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (a, b) = std::thread::scope(|s| {
         let a = s.spawn(|| sample.run(&args, &[]));
@@ -703,7 +701,7 @@ fn ws_base(serve: &Serve, test: &str) -> String {
 /// `dir`.
 async fn written(serve: &Serve, dir: &Path) -> String {
     let mut all = serve.journal().await.to_string();
-    for (path, text) in support::all_files(dir) {
+    for (path, text) in crate::support::all_files(dir) {
         all.push_str(&format!("\n{}\n{text}", path.display()));
     }
     all
@@ -967,7 +965,7 @@ async fn a_large_json_body_records_in_bounded_memory() {
     assert_eq!(r.status(), 200);
     r.bytes().await.unwrap();
     drop(serve);
-    let cassette = support::read_json(&dir.path().join("c/h--big/openai.json"));
+    let cassette = crate::support::read_json(&dir.path().join("c/h--big/openai.json"));
     let blob = cassette["interactions"][0]["request"]["body_blob"]
         .as_str()
         .unwrap_or_else(|| panic!("{cassette}"));
@@ -1121,7 +1119,7 @@ async fn sessions_record_the_servers_close_and_answer_the_clients() {
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
     use tokio_tungstenite::tungstenite::Message;
     let dir = tempfile::tempdir().unwrap();
-    let mut fake = support::FakeRealtime::start().await;
+    let mut fake = crate::support::FakeRealtime::start().await;
     let item = |text: &str| {
         Message::text(json!({"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}}).to_string())
     };
@@ -1255,7 +1253,7 @@ async fn an_edited_session_frame_is_refused() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
     let dir = tempfile::tempdir().unwrap();
-    let fake = support::FakeRealtime::start().await;
+    let fake = crate::support::FakeRealtime::start().await;
     let rec = Serve::recording_from(dir.path(), &[("openai", fake.url())]);
     let url = format!(
         "{}/openai/v1/realtime?model=gpt-realtime",
@@ -1352,7 +1350,7 @@ async fn everything_written_for(secret: &str, param: &str, header: &str) -> Stri
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let dir = tempfile::tempdir().unwrap();
     let fake = FakeProvider::start().await;
-    let realtime = support::FakeRealtime::start().await;
+    let realtime = crate::support::FakeRealtime::start().await;
     let query = format!("{param}={secret}&alt=sse");
     let mut seen = String::new();
     let chat_to = |serve: &Serve, test: &str| {

@@ -3,11 +3,9 @@
 //! real proxy (tinyproxy) with `CONNECT`, `NO_PROXY` honoured, the proxy's credentials never
 //! written or printed; then replayed offline, byte for byte.
 
-mod support;
-
+use crate::support::{all_files, http, FakeProvider, Serve, TestCa, Tinyproxy};
 use serde_json::{json, Value};
 use std::path::Path;
-use support::{all_files, http, FakeProvider, Serve, TestCa, Tinyproxy};
 
 fn chat(prompt: &str) -> Value {
     json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}]})
@@ -262,7 +260,7 @@ fn a_proxy_the_client_cannot_use_fails_at_start() {
 /// `NO_PROXY`, keeping the hosts the developer listed: its clients reach the daemon directly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn test_processes_behind_a_proxy_reach_the_daemon_directly() {
-    let sample = support::Sample::new();
+    let sample = crate::support::Sample::new();
     let run = sample.run(
         &["-E", "test(=sees_its_own_base_url)"],
         &[

@@ -2,12 +2,10 @@
 //! real clients, then sent again by the real binary to the loopback fake provider, which
 //! answers some of them differently, fails one, and counts how many arrive at once.
 
-mod support;
-
+use crate::support::{all_files, binary, commit_all, FakeProvider, Output, Serve};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use support::{all_files, binary, commit_all, FakeProvider, Output, Serve};
 
 const OPENAI_KEY: &str = "sk-rerun-secret-0001";
 const ANTHROPIC_KEY: &str = "sk-ant-rerun-secret-0002";
@@ -354,8 +352,8 @@ async fn uploads_are_sent_again_with_a_fresh_boundary_and_binary_answers_compare
     let up = format!("openai={}", fake.url());
     let serve = Serve::start(dir.path(), &["--mode", "record", "--upstream", &up]);
     let base = format!("{}/openai/v1", serve.for_test("rr::audio$upload"));
-    let http = support::http();
-    let clip = support::audio_bytes("clip", 70_000);
+    let http = crate::support::http();
+    let clip = crate::support::audio_bytes("clip", 70_000);
     let form = reqwest::multipart::Form::new()
         .text("model", "whisper-1")
         .part(
@@ -389,7 +387,7 @@ async fn uploads_are_sent_again_with_a_fresh_boundary_and_binary_answers_compare
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stderr.contains("2 identical"), "{}", out.stderr);
     let again = fake.received();
-    let upload = |r: &support::Received| {
+    let upload = |r: &crate::support::Received| {
         r.headers
             .iter()
             .find(|(k, _)| k == "content-type")
@@ -397,7 +395,7 @@ async fn uploads_are_sent_again_with_a_fresh_boundary_and_binary_answers_compare
             .unwrap()
     };
     // rerun sends its requests concurrently: find the upload by its path.
-    let upload_of = |list: &[support::Received]| {
+    let upload_of = |list: &[crate::support::Received]| {
         list.iter()
             .find(|r| r.path == "/v1/audio/transcriptions")
             .cloned()

@@ -2,11 +2,9 @@
 //! as the real binary on a sample workspace in a temp git repository, after real
 //! `cargo llmreplay test` runs against the loopback fake provider.
 
-mod support;
-
+use crate::support::{all_files, read_json, FakeProvider, Sample};
 use serde_json::Value;
 use std::path::Path;
-use support::{all_files, read_json, FakeProvider, Sample};
 
 /// Records every test of the sample and commits the cassettes.
 fn record_and_commit(sample: &Sample, fake: &FakeProvider) {

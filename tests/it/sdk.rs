@@ -3,10 +3,8 @@
 //! embeddings and a streamed Responses call record, then replay offline identically, twice, each
 //! upload with its own multipart boundary.
 
-mod support;
-
+use crate::support::{http, run_sdk_script, sdk_python, FakeProvider, Serve};
 use serde_json::Value;
-use support::{http, run_sdk_script, sdk_python, FakeProvider, Serve};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_sdk_records_binary_multipart_and_streams_and_replays_them_offline() {
@@ -101,11 +99,12 @@ async fn the_sdks_azure_client_records_and_replays_through_azure_openai_endpoint
     assert!(sent
         .iter()
         .all(|r| r.headers.iter().any(|(k, v)| k == "api-key" && v == KEY)));
-    for (path, text) in support::all_files(dir.path()) {
+    for (path, text) in crate::support::all_files(dir.path()) {
         assert!(!text.contains(KEY), "{path:?} holds the key");
     }
     let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
-    let file = support::read_json(&dir.path().join("c").join(slug.as_str()).join("azure.json"));
+    let file =
+        crate::support::read_json(&dir.path().join("c").join(slug.as_str()).join("azure.json"));
     let speech = &file["interactions"][0]["request"];
     assert_eq!(
         speech["path"],

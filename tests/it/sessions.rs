@@ -3,12 +3,10 @@
 //! 127.0.0.1; recorded, replayed offline frame for frame, a changed prompt refused naming the
 //! field, parallel tests kept apart, and a session cut by the upstream passed on, not saved.
 
-mod support;
-
+use crate::support::{read_json, run_sdk_script, sdk_python, FakeRealtime, Serve};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use std::path::Path;
-use support::{read_json, run_sdk_script, sdk_python, FakeRealtime, Serve};
 use tokio_tungstenite::tungstenite::Message;
 
 fn recording(dir: &Path, upstreams: &[(&str, String)]) -> Serve {
@@ -84,7 +82,7 @@ async fn the_openai_sdk_records_a_realtime_session_and_replays_it_frame_for_fram
         "session.update, item.create, response.create: {client:?}"
     );
     assert_eq!(session["summary"]["text"], "You said: Hello there");
-    for (path, text) in support::all_files(&dir.path().join("c")) {
+    for (path, text) in crate::support::all_files(&dir.path().join("c")) {
         assert!(!text.contains("sk-realtime-secret"), "{}", path.display());
     }
 
@@ -99,7 +97,12 @@ async fn the_openai_sdk_records_a_realtime_session_and_replays_it_frame_for_fram
     // A changed prompt on the test's next attempt (its sequence starts afresh, as under
     // nextest's retries): an error event naming the field, and a miss in the report.
     let begin = format!("{}/__llmreplay/begin?test=rt%24first", replay.base);
-    let status = support::http().post(begin).send().await.unwrap().status();
+    let status = crate::support::http()
+        .post(begin)
+        .send()
+        .await
+        .unwrap()
+        .status();
     assert_eq!(status, 200);
     let changed = realtime_turn(&python, &replay, "rt$first", "Hello where");
     let error = changed["error"]
@@ -233,7 +236,7 @@ async fn a_gemini_live_session_and_an_azure_realtime_one_replay_byte_for_byte() 
         upgrades[1].starts_with("/openai/realtime?api-version="),
         "{upgrades:?}"
     );
-    for (path, text) in support::all_files(&dir.path().join("c")) {
+    for (path, text) in crate::support::all_files(&dir.path().join("c")) {
         for secret in ["AIza-live-secret", "azure-secret-key"] {
             assert!(!text.contains(secret), "{secret} in {}", path.display());
         }

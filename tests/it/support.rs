@@ -1,7 +1,6 @@
 //! Test support: a loopback fake provider that speaks the real wire formats (OpenAI JSON and SSE
 //! with `[DONE]`, Anthropic SSE events, Gemini SSE, Ollama NDJSON), and a handle on the real
 //! `cargo-llmreplay serve` process. The fake is the only stand-in: everything else is real.
-#![allow(dead_code)]
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};

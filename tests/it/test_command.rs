@@ -1,13 +1,11 @@
 //! End-to-end tests of `cargo llmreplay test`: the real binary runs real `cargo nextest` on a
 //! sample workspace in a temp git repository, against a loopback fake provider.
 
-mod support;
-
+use crate::support::{FakeProvider, Sample};
 use serde_json::Value;
-use support::{FakeProvider, Sample};
 
 fn upstreams(fake: &FakeProvider) -> Vec<String> {
-    support::upstream_args(fake)
+    crate::support::upstream_args(fake)
 }
 
 fn args<'a>(fixed: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
@@ -19,7 +17,7 @@ fn args<'a>(fixed: &[&'a str], extra: &'a [String]) -> Vec<&'a str> {
 }
 
 /// Records every test of the sample (the retried one needs `--retries 1`).
-async fn record(sample: &Sample, fake: &FakeProvider) -> support::Run {
+async fn record(sample: &Sample, fake: &FakeProvider) -> crate::support::Run {
     sample.record_all(fake)
 }
 
@@ -93,7 +91,7 @@ async fn records_then_replays_offline_in_ci_with_the_same_answers() {
             );
         }
     }
-    for (path, text) in support::all_files(&sample.root.join("tests/cassettes")) {
+    for (path, text) in crate::support::all_files(&sample.root.join("tests/cassettes")) {
         assert!(
             !text.contains(runner_plugin::PLACEHOLDER_KEY),
             "{}",
@@ -196,7 +194,7 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
     // A test that ran and made no request: its recording is unused, filtered run or not.
     let quiet = sample.cassette("sample--chat--calls_nothing", "openai");
     let mut cassette =
-        support::read_json(&sample.cassette("sample--chat--answers_hello", "openai"));
+        crate::support::read_json(&sample.cassette("sample--chat--answers_hello", "openai"));
     cassette["test"] = "sample::chat$calls_nothing".into();
     std::fs::create_dir_all(quiet.parent().unwrap()).unwrap();
     std::fs::write(&quiet, serde_json::to_string_pretty(&cassette).unwrap()).unwrap();
@@ -311,7 +309,7 @@ async fn a_user_target_runner_still_runs() {
 async fn plain_cargo_test_records_with_the_thread_name_helper_and_nextest_replays_it() {
     let mut fake = FakeProvider::start().await;
     let sample = Sample::new();
-    let serve = support::Serve::start(
+    let serve = crate::support::Serve::start(
         &sample.root,
         &[
             "--mode",
@@ -349,7 +347,7 @@ async fn preconditions_fail_with_clear_errors() {
     let sample = Sample::new();
     let outside = tempfile::tempdir().unwrap();
     let out = sample
-        .command(support::binary())
+        .command(crate::support::binary())
         .current_dir(outside.path())
         .args(["llmreplay", "test"])
         .output()
@@ -435,7 +433,7 @@ async fn ctrl_c_ends_the_run_and_its_daemon() {
     let state = tempfile::tempdir().unwrap();
     let report = state.path().join("report.json");
     let mut child = sample
-        .command(support::binary())
+        .command(crate::support::binary())
         .args(["llmreplay", "test", "--report"])
         .arg(&report)
         .args(["-E", "test(=waits_when_told)"])
@@ -501,7 +499,7 @@ async fn the_summary_has_colour_on_a_terminal_only() {
     let sample = Sample::new();
     let command = format!(
         "{} llmreplay test -E 'test(=answers_hello)'",
-        support::binary().display()
+        crate::support::binary().display()
     );
     // `script` gives the command a terminal, as a developer's shell would.
     let on_terminal = |no_color: bool| {

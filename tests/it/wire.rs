@@ -3,10 +3,8 @@
 //! `alt=sse`), and tool calls in every family, whole and streamed in fragments. Each records,
 //! replays offline byte for byte, and is summarised with its text or tool call.
 
-mod support;
-
+use crate::support::{http, FakeProvider, Serve};
 use serde_json::{json, Value};
-use support::{http, FakeProvider, Serve};
 
 struct Case {
     test: &'static str,
@@ -185,7 +183,7 @@ async fn what_real_servers_write_replays_byte_for_byte_and_is_summarised() {
     for case in cases() {
         let slug = case.test.replace('$', "--");
         let cassette =
-            support::read_json(&dir.path().join(format!("c/{slug}/{}.json", case.provider)));
+            crate::support::read_json(&dir.path().join(format!("c/{slug}/{}.json", case.provider)));
         let summary = &cassette["interactions"][0]["summary"];
         if let Some(text) = case.text {
             assert_eq!(summary["text"], text, "{}: {cassette}", case.test);

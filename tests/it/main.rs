@@ -1,0 +1,20 @@
+//! The end-to-end tests of the whole tool, in one binary (as nextest and insta keep theirs): the
+//! real `cargo-llmreplay` on sample workspaces in temp dirs, real nextest and git, real HTTP on
+//! 127.0.0.1, real client libraries and official SDKs, against fake providers on loopback that
+//! speak the providers' wire formats. `support` holds the fakes and the handles on the binary.
+
+mod support;
+
+mod bodies;
+mod cli;
+mod clouds;
+mod daemon;
+mod faults;
+mod hostile;
+mod network;
+mod rerun;
+mod review;
+mod sdk;
+mod sessions;
+mod test_command;
+mod wire;
