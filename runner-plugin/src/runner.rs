@@ -1,5 +1,5 @@
 //! The nextest target runner. nextest calls `cargo-llmreplay __runner <test binary> <args>` for
-//! every test process; in the run phase this sets the per-test environment of SPEC (test id, base
+//! every test process; in the run phase this sets the per-test environment README lists (test id, base
 //! URLs, placeholder keys in replay) and execs the binary, or the user's own runner with it.
 //! It prints nothing on stdout: nextest parses the list phase's output.
 
