@@ -12,32 +12,52 @@ use std::path::{Path, PathBuf};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "problem", rename_all = "snake_case")]
+/// What is wrong with one cassette file.
 pub enum Problem {
     /// The file does not parse; the message names line and column.
-    Corrupt { message: String },
+    Corrupt {
+        /// The parser's message.
+        message: String,
+    },
     /// Interaction `index` (from 0) has a summary that its response would not give.
-    SummaryMismatch { index: usize },
+    SummaryMismatch {
+        /// Position in the file, from 0.
+        index: usize,
+    },
     /// Interaction `index` (from 0) has a key that is not its request's: edited by hand.
-    KeyMismatch { index: usize },
+    KeyMismatch {
+        /// Position in the file, from 0.
+        index: usize,
+    },
     /// Interaction `index` (from 0) has an answer that no longer matches its seal: edited by
     /// hand.
-    SealMismatch { index: usize },
+    SealMismatch {
+        /// Position in the file, from 0.
+        index: usize,
+    },
     /// A temporary file a write left when its process was killed before the rename.
     LeftoverTemp,
     /// A blob the file refers to is missing or does not hash to its name.
-    Blob { message: String },
+    Blob {
+        /// Which blob, and what is wrong with it.
+        message: String,
+    },
     /// Replay looks this test and provider up at `expected`, not here.
     Misplaced {
         #[serde(with = "crate::lossy_path")]
+        /// Where replay looks for it.
         expected: PathBuf,
     },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A problem, and the file it is in.
 pub struct Finding {
     #[serde(with = "crate::lossy_path")]
+    /// The file (or leftover temporary file).
     pub path: PathBuf,
     #[serde(flatten)]
+    /// What is wrong.
     pub problem: Problem,
 }
 

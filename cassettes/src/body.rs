@@ -30,8 +30,11 @@ pub const BLOB_DIR: &str = "blobs";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Layout {
+    /// Compact, then a newline.
     CompactNewline,
+    /// Pretty-printed (two spaces).
     Pretty,
+    /// Pretty-printed, then a newline.
     PrettyNewline,
 }
 
@@ -39,12 +42,16 @@ pub enum Layout {
 #[derive(Clone, Debug, PartialEq, Default)]
 pub enum Body {
     #[default]
+    /// No body at all.
     Empty,
     /// JSON; for a response, `layout` re-creates the exact bytes.
     Json {
+        /// The parsed JSON.
         value: Value,
+        /// How to lay it out again; none for compact.
         layout: Option<Layout>,
     },
+    /// UTF-8 text that is not JSON.
     Text(String),
     /// Bytes that are not UTF-8, up to [`INLINE_LIMIT`]: stored as `body_base64`.
     Bytes(Bytes),
@@ -60,7 +67,9 @@ pub enum Body {
 /// A content-addressed blob: its hash, and its bytes once read (or before they are written).
 #[derive(Clone, Debug)]
 pub struct Blob {
+    /// The SHA-256 of the bytes, its file name under `blobs/`.
     pub sha256: String,
+    /// The bytes, once read (or before they are written).
     pub bytes: Option<Bytes>,
 }
 
@@ -74,9 +83,13 @@ impl PartialEq for Blob {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawPart", into = "RawPart")]
 pub struct Part {
+    /// The form field's name.
     pub name: String,
+    /// The uploaded file's name, if a file.
     pub filename: Option<String>,
+    /// The part's content type, if it gave one.
     pub content_type: Option<String>,
+    /// The part's content.
     pub body: Body,
 }
 
@@ -399,6 +412,7 @@ impl Body {
         }
     }
 
+    /// The blobs this body refers to (a multipart body's, part by part).
     pub fn blobs(&self) -> Vec<&Blob> {
         match self {
             Body::Blob(b) => vec![b],

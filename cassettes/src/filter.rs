@@ -6,23 +6,38 @@
 use regex::Regex;
 
 #[derive(Debug)]
+/// A nextest filterset, as `[[faults]]` selects tests with it.
 pub enum Filter {
+    /// `all()`.
     All,
+    /// `none()`.
     None,
+    /// `test(...)`: the test's name.
     Test(Matcher),
+    /// `binary_id(...)`.
     BinaryId(Matcher),
+    /// `binary(...)`.
     Binary(Matcher),
+    /// `package(...)`.
     Package(Matcher),
+    /// `not` / `!`.
     Not(Box<Filter>),
+    /// `and` / `&`.
     And(Box<Filter>, Box<Filter>),
+    /// `or` / `|`.
     Or(Box<Filter>, Box<Filter>),
 }
 
 #[derive(Debug)]
+/// How a predicate matches a name.
 pub enum Matcher {
+    /// `=name`: the whole name.
     Equal(String),
+    /// `~name` (or bare, for `test`): a part of it.
     Contains(String),
+    /// `/regex/`.
     Regex(Regex),
+    /// `#glob`.
     Glob(crate::glob::GlobMatcher),
 }
 
@@ -59,6 +74,7 @@ impl Matcher {
 }
 
 impl Filter {
+    /// Parses a filterset; the error says where and what was expected.
     pub fn parse(expr: &str) -> Result<Filter, String> {
         let mut p = Parser { s: expr, at: 0 };
         let f = p.or()?;

@@ -18,12 +18,15 @@ use std::sync::Arc;
 pub const FORMAT_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One cassette file: a test's recordings of one provider.
 pub struct Cassette {
     /// The format version ([`FORMAT_VERSION`]).
     pub llmreplay: u32,
     /// Whose recordings these are: a test names its folder, so two tests never share one.
     pub test: TestId,
+    /// The provider's name, as in the file's name.
     pub provider: String,
+    /// The recordings, in the order they were made.
     pub interactions: Vec<Interaction>,
 }
 
@@ -32,12 +35,16 @@ pub struct Cassette {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(try_from = "RawInteraction")]
 pub struct Interaction {
+    /// The key of the request ([`Key::of`]).
     pub key: Key,
     /// SHA-256 of the answer as stored ([`seal_of`]): an answer edited by hand no longer
     /// matches it and is never replayed. None in cassettes written before seals.
     pub seal: Option<String>,
+    /// The request as recorded, normalised and without secrets.
     pub request: RecordedRequest,
+    /// The answer (for a session, its frames).
     pub response: RecordedResponse,
+    /// How long the answer took, for `--realtime` and review.
     pub timing: Option<Timing>,
     /// Derived for review (the answer as text); replay ignores it.
     pub summary: Option<Summary>,
@@ -173,17 +180,24 @@ pub fn seal_of(response: &RecordedResponse) -> String {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawResponse", into = "RawResponse")]
 pub struct RecordedResponse {
+    /// The HTTP status (101 for a session).
     pub status: u16,
+    /// The headers worth keeping: no secrets, nothing of the transfer.
     pub headers: BTreeMap<String, String>,
+    /// The body, stream or frames.
     pub body: ResponseBody,
 }
 
 /// An answer is one body, or a stream of events.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ResponseBody {
+    /// A body received whole.
     Whole(Body),
+    /// A stream of events (SSE or NDJSON).
     Stream {
+        /// How the events are framed.
         format: StreamFormat,
+        /// The events, in order, with their times.
         chunks: Vec<Chunk>,
     },
     /// A WebSocket session: every frame, both ways.
@@ -250,6 +264,7 @@ impl From<RecordedResponse> for RawResponse {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// How a stream frames its events.
 pub enum StreamFormat {
     /// Server-sent events (OpenAI, Anthropic, Gemini).
     Sse,
@@ -261,6 +276,7 @@ pub enum StreamFormat {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawChunk", into = "RawChunk")]
 pub struct Chunk {
+    /// The event.
     pub content: ChunkContent,
     /// Milliseconds from sending the request to this chunk's arrival, for `--realtime`.
     pub at_ms: u64,
@@ -269,7 +285,14 @@ pub struct Chunk {
 /// Parsed (`event`, `data`) when that reproduces the event's bytes, else the raw text.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ChunkContent {
-    Event { event: Option<String>, data: Value },
+    /// An event that parses: SSE's `event:` line and its JSON data.
+    Event {
+        /// SSE's `event:` name, if the event has one.
+        event: Option<String>,
+        /// The event's JSON payload.
+        data: Value,
+    },
+    /// An event kept as its raw text.
     Raw(String),
 }
 
@@ -319,24 +342,34 @@ impl From<Chunk> for RawChunk {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// How long an answer took.
 pub struct Timing {
+    /// Milliseconds to the first byte.
     pub ttfb_ms: u64,
+    /// Milliseconds to the last byte.
     pub total_ms: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// What an answer said, derived for review; replay ignores it.
 pub struct Summary {
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// The answer's text, deltas assembled.
     pub text: String,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The tool calls it made.
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its usage block, as the provider sent it.
     pub usage: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One tool call of an answer.
 pub struct ToolCall {
+    /// The tool's name.
     pub name: String,
+    /// Its arguments, as the JSON text the model wrote.
     pub arguments: String,
 }
 
@@ -356,6 +389,7 @@ pub fn ordinals(interactions: &[Interaction]) -> Vec<usize> {
 }
 
 impl Cassette {
+    /// An empty cassette of `test` for `provider`.
     pub fn new(test: &str, provider: &str) -> Self {
         Cassette {
             llmreplay: FORMAT_VERSION,
@@ -492,6 +526,7 @@ impl RecordedResponse {
         }
     }
 
+    /// A whole answer, its body in the form that gives back its bytes exactly.
     pub fn with_body(status: u16, headers: BTreeMap<String, String>, body: &[u8]) -> Self {
         RecordedResponse {
             status,
@@ -808,7 +843,9 @@ fn parse_simple_event(text: &str) -> Option<(Option<String>, Value)> {
 /// Bytes made once, at load time, so that a replay is a lookup and a write.
 #[derive(Clone, Debug)]
 pub struct Prepared {
+    /// The recorded status.
     pub status: u16,
+    /// The recorded headers.
     pub headers: Vec<(String, String)>,
     /// The whole body, chunks concatenated.
     pub body: Bytes,
@@ -816,6 +853,7 @@ pub struct Prepared {
     pub chunks: Option<Vec<(Bytes, u64)>>,
     /// For a WebSocket session: its frames, blobs read.
     pub frames: Option<Arc<Vec<WsFrame>>>,
+    /// Milliseconds to the first byte, for `--realtime`.
     pub ttfb_ms: u64,
 }
 

@@ -13,9 +13,13 @@ use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// How a cassette file changed against the base.
 pub enum ChangeKind {
+    /// Not in the base.
     New,
+    /// In both, different.
     Modified,
+    /// In the base only.
     Deleted,
 }
 
@@ -25,10 +29,15 @@ pub struct Change {
     /// Relative to the repository's root.
     #[serde(with = "crate::lossy_path")]
     pub path: PathBuf,
+    /// How the file changed.
     pub kind: ChangeKind,
+    /// Recordings new in it.
     pub added: usize,
+    /// Recordings whose answer changed.
     pub replaced: usize,
+    /// Recordings gone from it.
     pub removed: usize,
+    /// Recordings as they were.
     pub unchanged: usize,
     /// Set when one side does not parse.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -151,9 +160,13 @@ pub struct FileDiff {
     /// Relative to the repository's root.
     #[serde(with = "crate::lossy_path")]
     pub path: PathBuf,
+    /// Whose cassette it is.
     pub test: crate::TestId,
+    /// The provider's name.
     pub provider: String,
+    /// How the file changed.
     pub kind: ChangeKind,
+    /// Its interactions added, removed and changed.
     pub interactions: Vec<InteractionDiff>,
     /// Set when one side does not parse.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,6 +178,7 @@ pub struct FileDiff {
 pub struct Diff {
     /// What the work tree was compared with, e.g. `merge base of HEAD and main (1a2b3c4d)`.
     pub base: String,
+    /// Every cassette file that changed.
     pub files: Vec<FileDiff>,
 }
 

@@ -132,6 +132,7 @@ impl Slug {
         Slug(slug)
     }
 
+    /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -35,6 +35,7 @@ impl Key {
         Key(format!("{:x}", Sha256::digest(&canonical)))
     }
 
+    /// The key as 64 hex digits.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -81,9 +82,13 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawRequest", into = "RawRequest")]
 pub struct RecordedRequest {
+    /// The HTTP method.
     pub method: String,
+    /// The path as the provider's API has it.
     pub path: String,
+    /// The query without secrets, its pairs sorted.
     pub query: Option<String>,
+    /// The body, normalised by the `[match]` rules.
     pub body: Body,
     /// An upgrade to a WebSocket session.
     pub websocket: bool,
@@ -186,8 +191,10 @@ impl RecordedRequest {
 /// One `[match] replace` rule: a regex and its replacement (`$1` refers to groups).
 #[derive(Clone, Debug, Deserialize)]
 pub struct ReplaceRule {
+    /// The regex.
     pub pattern: String,
     #[serde(alias = "with")]
+    /// What a match becomes.
     pub replacement: String,
 }
 

@@ -1,6 +1,7 @@
 //! The data of cargo-llmreplay and its rules: test ids and their slugs, request keys, the
 //! cassette file format and the locked, atomic store. Plain types and functions: no HTTP, no
 //! async runtime, so every rule here is tested alone.
+#![warn(missing_docs)]
 
 pub mod audit;
 mod body;
@@ -40,57 +41,118 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{path}:{line}:{column}: this cassette does not parse ({message}). It was left untouched: fix it by hand, or delete it and record again with --record-missing")]
+    /// A cassette that does not parse.
     Corrupt {
+        /// The file.
         path: PathBuf,
+        /// Where the parser stopped: its line.
         line: usize,
+        /// And its column.
         column: usize,
+        /// What the parser said.
         message: String,
     },
     #[error("test ids {first:?} and {second:?} both map to the cassette folder {slug:?}; rename one of the tests so their cassettes stay apart")]
+    /// Two test ids that meet at one folder.
     SlugCollision {
+        /// The folder.
         slug: String,
+        /// The test that has it.
         first: String,
+        /// The test that asked for it too.
         second: String,
     },
     #[error("bad rule in llmreplay.toml, {rule}: {reason}")]
-    BadRule { rule: String, reason: String },
+    /// A `[match]` rule that does not compile.
+    BadRule {
+        /// The rule, as written.
+        rule: String,
+        /// Why it does not compile.
+        reason: String,
+    },
     #[error("{path}: {what} is no longer there; the cassette changed since the report was written. Run the suite again first")]
-    Stale { path: PathBuf, what: String },
+    /// A recording a report named is no longer there.
+    Stale {
+        /// The cassette.
+        path: PathBuf,
+        /// Which recording.
+        what: String,
+    },
     #[error("{path}: this blob is missing or damaged ({reason}). Restore it from git (git checkout -- {}), or record the test again", shell_quote(&path.to_string_lossy()))]
-    Blob { path: PathBuf, reason: String },
+    /// A blob that is missing or damaged.
+    Blob {
+        /// The blob's file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     #[error("{path}: interaction {} was edited by hand: its key is not the key of its request, so it is not replayed as it stands. Run `cargo llmreplay status --fix` to recompute its key and summary, or record it again", index + 1)]
-    KeyMismatch { path: PathBuf, index: usize },
+    /// A request edited by hand: its key is not its request's.
+    KeyMismatch {
+        /// The cassette.
+        path: PathBuf,
+        /// The interaction, from 0.
+        index: usize,
+    },
     #[error("{path}: the answer of interaction {} was edited by hand: it no longer matches its seal, so it is not replayed as it stands. If the edit is meant, run `cargo llmreplay status --fix` to seal it again; else restore it from git or record it again", index + 1)]
-    SealMismatch { path: PathBuf, index: usize },
+    /// An answer edited by hand: it no longer matches its seal.
+    SealMismatch {
+        /// The cassette.
+        path: PathBuf,
+        /// The interaction, from 0.
+        index: usize,
+    },
     #[error("{folder}: another process has held this cassette folder's lock for {}s (a second recording run, or prune?), so this recording was not saved. Let the other finish and run again", waited.as_secs())]
+    /// A folder another process holds locked too long.
     Locked {
+        /// The folder.
         folder: PathBuf,
+        /// How long this one waited.
         waited: std::time::Duration,
     },
     #[error("{path} resolves to {resolved}, outside the cassette directory {root} (a link?); nothing is written there. Remove the link, or point --cassette-dir at the real folder")]
+    /// A path that resolves outside the cassette directory.
     Outside {
+        /// The path as given.
         path: PathBuf,
+        /// Where it resolves.
         resolved: PathBuf,
+        /// The cassette directory.
         root: PathBuf,
     },
     #[error("{}: not UTF-8 text (invalid byte at offset {offset}), so not a cassette; restore it from git or record the test again", path.display())]
-    NotText { path: PathBuf, offset: usize },
+    /// A file that is not UTF-8 text.
+    NotText {
+        /// The file.
+        path: PathBuf,
+        /// The first byte that is not.
+        offset: usize,
+    },
     #[error("git: {source}")]
+    /// git could not read the repository.
     Git {
         #[from]
+        /// git's error.
         source: git2::Error,
     },
     #[error("git: cannot find the base revision {name:?} ({source}); fetch it first (git fetch origin {name}) or name another with --base")]
+    /// A base commit that git does not know.
     NoBase {
+        /// The name given.
         name: String,
         #[source]
+        /// git's error.
         source: git2::Error,
     },
     #[error("{0} is not inside a git repository, so there is nothing to compare with; commit your cassettes first")]
+    /// The cassettes are in no git repository.
     NotInRepository(PathBuf),
     #[error("{path}: {source}")]
+    /// A file that could not be read or written.
     Io {
+        /// The file.
         path: PathBuf,
+        /// The system's error.
         source: std::io::Error,
     },
 }

@@ -5,10 +5,12 @@
 use serde::{Deserialize, Deserializer, Serializer};
 use std::path::{Path, PathBuf};
 
+/// Writes a path as text, U+FFFD where it is not UTF-8.
 pub fn serialize<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&path.to_string_lossy())
 }
 
+/// Reads a path written as text.
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
     PathBuf::deserialize(d)
 }

@@ -12,19 +12,27 @@ use std::collections::HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// How an interaction changed against the base.
 pub enum Change {
+    /// New.
     Added,
+    /// Gone.
     Removed,
+    /// In both, different.
     Changed,
 }
 
 /// One interaction that is not the same on both sides.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct InteractionDiff {
+    /// How it changed.
     pub change: Change,
+    /// The request's method.
     pub method: String,
+    /// The request's path.
     pub path: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The model it asked for.
     pub model: Option<String>,
     /// The last user message: the new one, or the old one of a removed interaction.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,19 +47,25 @@ pub struct InteractionDiff {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub response_fields: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The answer's status before.
     pub status_before: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// And after.
     pub status_after: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The answer's text before.
     pub answer_before: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// And after.
     pub answer_after: Option<String>,
     /// A unified line diff of the answers, when their text differs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_diff: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// Tokens used before.
     pub tokens_before: Option<Tokens>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// And after.
     pub tokens_after: Option<Tokens>,
 }
 

@@ -13,7 +13,9 @@ use serde_json::Value;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Side {
+    /// The client (the test).
     Client,
+    /// The provider.
     Server,
 }
 
@@ -21,6 +23,7 @@ pub enum Side {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawFrame", into = "RawFrame")]
 pub struct WsFrame {
+    /// Who sent it.
     pub from: Side,
     /// A binary frame (else text).
     pub binary: bool,
@@ -36,8 +39,10 @@ pub struct WsFrame {
 /// The code and reason of a close frame.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Close {
+    /// The close code (1005: none was given).
     pub code: u16,
     #[serde(default, skip_serializing_if = "String::is_empty")]
+    /// The reason, if any.
     pub reason: String,
 }
 

@@ -31,9 +31,13 @@ pub struct Store {
 
 /// One test's cassette for one provider, and this run's sequence cursors over it.
 pub struct Entry {
+    /// The test.
     pub test: TestId,
+    /// Its folder's name.
     pub slug: Slug,
+    /// The provider.
     pub provider: ProviderName,
+    /// The cassette file.
     pub path: PathBuf,
     /// The cassette directory, which no write may leave.
     root: PathBuf,
@@ -90,13 +94,16 @@ impl Loaded {
 pub struct Lookup {
     /// 0 for the first request with this key in this test, 1 for the second, ...
     pub ordinal: usize,
+    /// The recording it gets, if there is one.
     pub hit: Option<Arc<Prepared>>,
 }
 
 /// What a recording did to the cassette file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordOutcome {
+    /// A new recording, at the end.
     Appended,
+    /// A changed answer, in place.
     Replaced,
     /// The stored entry differs only in volatile fields, or not at all: the file is untouched.
     Unchanged,
@@ -105,10 +112,14 @@ pub enum RecordOutcome {
 /// A recording that no request of this run replayed.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Unused {
+    /// The test.
     pub test: TestId,
+    /// The provider.
     pub provider: ProviderName,
     #[serde(with = "crate::lossy_path")]
+    /// The cassette file.
     pub cassette: PathBuf,
+    /// The request's key.
     pub key: Key,
     /// Which recording of its key: 0 for the first.
     pub ordinal: usize,
@@ -120,11 +131,14 @@ pub struct Unused {
 /// The closest recording to a request that found none.
 #[derive(Clone, Debug)]
 pub struct Closest {
+    /// Its position in the cassette, from 0.
     pub index: usize,
+    /// The JSON pointers of the fields that differ.
     pub differing: Vec<String>,
 }
 
 impl Store {
+    /// A store of the cassettes under `dir`; nothing is read until asked for.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Store {
             dir: dir.into(),

@@ -36,6 +36,7 @@ impl Summary {
         (!summary.text.is_empty() || !summary.tool_calls.is_empty()).then_some(summary)
     }
 
+    /// The tokens its usage block counts.
     pub fn tokens(&self) -> Option<Tokens> {
         self.usage.as_ref().and_then(Tokens::of)
     }

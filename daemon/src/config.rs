@@ -33,6 +33,7 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The mode as flags and reports spell it.
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Replay => "replay",
@@ -72,12 +73,21 @@ impl FromStr for Mode {
 }
 
 #[derive(Debug, thiserror::Error)]
+/// What is wrong with the configuration; exit 2.
 pub enum ConfigError {
     #[error("{path}: {message}")]
-    File { path: PathBuf, message: String },
+    /// A problem in a file.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where.
+        message: String,
+    },
     #[error("{0}")]
+    /// A `[match]` rule that does not compile.
     Rule(#[from] cassettes::Error),
     #[error("{0}")]
+    /// A value out of range or of the wrong form.
     Invalid(String),
 }
 
@@ -225,11 +235,15 @@ struct RedactSection {
 /// What the command line sets; each `Some` wins over the file.
 #[derive(Debug, Default, Clone)]
 pub struct Overrides {
+    /// `--mode` and its shorthands.
     pub mode: Option<Mode>,
+    /// `--cassette-dir`.
     pub cassette_dir: Option<PathBuf>,
     /// `NAME=URL` pairs from `--upstream`.
     pub upstreams: Vec<String>,
+    /// `--realtime`.
     pub realtime: bool,
+    /// `--allow-repeats`.
     pub allow_repeats: bool,
     /// `--allow-credentials-to HOST`: hosts that may receive re-signed credentials.
     pub allow_credentials_to: Vec<String>,
@@ -238,15 +252,21 @@ pub struct Overrides {
 /// The daemon's settings, checked and compiled.
 #[derive(Debug)]
 pub struct Settings {
+    /// How requests are answered.
     pub mode: Mode,
+    /// Where the cassettes are.
     pub cassette_dir: PathBuf,
+    /// Every provider, built-in and from the file, with its upstream.
     pub providers: Vec<Arc<Provider>>,
+    /// The `[match]` rules, compiled.
     pub normalizer: Normalizer,
     /// Response headers never written, lowercase, on top of the built-in secret list.
     pub redact_headers: Vec<String>,
+    /// Replay streams at their recorded pace.
     pub realtime: bool,
     /// Replay the last recording of a key to requests beyond its recordings, instead of missing.
     pub allow_repeats: bool,
+    /// Timeouts and sizes.
     pub limits: Limits,
     /// `[[faults]]`: faults for the tests each filterset selects.
     pub declared_faults: Vec<crate::faults::Declared>,

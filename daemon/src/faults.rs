@@ -19,15 +19,24 @@ pub enum FaultKind {
     /// Answers this status; `body` (its bytes, checked and serialised when the fault was
     /// registered) defaults to the provider's own error shape.
     Status {
+        /// The status to answer.
         status: u16,
+        /// Headers to add, checked.
         headers: Vec<(http::HeaderName, http::HeaderValue)>,
+        /// The body to send, if not the provider's error shape.
         body: Option<bytes::Bytes>,
     },
     /// Sends the first `after_chunks` chunks of the recorded answer, then cuts the connection
     /// (0: before any byte).
-    Disconnect { after_chunks: usize },
+    Disconnect {
+        /// Chunks sent before the cut.
+        after_chunks: usize,
+    },
     /// Waits this long before the first byte, then answers as usual.
-    Delay { ms: u64 },
+    Delay {
+        /// Milliseconds to wait.
+        ms: u64,
+    },
     /// Answers a body that is not valid JSON, or a stream whose last event is broken.
     Malformed,
 }
@@ -35,18 +44,24 @@ pub enum FaultKind {
 /// How many matching requests a fault takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Times {
+    /// This many times.
     Count(u64),
+    /// Every time.
     Always,
 }
 
 /// One registered fault.
 #[derive(Clone, Debug)]
 pub struct Fault {
+    /// Its id, as the POST answered it.
     pub id: u64,
+    /// Only this provider's requests; none for any.
     pub provider: Option<ProviderName>,
     /// Matching requests let through before it fires.
     pub after: u64,
+    /// How many requests it takes.
     pub times: Times,
+    /// What it does.
     pub kind: FaultKind,
     seen: u64,
     fired: u64,
@@ -56,14 +71,23 @@ pub struct Fault {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FaultSpec {
+    /// `"provider"`: a provider's name, or `any`.
     pub provider: Option<String>,
+    /// `"after"`: matching requests to let through first.
     pub after: Option<i64>,
+    /// `"times"`: a count, or `"always"`.
     pub times: Option<Value>,
+    /// `"status"`: answer this status.
     pub status: Option<i64>,
+    /// `"headers"`, with a status.
     pub headers: Option<BTreeMap<String, String>>,
+    /// `"body"`, with a status: a string as it is, other JSON serialised.
     pub body: Option<Value>,
+    /// `"disconnect"`: cut the answer.
     pub disconnect: Option<DisconnectSpec>,
+    /// `"delay_ms"`: wait before the first byte.
     pub delay_ms: Option<i64>,
+    /// `"malformed": true`: break the body.
     pub malformed: Option<bool>,
     /// A nextest filterset, in `llmreplay.toml` only.
     #[serde(default)]
@@ -72,7 +96,9 @@ pub struct FaultSpec {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+/// `"disconnect": {"after_chunks": N}`.
 pub struct DisconnectSpec {
+    /// Chunks sent before the cut; 0 cuts before any byte.
     pub after_chunks: i64,
 }
 
@@ -204,7 +230,9 @@ fn non_negative(name: &str, n: i64) -> Result<u64, String> {
 /// A `[[faults]]` table of `llmreplay.toml`: a fault for every test its filterset selects.
 #[derive(Debug)]
 pub struct Declared {
+    /// The tests it is for.
     pub filter: Filter,
+    /// The fault each of them gets its own copy of.
     pub fault: Fault,
 }
 

@@ -18,6 +18,7 @@ pub const MAX_KEPT_OTHERS: usize = 10_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+/// What happened to one request or session.
 pub enum Outcome {
     /// Served from a cassette.
     Hit,
@@ -41,10 +42,13 @@ pub enum Outcome {
 
 /// Which request a record is about: built once per request, consumed when it is logged.
 pub struct Call {
+    /// The cassette it belongs to.
     pub entry: Arc<Entry>,
+    /// Its method.
     pub method: http::Method,
     /// The upstream path, e.g. `/v1/chat/completions`.
     pub path: String,
+    /// Its key.
     pub key: Key,
     /// 0 for the first request with this key in its test, 1 for the second, ...
     pub ordinal: usize,
@@ -54,12 +58,16 @@ pub struct Call {
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Detail {
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The model it asked for.
     pub model: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The start of its last user message.
     pub prompt: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The fields that differ from the closest recording.
     pub closest: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    /// The message sent to the client.
     pub message: Option<String>,
 }
 
@@ -83,21 +91,33 @@ struct Record {
 /// One line of the journal as JSON.
 #[derive(Serialize)]
 pub struct JournalLine<'a> {
+    /// The test.
     pub test: &'a str,
+    /// Its folder.
     pub slug: &'a str,
+    /// The provider.
     pub provider: &'a str,
+    /// The cassette file.
     pub cassette: String,
+    /// The method.
     pub method: &'a str,
+    /// The upstream path.
     pub path: &'a str,
+    /// The key.
     pub key: &'a str,
+    /// Which request with this key: 0 for the first.
     pub ordinal: usize,
+    /// What happened.
     pub outcome: Outcome,
+    /// The status answered.
     pub status: u16,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    /// What a miss or an error says.
     pub detail: Option<&'a Detail>,
 }
 
 #[derive(Default)]
+/// Everything the daemon answered in this run, bounded: the report is built from it.
 pub struct Journal {
     records: Mutex<Vec<Record>>,
     /// Tests the runner announced, whether or not they made a request.
@@ -122,15 +142,22 @@ struct Overflow {
 /// A request that found no recording.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Miss {
+    /// The test.
     pub test: cassettes::TestId,
+    /// The provider.
     pub provider: cassettes::ProviderName,
+    /// The method.
     pub method: String,
+    /// The upstream path.
     pub path: String,
+    /// The cassette file it was looked up in.
     pub cassette: String,
+    /// The request's key.
     pub key: String,
     /// Which request with this key in its test: 0 for the first.
     pub ordinal: usize,
     #[serde(flatten)]
+    /// Why it missed.
     pub detail: Detail,
 }
 
@@ -153,14 +180,23 @@ impl Stats {
 /// Counts by outcome.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Stats {
+    /// Every request and session.
     pub requests: usize,
+    /// Replayed.
     pub hits: usize,
+    /// With no recording.
     pub misses: usize,
+    /// Recorded anew.
     pub recorded: usize,
+    /// Recorded again, answer changed.
     pub replaced: usize,
+    /// Recorded again, answer the same.
     pub unchanged: usize,
+    /// Forwarded, not saved.
     pub passthrough: usize,
+    /// Broken off upstream, not saved.
     pub broken: usize,
+    /// Failed (upstream, file or refusal).
     pub errors: usize,
     /// Requests answered by a fault the test asked for.
     #[serde(default)]
@@ -220,6 +256,7 @@ impl Journal {
         self.records.lock().expect("journal lock").push(record);
     }
 
+    /// The counts so far.
     pub fn stats(&self) -> Stats {
         let records = self.records.lock().expect("journal lock");
         let counted = self.counted_hits.load(Ordering::Relaxed);

@@ -7,6 +7,7 @@
 //! `/__llmreplay/*` routes and `session` a WebSocket's frames beside them. What differs between
 //! providers lives in the `providers` crate; what is recorded and how it is keyed, in
 //! `cassettes`.
+#![warn(missing_docs)]
 
 mod capture;
 pub mod config;
@@ -72,10 +73,14 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
+/// Why the daemon could not start.
 pub enum DaemonError {
     #[error("could not listen on {addr}: {source}. Pick another address with --addr, or 127.0.0.1:0 for any free port")]
+    /// The address could not be bound.
     Bind {
+        /// The address.
         addr: SocketAddr,
+        /// The system's error.
         source: std::io::Error,
     },
     /// The client that reaches providers could not be made.
@@ -143,6 +148,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// Binds `addr` and makes the upstream client; serves nothing until [`Daemon::run`].
     pub async fn bind(settings: Settings, addr: SocketAddr) -> Result<Daemon, DaemonError> {
         let listener = TcpListener::bind(addr)
             .await
@@ -169,12 +175,14 @@ impl Daemon {
         Ok(Daemon { listener, state })
     }
 
+    /// The address it listens on (the port chosen, for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.listener
             .local_addr()
             .expect("a bound listener has an address")
     }
 
+    /// What it answered, for the report.
     pub fn journal(&self) -> Arc<Journal> {
         self.state.journal.clone()
     }

@@ -8,10 +8,13 @@ pub use providers::{Family, Kind};
 /// Where an upstream came from, first to last in precedence: said at start in record modes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpstreamSource {
+    /// `--upstream NAME=URL`.
     Flag,
+    /// `[providers.NAME] upstream`.
     ConfigFile,
     /// The user's own environment variable, e.g. `OPENAI_BASE_URL` at a gateway.
     Env(&'static str),
+    /// The family's own endpoint.
     BuiltIn,
 }
 
@@ -27,12 +30,16 @@ impl std::fmt::Display for UpstreamSource {
 }
 
 #[derive(Clone, Debug)]
+/// A provider the daemon serves: its name, family and upstream.
 pub struct Provider {
+    /// Its name in routes and cassette files.
     pub name: ProviderName,
+    /// The family it speaks.
     pub kind: Kind,
     /// `scheme://host[:port][/prefix]`, no trailing slash; none when the family has no default
     /// and nothing named one (Azure without `AZURE_OPENAI_ENDPOINT`).
     pub upstream: Option<String>,
+    /// Where the upstream came from.
     pub source: UpstreamSource,
     /// The upstream's scheme, authority and path prefix, parsed on first use and kept: every
     /// upstream URL is built from these parts, never by pasting text.
@@ -67,6 +74,7 @@ impl Provider {
         }
     }
 
+    /// What its family knows.
     pub fn family(&self) -> &'static dyn Family {
         self.kind.family()
     }

@@ -15,7 +15,9 @@ use std::time::Instant;
 /// A fresh answer to a recorded request.
 #[derive(Debug)]
 pub struct Resent {
+    /// The answer, in its recorded form.
     pub response: RecordedResponse,
+    /// How long it took.
     pub timing: Timing,
     /// The provider's id for this request, from its response headers or body.
     pub request_id: Option<String>,
@@ -30,6 +32,7 @@ pub struct Resender {
 }
 
 impl Resender {
+    /// A resender with the settings' network and limits.
     pub fn new(settings: &Settings) -> Result<Self, DaemonError> {
         Ok(Resender {
             client: upstream::client(settings.limits.connect_timeout, &settings.network)

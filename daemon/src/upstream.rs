@@ -136,10 +136,12 @@ pub fn without_credentials(proxy: &str) -> String {
 /// The roots TLS trusts, and what they were made of, for a certificate error to say.
 pub struct Roots {
     store: RootCertStore,
+    /// Where the roots came from, for messages.
     pub tried: String,
 }
 
 impl Roots {
+    /// The trusted roots: the system's (or `SSL_CERT_FILE`/`SSL_CERT_DIR`), plus `[upstream] ca_file`.
     pub fn load(network: &Network) -> Result<Roots, String> {
         let mut store = RootCertStore::empty();
         let mut tried = Vec::new();
@@ -305,6 +307,7 @@ impl Client {
         Ok(Box::new(stream))
     }
 
+    /// Sends `request` upstream, through a proxy where one applies.
     pub fn request(
         &self,
         mut request: Request<Full<Bytes>>,

@@ -9,6 +9,7 @@ use crate::Kind;
 /// value with `suffix` taken off is the upstream, since the daemon appends the client's path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BaseUrlVar {
+    /// The variable's name.
     pub name: &'static str,
     /// What clients expect after the host: `/v1` for OpenAI-style clients, nothing for others.
     pub suffix: &'static str,
@@ -19,6 +20,7 @@ pub struct BaseUrlVar {
 /// Everything a family's clients read from the environment.
 #[derive(Clone, Copy, Debug)]
 pub struct FamilyEnv {
+    /// The base-URL variables its clients read.
     pub base_urls: &'static [BaseUrlVar],
     /// Key variables that get a placeholder in replay when unset: SDKs refuse to start without.
     pub keys: &'static [&'static str],
@@ -137,7 +139,9 @@ pub fn of(kind: Kind) -> FamilyEnv {
 /// A provider the runner points tests at: a built-in family or a gateway of `llmreplay.toml`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Routed {
+    /// Its name in routes.
     pub name: String,
+    /// Its family.
     pub kind: Kind,
 }
 

@@ -4,6 +4,7 @@
 //! error shape its SDK understands, the request id, and how `rerun` swaps the model. The
 //! daemon, the cassettes' summaries and reviews, `rerun` and the runner call in here; none of
 //! them names a provider. Adding a family is adding a file and a [`Kind`].
+#![warn(missing_docs)]
 
 mod anthropic;
 mod azure;
@@ -32,8 +33,11 @@ pub enum Kind {
     OpenAi,
     /// Azure OpenAI: OpenAI's bodies under deployment paths, `api-key` and `api-version`.
     Azure,
+    /// Anthropic's Messages API.
     Anthropic,
+    /// Google's Gemini API.
     Gemini,
+    /// Ollama's API.
     Ollama,
     /// Amazon Bedrock Runtime: SigV4-signed, event streams.
     Bedrock,
@@ -44,6 +48,7 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every family, `Http` last.
     pub const ALL: [Kind; 8] = [
         Kind::OpenAi,
         Kind::Azure,
@@ -55,6 +60,7 @@ impl Kind {
         Kind::Http,
     ];
 
+    /// Its name: the built-in provider's route and file name.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::OpenAi => "openai",
@@ -68,6 +74,7 @@ impl Kind {
         }
     }
 
+    /// What it knows.
     pub fn family(self) -> &'static dyn Family {
         match self {
             Kind::OpenAi => &openai::OpenAi,
@@ -213,19 +220,25 @@ pub trait Family: Sync {
 /// What an answer says, read from its payloads: text, tool calls as (name, arguments), usage.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Answer {
+    /// The answer's text.
     pub text: String,
+    /// Its tool calls: name and arguments.
     pub tools: Vec<(String, String)>,
+    /// Its usage block.
     pub usage: Option<Value>,
 }
 
 /// Token counts, whatever the family names them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
+    /// Tokens in.
     pub input: u64,
+    /// Tokens out.
     pub output: u64,
 }
 
 impl Tokens {
+    /// Tokens in and out.
     pub fn total(&self) -> u64 {
         self.input + self.output
     }

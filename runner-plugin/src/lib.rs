@@ -2,6 +2,7 @@
 //! the daemon (`cargo-llmreplay __runner`), the per-test base URL, helpers that give a test its
 //! id under plain `cargo test`, and `fault()` for a test's own faults. No async runtime: the
 //! runner must start in microseconds.
+#![warn(missing_docs)]
 
 mod fault;
 mod runner;
