@@ -92,6 +92,26 @@ impl TryFrom<RawInteraction> for Interaction {
     }
 }
 
+impl Interaction {
+    /// A new recording of `request`: its summary derived from `response`; its seal is set when
+    /// the store writes it.
+    pub fn recorded(
+        key: Key,
+        request: RecordedRequest,
+        response: RecordedResponse,
+        timing: Timing,
+    ) -> Interaction {
+        Interaction {
+            key,
+            seal: None,
+            request,
+            summary: Summary::of(&response),
+            response,
+            timing: Some(timing),
+        }
+    }
+}
+
 /// An interaction as it is written, borrowed: serialising a cassette copies no answer (a
 /// session's frames can be most of the daemon's memory).
 #[derive(Serialize)]

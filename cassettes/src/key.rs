@@ -287,11 +287,7 @@ impl Normalizer {
                 .split('&')
                 .filter(|pair| {
                     let raw = pair.split('=').next().unwrap_or("");
-                    let name = percent_encoding::percent_decode_str(raw).decode_utf8_lossy();
-                    !pair.is_empty()
-                        && !secret_params
-                            .iter()
-                            .any(|s| s.eq_ignore_ascii_case(name.trim()))
+                    !pair.is_empty() && !providers::redact::is_one_of(raw, secret_params)
                 })
                 .collect();
             pairs.sort_unstable();

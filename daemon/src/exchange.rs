@@ -12,7 +12,7 @@ use crate::respond::{provider_error, text, Body, Refused};
 use crate::route::Route;
 use crate::State;
 use bytes::Bytes;
-use cassettes::{Interaction, Key, Prepared, RecordedRequest, StreamFormat, Summary, TestId};
+use cassettes::{Interaction, Key, Prepared, RecordedRequest, StreamFormat, TestId};
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
@@ -408,14 +408,7 @@ impl Capture {
             }
         };
         let (response, timing) = captured.into_response(status, headers, format);
-        let interaction = Interaction {
-            key: call.key.clone(),
-            seal: None,
-            request,
-            summary: Summary::of(&response),
-            response,
-            timing: Some(timing),
-        };
+        let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
         if let Err(failure) = save(&state, call, interaction, status).await {
             // Fail the client's read, so the test cannot pass on an unsaved recording.
             let _ = tx.send(Err(io::Error::other(failure))).await;

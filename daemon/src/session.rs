@@ -14,7 +14,7 @@ use crate::route::Route;
 use crate::State;
 use bytes::Bytes;
 use cassettes::session::{comparable, Side, WsFrame};
-use cassettes::{Interaction, Key, RecordedResponse, Summary, Timing};
+use cassettes::{Interaction, Key, RecordedResponse, Timing};
 use futures_util::{SinkExt, StreamExt};
 use http::header::{
     CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, SEC_WEBSOCKET_PROTOCOL, UPGRADE,
@@ -569,17 +569,11 @@ async fn relay<U>(
         .frames()
         .and_then(|f| f.iter().find(|f| f.from == Side::Server))
         .map_or(0, |f| f.at_ms);
-    let interaction = Interaction {
-        key: call.key.clone(),
-        seal: None,
-        request,
-        summary: Summary::of(&response),
-        response,
-        timing: Some(Timing {
-            ttfb_ms,
-            total_ms: at(),
-        }),
+    let timing = Timing {
+        ttfb_ms,
+        total_ms: at(),
     };
+    let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
     // The session is over: a failure to save is journalled, and there is no client to tell.
     let _ = crate::exchange::save(&state, call, interaction, 101).await;
 }

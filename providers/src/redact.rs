@@ -11,11 +11,15 @@ pub const MASK: &str = "***";
 
 /// Whether a query parameter's name (as sent, maybe percent-encoded) names a secret.
 pub fn is_secret_param(raw_name: &str) -> bool {
+    is_one_of(raw_name, crate::secret_params())
+}
+
+/// Whether a query parameter's name (as sent, maybe percent-encoded: `k%65y`) is one of
+/// `secrets`, whatever its case: the one check that both keying and redaction make.
+pub fn is_one_of(raw_name: &str, secrets: &[&str]) -> bool {
     let name = percent_encoding::percent_decode_str(raw_name).decode_utf8_lossy();
     let name = name.trim();
-    crate::secret_params()
-        .iter()
-        .any(|s| s.eq_ignore_ascii_case(name))
+    secrets.iter().any(|s| s.eq_ignore_ascii_case(name))
 }
 
 /// Whether a header carries a key or a credential.

@@ -60,17 +60,13 @@ impl Drop for FakeBedrock {
 /// The fakes stand in for AWS on plain HTTP: the daemon sends them the credentials it signs
 /// with only because it is told to.
 fn serve(dir: &std::path::Path, mode: &str, upstream: &str, env: &[(&str, &str)]) -> Serve {
-    let args = [
-        "--cassette-dir",
-        "c",
-        "--mode",
+    Serve::in_mode_with(
+        dir,
         mode,
-        "--upstream",
         upstream,
-        "--allow-credentials-to",
-        "127.0.0.1",
-    ];
-    Serve::start_with_env(dir, &args, env)
+        env,
+        &["--allow-credentials-to", "127.0.0.1"],
+    )
 }
 
 fn boto3(python: &std::path::Path, serve: &Serve, key_id: &str, secret: &str) -> Value {

@@ -701,18 +701,27 @@ impl Serve {
 
     /// `serve` in `mode` on `dir/c`, with one upstream (`NAME=URL`) and `env`.
     pub fn in_mode(dir: &Path, mode: &str, upstream: &str, env: &[(&str, &str)]) -> Serve {
-        Self::start_with_env(
-            dir,
-            &[
-                "--cassette-dir",
-                "c",
-                "--mode",
-                mode,
-                "--upstream",
-                upstream,
-            ],
-            env,
-        )
+        Self::in_mode_with(dir, mode, upstream, env, &[])
+    }
+
+    /// [`Serve::in_mode`] with more flags.
+    pub fn in_mode_with(
+        dir: &Path,
+        mode: &str,
+        upstream: &str,
+        env: &[(&str, &str)],
+        more: &[&str],
+    ) -> Serve {
+        let mut args = vec![
+            "--cassette-dir",
+            "c",
+            "--mode",
+            mode,
+            "--upstream",
+            upstream,
+        ];
+        args.extend_from_slice(more);
+        Self::start_with_env(dir, &args, env)
     }
 
     /// `serve` re-recording into `dir/c`, each provider `(name, url)` from its upstream.
