@@ -70,8 +70,20 @@ pub fn resolve(
         }
         None => (None, path),
     };
+    // Headers are ASCII for most clients (httpx refuses anything else), so a test name may
+    // come percent-encoded, as in the path.
+    let from_header = match test_header.filter(|h| !h.is_empty()) {
+        Some(h) if test.is_none() => Some(TestId::new(
+            percent_decode_str(h).decode_utf8().map_err(|_| {
+                RouteError::Bad(
+                    "cargo-llmreplay: the X-Test-Id header is not UTF-8 once percent-decoded; send the test's name as UTF-8, percent-encoded".into(),
+                )
+            })?,
+        )),
+        _ => None,
+    };
     let test = test
-        .or_else(|| test_header.filter(|h| !h.is_empty()).map(TestId::new))
+        .or(from_header)
         .unwrap_or_else(|| TestId::new(TestId::DEFAULT));
     // Every path from here starts with one `/` (the test id's segment included).
     let rest = if rest.starts_with('/') { rest } else { "/" };
@@ -86,7 +98,7 @@ pub fn resolve(
         return Ok(Route {
             test,
             provider: p.clone(),
-            upstream_path: upstream_path.to_string(),
+            upstream_path: p.kind.family().api_path(upstream_path).into_owned(),
         });
     }
     if let Some(kind) = Kind::for_path(rest) {
@@ -179,6 +191,14 @@ mod tests {
             (r.test.as_str(), r.provider.name.as_str()),
             ("suite > one", "anthropic")
         );
+        let r = resolve("/anthropic/v1/messages", Some("suite %E2%80%BA one"), &ps).unwrap();
+        assert_eq!(r.test.as_str(), "suite \u{203a} one");
+        assert_eq!(
+            resolve("/anthropic/v1/messages", Some("%FF"), &ps)
+                .unwrap_err()
+                .status(),
+            400
+        );
         let r = resolve("/v1beta/models/g:generateContent", None, &ps).unwrap();
         assert_eq!(
             (r.test.as_str(), r.provider.name.as_str()),
@@ -204,6 +224,22 @@ mod tests {
                 "{doubled}"
             );
         }
+        for (quirk, canonical) in [
+            ("/anthropic/messages", "/v1/messages"),
+            ("/anthropic/v1/messages", "/v1/messages"),
+            (
+                "/gemini/models/g:generateContent",
+                "/v1beta/models/g:generateContent",
+            ),
+            (
+                "/gemini/v1beta/models/g:generateContent",
+                "/v1beta/models/g:generateContent",
+            ),
+            ("/anthropic/messagesx", "/messagesx"),
+        ] {
+            let r = resolve(quirk, None, &ps).unwrap();
+            assert_eq!(r.upstream_path, canonical, "{quirk}");
+        }
         assert!(resolve("/t/x/elsewhere", None, &ps)
             .unwrap_err()
             .message()
@@ -226,7 +262,11 @@ mod tests {
             let ps = providers();
             if let Ok(r) = resolve(&path, header.as_deref(), &ps) {
                 let collapsed = collapse_slashes(&path);
-                proptest::prop_assert!(collapsed.ends_with(&r.upstream_path) || r.upstream_path == "/");
+                // A client quirk may put the API's version in front (`/v1` + `/messages`).
+                let tail = ["/v1beta", "/v1"].iter().find_map(|v| {
+                    r.upstream_path.strip_prefix(v).filter(|_| !collapsed.ends_with(&r.upstream_path))
+                }).unwrap_or(&r.upstream_path);
+                proptest::prop_assert!(collapsed.ends_with(tail) || r.upstream_path == "/");
                 proptest::prop_assert!(!r.upstream_path.split('/').any(|s| s == ".."));
                 proptest::prop_assert!(r.upstream_path.starts_with('/') && !r.upstream_path.starts_with("//"));
             }

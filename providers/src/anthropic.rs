@@ -3,6 +3,7 @@
 
 use crate::{args_text, count, header, last_user, str_at, Answer, Family, Kind, Tokens};
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub struct Anthropic;
@@ -29,6 +30,24 @@ impl Family for Anthropic {
 
     fn owns_path(&self, path: &str) -> bool {
         path.starts_with("/v1/messages") || path.starts_with("/v1/complete")
+    }
+
+    /// Vercel's `@ai-sdk/anthropic` expects `/v1` inside `ANTHROPIC_BASE_URL` (its default is
+    /// `https://api.anthropic.com/v1`) and appends `/messages`; the official SDKs append
+    /// `/v1/messages` to a base without it. Both are the same call.
+    fn api_path<'a>(&self, path: &'a str) -> Cow<'a, str> {
+        if ["/messages", "/complete", "/models"]
+            .iter()
+            .any(|p| crate::under(path, p))
+        {
+            Cow::Owned(format!("/v1{path}"))
+        } else {
+            Cow::Borrowed(path)
+        }
+    }
+
+    fn knows_path(&self, path: &str) -> bool {
+        path.starts_with("/v1/")
     }
 
     fn secret_headers(&self) -> &'static [&'static str] {

@@ -36,6 +36,10 @@ impl Family for Azure {
         path.starts_with(DEPLOYMENTS)
     }
 
+    fn knows_path(&self, path: &str) -> bool {
+        path.starts_with("/openai/")
+    }
+
     fn secret_params(&self) -> &'static [&'static str] {
         &["api-key"]
     }

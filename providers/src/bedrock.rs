@@ -49,6 +49,10 @@ impl Family for Bedrock {
             .any(|end| path.ends_with(end))
     }
 
+    fn knows_path(&self, path: &str) -> bool {
+        path.starts_with("/model/") || path.starts_with("/async-invoke")
+    }
+
     fn secret_headers(&self) -> &'static [&'static str] {
         SIGNING_HEADERS
     }

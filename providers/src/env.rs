@@ -61,7 +61,11 @@ const AZURE: FamilyEnv = FamilyEnv {
 
 const ANTHROPIC: FamilyEnv = FamilyEnv {
     base_urls: &[
-        var("ANTHROPIC_BASE_URL", "", "anthropic (Python, Node), rig"),
+        var(
+            "ANTHROPIC_BASE_URL",
+            "",
+            "anthropic (Python, Node), @ai-sdk/anthropic, litellm",
+        ),
         var("ANTHROPIC_API_URL", "", "langchain-anthropic"),
         var("ANTHROPIC_API_BASE", "", "litellm"),
     ],
@@ -71,14 +75,14 @@ const ANTHROPIC: FamilyEnv = FamilyEnv {
 const GEMINI: FamilyEnv = FamilyEnv {
     base_urls: &[
         var("GOOGLE_GEMINI_BASE_URL", "", "google-genai"),
-        var("GEMINI_API_BASE", "", "litellm"),
+        var("GEMINI_API_BASE", "/v1beta", "litellm"),
     ],
     keys: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
 };
 
 const OLLAMA: FamilyEnv = FamilyEnv {
     base_urls: &[
-        var("OLLAMA_HOST", "", "ollama (Python, JS)"),
+        var("OLLAMA_HOST", "", "ollama (Python)"),
         var("OLLAMA_API_BASE_URL", "", "rig"),
         var("OLLAMA_API_BASE", "", "litellm"),
     ],

@@ -4,6 +4,7 @@
 
 use crate::{args_text, count, header, last_user, str_at, Answer, Family, Kind, Tokens};
 use serde_json::{json, Value};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub struct Gemini;
@@ -30,6 +31,25 @@ impl Family for Gemini {
             || path.contains(":streamGenerateContent")
             || path.contains(":embedContent")
             || path.starts_with("/v1beta/")
+    }
+
+    /// litellm builds `{GEMINI_API_BASE}/models/...`, expecting the API version inside the
+    /// variable; google-genai appends `/v1beta/models/...` to a base without it.
+    fn api_path<'a>(&self, path: &'a str) -> Cow<'a, str> {
+        if ["/models", "/files", "/cachedContents", "/tunedModels"]
+            .iter()
+            .any(|p| crate::under(path, p))
+        {
+            Cow::Owned(format!("/v1beta{path}"))
+        } else {
+            Cow::Borrowed(path)
+        }
+    }
+
+    fn knows_path(&self, path: &str) -> bool {
+        ["/v1beta/", "/v1/", "/v1alpha/", "/upload/", "/download/"]
+            .iter()
+            .any(|p| path.starts_with(p))
     }
 
     fn secret_params(&self) -> &'static [&'static str] {

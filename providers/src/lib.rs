@@ -21,6 +21,7 @@ pub use bedrock::SIGNING_HEADERS as BEDROCK_SIGNING_HEADERS;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -125,6 +126,19 @@ pub trait Family: Sync {
     /// Whether a path with no provider prefix is this family's.
     fn owns_path(&self, _path: &str) -> bool {
         false
+    }
+
+    /// The path as the API names it, for a path some clients build another way (from a base
+    /// URL that lacks the version they expect it to hold): both are one route and one key.
+    fn api_path<'a>(&self, path: &'a str) -> Cow<'a, str> {
+        Cow::Borrowed(path)
+    }
+
+    /// Whether a path (after the provider's prefix, as [`Family::api_path`] gives it) is of
+    /// this family's API. An upstream 404 for any other path means the client built its URL
+    /// from a base it misread, and is not saved.
+    fn knows_path(&self, _path: &str) -> bool {
+        true
     }
 
     /// The real endpoint of a family whose host names a region or location, from the variables
@@ -324,6 +338,12 @@ pub fn secret_headers() -> &'static [&'static str] {
 }
 
 // Helpers the families share.
+
+/// Whether `path` is `prefix` or below it.
+fn under(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
 
 /// The first of `names` that `env` holds (not empty), else `default`.
 fn first_env(env: &dyn Fn(&str) -> Option<String>, names: &[&str], default: &str) -> String {

@@ -27,6 +27,11 @@ impl Family for Ollama {
         path.starts_with("/api/")
     }
 
+    /// Its own API, and the OpenAI-compatible one under `/v1`.
+    fn knows_path(&self, path: &str) -> bool {
+        path.starts_with("/api/") || path.starts_with("/v1/")
+    }
+
     fn auth_headers(&self, key: &str) -> Vec<(&'static str, String)> {
         vec![("authorization", format!("Bearer {key}"))]
     }

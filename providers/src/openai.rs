@@ -30,6 +30,10 @@ impl Family for OpenAi {
         path.starts_with("/v1/")
     }
 
+    fn knows_path(&self, path: &str) -> bool {
+        path.starts_with("/v1/")
+    }
+
     fn secret_params(&self) -> &'static [&'static str] {
         &["api_key", "access_token"]
     }

@@ -41,6 +41,10 @@ impl Family for Vertex {
         path.contains("/publishers/") && path.contains("/projects/")
     }
 
+    fn knows_path(&self, path: &str) -> bool {
+        path.starts_with("/v1/") || path.starts_with("/v1beta1/")
+    }
+
     fn secret_params(&self) -> &'static [&'static str] {
         &["key"]
     }
