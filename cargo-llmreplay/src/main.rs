@@ -5,6 +5,7 @@ mod args;
 mod diff_cmd;
 mod error;
 mod locate;
+mod log;
 mod prune;
 mod render;
 mod report;
@@ -76,13 +77,10 @@ fn main() -> ExitCode {
         return ExitCode::from(runner_plugin::RUNNER_FAILED);
     }
     let cli = Cli::parse_from(args);
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LLMREPLAY_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // `test` and `serve` set up their own log: a file beside the report, `-v`.
+    if !matches!(cli.command, Command::Test { .. } | Command::Serve(_)) {
+        let _ = log::init(0, None);
+    }
     let result = match cli.command {
         Command::Test { args } => test_cmd::run(args),
         Command::Serve(args) => serve::run(args),

@@ -100,20 +100,61 @@ pub fn change_kind_column(kind: ChangeKind) -> String {
 
 /// The daemon's counts as one sentence, as `serve` and `test` print them.
 pub fn stats_sentence(s: &daemon::Stats) -> String {
-    let mut out = format!(
-        "{} requests: {} replayed, {} missing, {} recorded, {} re-recorded, {} unchanged, {} passed through",
-        s.requests, s.hits, s.misses, s.recorded, s.replaced, s.unchanged, s.passthrough
-    );
-    for (n, what) in [
-        (s.broken, "broken streams"),
-        (s.errors, "errors"),
-        (s.faults, "answered by faults"),
-    ] {
-        if n > 0 {
-            let _ = write!(out, ", {n} {what}");
+    if s.requests == 0 {
+        return "no requests".into();
+    }
+    let counts = [
+        (s.hits, "replayed".to_string()),
+        (s.misses, "missing".into()),
+        (s.recorded, "recorded".into()),
+        (s.replaced, "re-recorded".into()),
+        (s.unchanged, "re-recorded unchanged".into()),
+        (s.passthrough, "passed through".into()),
+        (s.refused, "refused, not saved".into()),
+        (s.broken, plural_word(s.broken, "broken stream")),
+        (s.errors, plural_word(s.errors, "error")),
+        (s.faults, "answered by faults".into()),
+    ];
+    let said: Vec<String> = counts
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+    format!("{}: {}", plural(s.requests, "request"), said.join(", "))
+}
+
+/// `one`, or its plural for any other count.
+fn plural_word(n: usize, one: &str) -> String {
+    if n == 1 {
+        one.to_string()
+    } else {
+        format!("{one}s")
+    }
+}
+
+/// "2 recordings are error answers (404 on /v1/x, 400 on /v1/y)", each status and path
+/// said once.
+pub fn error_answers_line(answers: &[daemon::ErrorAnswer]) -> String {
+    let n = answers.len();
+    let mut shown: Vec<String> = Vec::new();
+    for e in answers {
+        let said = format!("{} on {}", e.status, term(&e.path));
+        if !shown.contains(&said) {
+            shown.push(said);
         }
     }
-    out
+    let more = shown.len().saturating_sub(3);
+    shown.truncate(3);
+    if more > 0 {
+        shown.push(format!("{more} more"));
+    }
+    format!(
+        "{} {} error {} ({}); `cargo llmreplay status` lists them",
+        plural(n, "recording"),
+        if n == 1 { "is an" } else { "are" },
+        if n == 1 { "answer" } else { "answers" },
+        shown.join(", ")
+    )
 }
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.

@@ -37,11 +37,25 @@ pub struct ServeArgs {
     /// Configuration file [default: ./llmreplay.toml when present].
     #[arg(long, value_name = "PATH")]
     config: Option<PathBuf>,
+    /// A line per request on stderr (test, provider, method, path, outcome, status, bytes,
+    /// ms); -vv adds each request's query and headers, secrets masked. RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Print the environment for clients on stdout, as sh lines to source (`export NAME=value`:
+    /// every base URL a client reads, placeholder keys in replay, loopback kept out of any
+    /// proxy), then serve. The last line sets LLMREPLAY_BASE_URL.
+    #[arg(long)]
+    env: bool,
+    /// With --env: the test the printed base URLs name (`<root>/t/<ID>/<provider>`), instead of
+    /// an X-Test-Id header or the test `default`.
+    #[arg(long, value_name = "ID", requires = "env")]
+    test_id: Option<String>,
     #[command(flatten)]
     daemon: DaemonArgs,
 }
 
 pub fn run(args: ServeArgs) -> Result<Outcome> {
+    crate::log::init(args.verbose, None)?;
     let root =
         std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
     let resolved = Resolved::daemon(root, args.config.as_deref(), &args.daemon)?;
@@ -51,16 +65,19 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
     let upstreams = settings.upstream_report();
+    let gateways = settings.gateways();
     runtime.block_on(async move {
         let mode = settings.mode;
         let dir = settings.cassette_dir.clone();
         let daemon = Daemon::bind(settings, args.addr).await?;
         let journal = daemon.journal();
-        render::stdout(&format!(
-            "LLMREPLAY_BASE_URL=http://{}\n",
-            daemon.local_addr()
-        ))
-        .map_err(|e| Error::io("cannot write to stdout", e))?;
+        let root = format!("http://{}", daemon.local_addr());
+        let first = if args.env {
+            env_lines(&root, args.test_id.as_deref(), mode, &gateways)
+        } else {
+            format!("LLMREPLAY_BASE_URL={root}\n")
+        };
+        render::stdout(&first).map_err(|e| Error::io("cannot write to stdout", e))?;
         render::stderr(&format!(
             "cargo-llmreplay: serving in {mode} mode from {}\n",
             dir.display()
@@ -70,6 +87,10 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         }
         let stats = daemon.run(shutdown_signal()).await;
         let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
+        let errors = journal.error_answers();
+        if !errors.is_empty() {
+            out.push_str(&format!("  {}\n", render::error_answers_line(&errors)));
+        }
         for miss in journal.misses() {
             let prompt = miss
                 .detail
@@ -85,6 +106,44 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         render::stderr(&out);
         Ok(Outcome::gate(stats.misses > 0 || stats.errors > 0))
     })
+}
+
+/// The environment a client needs, as sh lines, in one piece: every base-URL variable of
+/// every family and gateway, the test's id when one is named, a placeholder for each key
+/// left unset in replay (SDKs refuse to start without one), and loopback out of any proxy.
+/// `LLMREPLAY_BASE_URL` comes last, so a script that waits for it has all of them.
+fn env_lines(root: &str, test_id: Option<&str>, mode: daemon::Mode, gateways: &str) -> String {
+    use cassettes::shell_quote;
+    let base = match test_id {
+        Some(id) => runner_plugin::test_base_url(root, id),
+        None => root.to_string(),
+    };
+    let routed = providers::env::routed_from(Some(gateways));
+    let mut out = String::new();
+    for (name, value) in providers::env::injected(&base, &routed) {
+        out.push_str(&format!("export {name}={}\n", shell_quote(&value)));
+    }
+    if let Some(id) = test_id {
+        out.push_str(&format!("export LLMREPLAY_TEST_ID={}\n", shell_quote(id)));
+    }
+    if mode == daemon::Mode::Replay {
+        for var in providers::env::key_vars(&routed) {
+            out.push_str(&format!(
+                "export {var}=\"${{{var}:-{}}}\"\n",
+                runner_plugin::PLACEHOLDER_KEY
+            ));
+        }
+    }
+    for var in providers::env::NO_PROXY_VARS {
+        out.push_str(&format!(
+            "export {var}=\"${{{var}:+${{{var}}},}}127.0.0.1,localhost,::1\"\n"
+        ));
+    }
+    out.push_str(&format!(
+        "export LLMREPLAY_BASE_URL={}\n",
+        shell_quote(&base)
+    ));
+    out
 }
 
 async fn shutdown_signal() {

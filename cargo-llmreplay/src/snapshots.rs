@@ -34,6 +34,13 @@ pub(crate) fn report() -> Report {
              "ordinal": 1, "answer": "You said: old"},
             {"kind": "folder", "folder": "/ws/tests/cassettes/sample--gone"}
         ],
+        "error_answers": [{
+            "test": "sample::chat$bad", "provider": "openai", "method": "POST",
+            "path": "/v1/chat/completions", "status": 400,
+            "cassette": "/ws/tests/cassettes/sample--chat--bad/openai.json",
+            "ordinal": 0, "recorded": true
+        }],
+        "log": "/ws/target/llmreplay/daemon.log",
         "faults": {"sample::chat$flaky": 1},
         "changed": [
             {"path": "tests/cassettes/sample--chat--new/openai.json", "kind": "new",

@@ -54,10 +54,47 @@ pub(crate) struct Status {
     /// False when the orphan check did not run.
     listed: bool,
     problems: Vec<Finding>,
+    /// Recordings whose answer is a 4xx: kept (error-handling tests need them), listed since a
+    /// wrong request recorded by mistake looks the same. Not a failure of --check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    error_answers: Vec<StoredErrorAnswer>,
     /// What --fix changed, per file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[serde(default)]
     fixed: Vec<FixedFile>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredErrorAnswer {
+    #[serde(with = "cassettes::lossy_path")]
+    cassette: PathBuf,
+    /// Its interaction, from 1.
+    interaction: usize,
+    method: String,
+    path: String,
+    status: u16,
+}
+
+/// The recorded 4xx answers of every cassette that parses (`audit` names the others).
+fn error_answers(cassette_dir: &Path) -> Result<Vec<StoredErrorAnswer>> {
+    let mut out = Vec::new();
+    for path in cassette_files(cassette_dir)? {
+        let Ok(cassette) = cassettes::read_cassette(&path) else {
+            continue;
+        };
+        for (i, x) in cassette.interactions.iter().enumerate() {
+            if (400..500).contains(&x.response.status) {
+                out.push(StoredErrorAnswer {
+                    cassette: path.clone(),
+                    interaction: i + 1,
+                    method: x.request.method.clone(),
+                    path: x.request.path.clone(),
+                    status: x.response.status,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -118,6 +155,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
         orphans,
         listed,
         problems,
+        error_answers: error_answers(cassette_dir)?,
         fixed,
     };
     if args.json {
@@ -215,6 +253,23 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                 ),
             };
             out.push_str(&format!("  {}: {what}\n", rel(&f.path)));
+        }
+    }
+    if !s.error_answers.is_empty() {
+        out.push_str(&format!(
+            "error answers ({}), kept for tests of error handling; re-record any that a wrong request made:\n",
+            s.error_answers.len()
+        ));
+        for e in &s.error_answers {
+            let _ = writeln!(
+                out,
+                "  {} #{}: {} on {} {}",
+                rel(&e.cassette),
+                e.interaction,
+                e.status,
+                term(&e.method),
+                term(&e.path)
+            );
         }
     }
     if s.changed.is_empty() && s.orphans.is_empty() && s.problems.is_empty() {

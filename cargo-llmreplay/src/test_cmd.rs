@@ -122,6 +122,12 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let root = preconditions()?;
     let resolved = Resolved::daemon(root, None, &args.daemon)?;
     let root = resolved.root.clone();
+    // Beside the report: runs that keep their reports apart keep their logs apart too.
+    let log = match &args.report {
+        Some(report) => report.with_extension("log"),
+        None => resolved.target_dir().join("llmreplay/daemon.log"),
+    };
+    crate::log::init(0, Some(&log))?;
     let report_path = args
         .report
         .clone()
@@ -180,6 +186,12 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
     }
+    // nextest announces a target runner on every run ("info: using target runner ...");
+    // ours is set for every run, so the line only says that this command ran. A NEXTEST_LOG
+    // of the user's own is kept.
+    if std::env::var_os("NEXTEST_LOG").is_none() {
+        nextest.env("NEXTEST_LOG", "info,cargo_nextest::dispatch=warn");
+    }
     let status = nextest
         .status()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
@@ -223,6 +235,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         scope: &scope,
         listed: listed.as_ref(),
         tests_passed: status.success(),
+        log: Some(&log),
     })?;
     report.write(&report_path)?;
     render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));

@@ -68,6 +68,11 @@ where
 }
 
 impl Captured {
+    /// The answer's size in bytes.
+    pub(crate) fn len(&self) -> u64 {
+        self.frames.iter().map(|(b, _)| b.len() as u64).sum()
+    }
+
     /// The recorded answer and its timing.
     pub(crate) fn into_response(
         self,

@@ -78,6 +78,10 @@ pub(crate) async fn http(
     };
     match (state.settings.mode, hit) {
         (Mode::Replay | Mode::RecordMissing, Some(prepared)) => {
+            let call = Call {
+                bytes: Some(prepared.body.len() as u64),
+                ..call
+            };
             state.journal.log(call, Outcome::Hit, prepared.status, None);
             crate::respond::replay(prepared, state.settings.realtime).await
         }
@@ -114,6 +118,8 @@ pub(crate) fn call_for(
         path: route.upstream_path.clone(),
         key,
         ordinal: 0,
+        started: Instant::now(),
+        bytes: None,
     })
 }
 
@@ -208,20 +214,34 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
         message.push_str(&format!("  last user message: {p:?}\n"));
     }
     match &closest {
-        Some(c) if c.differing.is_empty() => message.push_str(&format!(
-            "  the same request is recorded, but this is call #{} with it and {} holds fewer; record the extra calls\n",
-            ordinal + 1,
-            entry.path.display()
-        )),
+        Some(c) if c.differing.is_empty() => {
+            message.push_str(&format!(
+                "  the same request is recorded, but this is call #{} with it and {} holds fewer.\n  If the test ran before in this daemon's life (a script run twice against one `cargo llmreplay serve`), start its sequence afresh: POST /__llmreplay/begin?test={} to the daemon, or restart it.\n  If the test really makes more calls, ",
+                ordinal + 1,
+                entry.path.display(),
+                percent_encoding::utf8_percent_encode(route.test.as_str(), percent_encoding::NON_ALPHANUMERIC),
+            ));
+            message.push_str(&format!("record them with: {}", record_hint(&route.test)));
+        }
         Some(c) => message.push_str(&format!(
             "  closest recording: #{} in {}, differs at {}\n",
             c.index + 1,
             entry.path.display(),
-            c.differing.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+            c.differing
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
         )),
-        None => message.push_str(&format!("  no recordings for this test in {}\n", entry.path.display())),
+        None => message.push_str(&format!(
+            "  no recordings for this test in {}\n",
+            entry.path.display()
+        )),
     }
-    message.push_str(&format!("  record it with: {}", record_hint(&route.test)));
+    if !closest.as_ref().is_some_and(|c| c.differing.is_empty()) {
+        message.push_str(&format!("  record it with: {}", record_hint(&route.test)));
+    }
     let detail = Detail {
         model,
         prompt,
@@ -289,6 +309,28 @@ async fn record(
     let status = answer.status();
     let (answer_parts, answer_body) = answer.into_parts();
     let response = crate::proxy::answer_head(&answer_parts);
+    // A 404 on a path the family's API does not have comes from a base URL the client misread
+    // (a version missing or doubled): saved, it would be replayed forever. It is answered with
+    // what to fix instead.
+    if save
+        && status == StatusCode::NOT_FOUND
+        && !route.provider.family().knows_path(&route.upstream_path)
+    {
+        let message = unknown_path(route, &parts.method);
+        tracing::warn!(target: "cargo_llmreplay::request", "{message}");
+        state.journal.log(
+            recording.call,
+            Outcome::Refused,
+            404,
+            Some(Detail::message(message.clone())),
+        );
+        return provider_error(
+            route.provider.kind,
+            StatusCode::NOT_FOUND,
+            "llmreplay_unknown_path",
+            &message,
+        );
+    }
     // Rate limits, server errors and refused keys reach the client but are never saved: a
     // wrong key must not be replayed forever.
     let refused = matches!(status.as_u16(), 401 | 403 | 407);
@@ -299,15 +341,17 @@ async fn record(
                 "cargo-llmreplay: the {} upstream answered {status} for {} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407)",
                 route.provider.name, parts.method, route.upstream_path
             );
-            tracing::warn!("{message}");
+            tracing::warn!(target: "cargo_llmreplay::request", "{message}");
             Detail::message(message)
         });
-        state.journal.log(
-            recording.call,
-            Outcome::Passthrough,
-            status.as_u16(),
-            detail,
-        );
+        let outcome = if save && refused {
+            Outcome::Refused
+        } else {
+            Outcome::Passthrough
+        };
+        state
+            .journal
+            .log(recording.call, outcome, status.as_u16(), detail);
         return response
             .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
             .expect("headers copied from a valid response");
@@ -325,12 +369,37 @@ async fn record(
         started,
         headers_at,
     };
-    tokio::spawn(capture.run(answer_body, tx));
+    tokio::spawn(tracing::Instrument::in_current_span(
+        capture.run(answer_body, tx),
+    ));
     // No content-length: the body ends only once the recording is on disk.
     let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
     response
         .body(BodyExt::boxed_unsync(body))
         .expect("headers copied from a valid response")
+}
+
+/// What a 404 on a path its family does not know says: the path, the variables that point
+/// clients at this provider (one of them was read, and what the client appended to it is not
+/// the API's), and a path the API has.
+fn unknown_path(route: &Route, method: &Method) -> String {
+    let provider = &route.provider;
+    let vars = provider
+        .base_url_vars()
+        .into_iter()
+        .map(|(name, value)| format!("{name}=<daemon>{value}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let expected = provider
+        .family()
+        .example_path()
+        .map(|p| format!(" (its paths look like {p})"))
+        .unwrap_or_default();
+    format!(
+        "cargo-llmreplay: the {name} upstream answered 404 for {method} /{name}{path}, a path the {name} API does not have{expected}: not saved. The client built it from the base URL it read, one of {vars}, and appended a path of its own; check which variable your client reads and whether it expects the API version inside it (see README, Providers and clients).",
+        name = provider.name,
+        path = route.upstream_path,
+    )
 }
 
 /// Saves `interaction` as `call`'s recording (off the async workers: it waits on the folder's
@@ -352,7 +421,7 @@ pub(crate) async fn save(
             Ok(Err(e)) => format!("cargo-llmreplay: the recording was not saved: {e}"),
             Err(e) => format!("cargo-llmreplay: recording task failed: {e}"),
         };
-    tracing::error!("{failure}");
+    tracing::error!(target: "cargo_llmreplay::request", "{failure}");
     state.journal.log(
         call,
         Outcome::Error,
@@ -406,6 +475,10 @@ impl Capture {
                 let _ = tx.send(Err(e)).await;
                 return;
             }
+        };
+        let call = Call {
+            bytes: Some(captured.len()),
+            ..call
         };
         let (response, timing) = captured.into_response(status, headers, format);
         let interaction = Interaction::recorded(call.key.clone(), request, response, timing);

@@ -32,12 +32,41 @@ pub enum Outcome {
     Unchanged,
     /// Proxied, nothing written (passthrough, or an upstream 429/5xx).
     Passthrough,
+    /// Proxied and not saved, since the answer says the request was wrong, not the code under
+    /// test: a refused key (401, 403, 407), or a 404 on a path the family does not know.
+    Refused,
     /// The upstream stream broke mid-way: passed on broken, not saved.
     Broken,
     /// Anything else that went wrong (upstream unreachable, corrupt cassette, ...).
     Error,
     /// Answered by a fault the test asked for: not forwarded, not saved.
     Fault,
+}
+
+impl Outcome {
+    /// Its word in the log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Hit => "replayed",
+            Outcome::Miss => "missing",
+            Outcome::Recorded => "recorded",
+            Outcome::Replaced => "re-recorded",
+            Outcome::Unchanged => "re-recorded (unchanged)",
+            Outcome::Passthrough => "passthrough",
+            Outcome::Refused => "refused",
+            Outcome::Broken => "broken",
+            Outcome::Error => "error",
+            Outcome::Fault => "fault",
+        }
+    }
+
+    /// Whether it wrote a recording.
+    pub fn saved(self) -> bool {
+        matches!(
+            self,
+            Outcome::Recorded | Outcome::Replaced | Outcome::Unchanged
+        )
+    }
 }
 
 /// Which request a record is about: built once per request, consumed when it is logged.
@@ -52,6 +81,11 @@ pub struct Call {
     pub key: Key,
     /// 0 for the first request with this key in its test, 1 for the second, ...
     pub ordinal: usize,
+    /// When the daemon began on it, for the log's milliseconds.
+    pub started: std::time::Instant,
+    /// The answer's size, where it is known when the outcome is (a replayed or recorded
+    /// body, a session's frames).
+    pub bytes: Option<u64>,
 }
 
 /// Why a request missed or failed, for the report.
@@ -161,6 +195,28 @@ pub struct Miss {
     pub detail: Detail,
 }
 
+/// A recording whose answer is an error (a 4xx): saved, since error-handling tests need
+/// them, and listed, since a wrong request recorded by mistake looks the same.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorAnswer {
+    /// The test.
+    pub test: cassettes::TestId,
+    /// The provider.
+    pub provider: cassettes::ProviderName,
+    /// The method.
+    pub method: String,
+    /// The upstream path.
+    pub path: String,
+    /// The status recorded.
+    pub status: u16,
+    /// The cassette file.
+    pub cassette: String,
+    /// Which recording with its key: 0 for the first.
+    pub ordinal: usize,
+    /// Recorded in this run, or replayed.
+    pub recorded: bool,
+}
+
 impl Stats {
     fn count_of(&mut self, outcome: Outcome) -> &mut usize {
         match outcome {
@@ -170,6 +226,7 @@ impl Stats {
             Outcome::Replaced => &mut self.replaced,
             Outcome::Unchanged => &mut self.unchanged,
             Outcome::Passthrough => &mut self.passthrough,
+            Outcome::Refused => &mut self.refused,
             Outcome::Broken => &mut self.broken,
             Outcome::Error => &mut self.errors,
             Outcome::Fault => &mut self.faults,
@@ -194,6 +251,9 @@ pub struct Stats {
     pub unchanged: usize,
     /// Forwarded, not saved.
     pub passthrough: usize,
+    /// Forwarded, not saved: the answer refused the request itself (a key, a wrong path).
+    #[serde(default)]
+    pub refused: usize,
     /// Broken off upstream, not saved.
     pub broken: usize,
     /// Failed (upstream, file or refusal).
@@ -213,6 +273,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.replaced += o.replaced;
         self.unchanged += o.unchanged;
         self.passthrough += o.passthrough;
+        self.refused += o.refused;
         self.broken += o.broken;
         self.errors += o.errors;
         self.faults += o.faults;
@@ -220,8 +281,22 @@ impl std::ops::AddAssign<&Stats> for Stats {
 }
 
 impl Journal {
-    /// Logs what became of `call`.
+    /// Logs what became of `call`: a line of the daemon's log (in the request's span, which
+    /// names its test, provider, method and path) and a record for the report.
     pub fn log(&self, call: Call, outcome: Outcome, status: u16, detail: Option<Detail>) {
+        tracing::info!(
+            target: "cargo_llmreplay::request",
+            status,
+            bytes = call.bytes,
+            ms = call.started.elapsed().as_millis() as u64,
+            key = %call.key.as_str().get(..12).unwrap_or(call.key.as_str()),
+            ordinal = call.ordinal,
+            "{}",
+            outcome.as_str()
+        );
+        if let Some(message) = detail.as_ref().and_then(|d| d.message.as_deref()) {
+            tracing::debug!(target: "cargo_llmreplay::request", "{message}");
+        }
         let record = Record {
             call,
             outcome,
@@ -339,6 +414,36 @@ impl Journal {
         tests
     }
 
+    /// The error answers this run recorded or replayed, each recording once, in order.
+    pub fn error_answers(&self) -> Vec<ErrorAnswer> {
+        let records = self.records.lock().expect("journal lock");
+        let mut seen = std::collections::BTreeSet::new();
+        records
+            .iter()
+            .filter(|r| {
+                (400..500).contains(&r.status) && (r.outcome.saved() || r.outcome == Outcome::Hit)
+            })
+            .filter(|r| {
+                seen.insert((
+                    r.call.entry.test.clone(),
+                    r.call.entry.provider.clone(),
+                    r.call.key.clone(),
+                    r.call.ordinal,
+                ))
+            })
+            .map(|r| ErrorAnswer {
+                test: r.call.entry.test.clone(),
+                provider: r.call.entry.provider.clone(),
+                method: r.call.method.to_string(),
+                path: r.call.path.clone(),
+                status: r.status,
+                cassette: r.call.entry.path.display().to_string(),
+                ordinal: r.call.ordinal,
+                recorded: r.outcome.saved(),
+            })
+            .collect()
+    }
+
     /// The misses, in order, with what the report shows of each.
     pub fn misses(&self) -> Vec<Miss> {
         let records = self.records.lock().expect("journal lock");
@@ -398,6 +503,8 @@ mod tests {
                     &[],
                 )),
                 ordinal: i,
+                started: std::time::Instant::now(),
+                bytes: None,
             };
             journal.log(
                 call,

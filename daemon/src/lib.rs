@@ -25,7 +25,7 @@ mod sigv4;
 pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
-pub use journal::{Journal, Miss, Outcome, Stats};
+pub use journal::{ErrorAnswer, Journal, Miss, Outcome, Stats};
 
 /// The command that records a test's missing requests: a filter on the test under nextest,
 /// else the daemon's record-missing mode for clients naming tests themselves. The filter is
@@ -64,6 +64,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tracing::Instrument;
 
 /// How long the accept loop waits after an error, doubling up to the most.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
@@ -215,7 +216,7 @@ impl Daemon {
                         // wait before the next accept instead of spinning, and keep serving
                         // the connections already open.
                         Err(e) => {
-                            tracing::warn!("cargo-llmreplay: cannot accept a connection ({e}); retrying in {backoff:?}");
+                            tracing::warn!(target: "cargo_llmreplay::daemon", "cannot accept a connection ({e}); retrying in {backoff:?}");
                             tokio::select! {
                                 _ = tokio::time::sleep(backoff) => {}
                                 _ = &mut shutdown => break,
@@ -303,10 +304,37 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         Ok(route) => route,
         Err(e) => return respond::text(e.status(), e.message()),
     };
-    if session::is_upgrade(&req) {
-        return session::handle(state, route, req).await;
+    let session = session::is_upgrade(&req);
+    // One span per request or session: every line of the log about it names them.
+    let span = if session {
+        tracing::info_span!(target: "cargo_llmreplay::request", "session", test = ?route.test.as_str(), provider = %route.provider.name, path = %route.upstream_path)
+    } else {
+        tracing::info_span!(target: "cargo_llmreplay::request", "request", test = ?route.test.as_str(), provider = %route.provider.name, method = %req.method(), path = %route.upstream_path)
+    };
+    if tracing::enabled!(target: "cargo_llmreplay::request", tracing::Level::DEBUG) {
+        span.in_scope(|| log_head(&req));
     }
-    exchange::http(state, route, req).await
+    if session {
+        return session::handle(state, route, req).instrument(span).await;
+    }
+    exchange::http(state, route, req).instrument(span).await
+}
+
+/// The request's query and headers, for `-vv`: secrets masked, as everywhere else.
+fn log_head(req: &Request<Incoming>) {
+    let query = req.uri().query().map(providers::redact::query);
+    let headers: Vec<String> = req
+        .headers()
+        .iter()
+        .map(|(name, value)| {
+            let value = String::from_utf8_lossy(value.as_bytes());
+            format!(
+                "{name}: {}",
+                providers::redact::text(providers::redact::header(name.as_str(), &value))
+            )
+        })
+        .collect();
+    tracing::debug!(target: "cargo_llmreplay::request", query = query.as_deref(), headers = ?headers, "head");
 }
 
 #[cfg(test)]

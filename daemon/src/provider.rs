@@ -85,6 +85,16 @@ impl Provider {
         providers::env::key_vars_of(self.name.as_str(), self.kind)
     }
 
+    /// The variables that point clients at this provider, each with its value after the
+    /// daemon's base URL (`GEMINI_API_BASE`, `/gemini/v1beta`).
+    pub fn base_url_vars(&self) -> Vec<(String, String)> {
+        let routed = providers::env::Routed {
+            name: self.name.to_string(),
+            kind: self.kind,
+        };
+        providers::env::injected("", std::slice::from_ref(&routed))
+    }
+
     /// The upstream, or an error that says how to name one.
     pub fn upstream(&self) -> Result<&str, String> {
         self.upstream.as_deref().ok_or_else(|| {

@@ -102,10 +102,10 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
     match (state.settings.mode, hit.and_then(|p| p.frames.clone())) {
         (Mode::Replay | Mode::RecordMissing, Some(frames)) => {
             let response = switching(&client_key, protocol.as_deref());
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
                 replay(state.clone(), route, call, req, frames).await;
-            });
+            }));
             response
         }
         (Mode::Replay, None) => {
@@ -121,7 +121,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
                     .unwrap_or_default(),
                 daemon_record_command(&route),
             );
-            tokio::spawn(async move {
+            tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
                 // Journalled before the refusal: the client may read it at once.
                 let detail = Detail::message(message.clone());
@@ -129,7 +129,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
                 if let Some(mut ws) = accept(req).await {
                     refuse(&mut ws, kind, &message).await;
                 }
-            });
+            }));
             response
         }
         (mode, _) => {
@@ -451,13 +451,13 @@ async fn record(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let response = switching(&client_key, protocol.as_deref());
-    tokio::spawn(async move {
+    tokio::spawn(tracing::Instrument::in_current_span(async move {
         let _open = state.sessions.enter();
         let Some(client) = accept(req).await else {
             return;
         };
         relay(state.clone(), call, request, client, upstream, save).await;
-    });
+    }));
     response
 }
 

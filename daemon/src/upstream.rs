@@ -155,7 +155,12 @@ impl Roots {
             (None, Some(d)) => format!("SSL_CERT_DIR={}", d.to_string_lossy()),
             (None, None) => "the system's certificate store".into(),
         };
-        tried.push(format!("{from} ({added} certificates)"));
+        let noun = if added == 1 {
+            "certificate"
+        } else {
+            "certificates"
+        };
+        tried.push(format!("{from} ({added} {noun})"));
         if added == 0 {
             store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
             tried.push("the bundled web roots".into());

@@ -12,7 +12,7 @@ pub use scope::{list_tests, RunScope};
 use crate::error::{exit, Error, Outcome, Result};
 use cassettes::git::{changes_against_head, Change};
 use cassettes::{Slug, Store, TestId};
-use daemon::{Journal, Miss, Mode, Stats};
+use daemon::{ErrorAnswer, Journal, Miss, Mode, Stats};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -57,6 +57,9 @@ pub struct Report {
     pub cassette_dir: PathBuf,
     pub counts: Stats,
     pub missing: Vec<Missing>,
+    /// Recordings (made or replayed in this run) whose answer is a 4xx.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub error_answers: Vec<ErrorAnswer>,
     pub unused: Vec<Unused>,
     /// Requests a fault answered, per test that asked for faults.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -73,6 +76,9 @@ pub struct Report {
     /// The partitions a merged report was made of.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub merged: Vec<String>,
+    /// The daemon's log of this run, a line per request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
 }
 
 pub struct Inputs<'a> {
@@ -85,6 +91,8 @@ pub struct Inputs<'a> {
     /// The suite's test ids as nextest listed them, if known.
     pub listed: Option<&'a BTreeSet<String>>,
     pub tests_passed: bool,
+    /// Where the daemon's log is.
+    pub log: Option<&'a Path>,
 }
 
 impl Report {
@@ -134,6 +142,7 @@ impl Report {
             cassette_dir: inputs.cassette_dir.to_path_buf(),
             counts: inputs.stats,
             missing,
+            error_answers: inputs.journal.error_answers(),
             unused,
             faults: inputs.journal.faults(),
             git: changes.is_some(),
@@ -141,6 +150,7 @@ impl Report {
             suite,
             folders,
             merged: Vec::new(),
+            log: inputs.log.map(|p| p.display().to_string()),
         })
     }
 
@@ -178,6 +188,11 @@ impl Report {
             out.tests_passed &= r.tests_passed;
             out.counts += &r.counts;
             out.missing.extend(r.missing);
+            for e in r.error_answers {
+                if !out.error_answers.contains(&e) {
+                    out.error_answers.push(e);
+                }
+            }
             out.unused.extend(r.unused);
             for (test, n) in r.faults {
                 *out.faults.entry(test).or_default() += n;

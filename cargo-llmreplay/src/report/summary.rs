@@ -23,6 +23,13 @@ impl Report {
             styles.bold("cargo-llmreplay:"),
             render::stats_sentence(&self.counts)
         );
+        if !self.error_answers.is_empty() {
+            let _ = writeln!(
+                out,
+                "{}",
+                styles.warning(&render::error_answers_line(&self.error_answers))
+            );
+        }
         if !self.faults.is_empty() {
             let _ = writeln!(
                 out,
@@ -105,10 +112,19 @@ impl Report {
                     ChangeKind::Deleted => {
                         format!("{kind}  {shown} ({})", plural(ch.removed, "interaction"))
                     }
-                    ChangeKind::Modified => format!(
-                        "{kind}  {shown}: {} added, {} replaced, {} removed, {} unchanged",
-                        ch.added, ch.replaced, ch.removed, ch.unchanged
-                    ),
+                    ChangeKind::Modified => {
+                        let counts: Vec<String> = [
+                            (ch.added, "added"),
+                            (ch.replaced, "replaced"),
+                            (ch.removed, "removed"),
+                            (ch.unchanged, "unchanged"),
+                        ]
+                        .into_iter()
+                        .filter(|(n, _)| *n > 0)
+                        .map(|(n, what)| format!("{n} {what}"))
+                        .collect();
+                        format!("{kind}  {shown}: {}", counts.join(", "))
+                    }
                 };
                 let _ = write!(out, "  {what}");
                 if let Some(e) = &ch.error {
@@ -125,21 +141,36 @@ impl Report {
             out.push_str("  (one partition of the suite: cassette folders are judged by `cargo llmreplay report merge` over every partition's report)\n");
         }
         let _ = writeln!(out, "report: {}", path.display());
+        let c = &self.counts;
+        let went_wrong = !self.tests_passed || c.misses + c.errors + c.refused + c.broken > 0;
+        if let Some(log) = self.log.as_ref().filter(|_| went_wrong) {
+            let _ = writeln!(out, "log: {} (a line per request)", rel(log));
+        }
         out
     }
 
     /// The summary as markdown, for a CI job's summary page.
     pub fn markdown(&self) -> String {
-        let c = &self.counts;
         let mut out = format!(
-            "### cargo-llmreplay\n\n{} requests: {} replayed, {} missing, {} recorded. {} unused, {} changed against HEAD.\n",
-            c.requests,
-            c.hits,
-            c.misses,
-            c.recorded + c.replaced,
-            self.unused.len(),
-            self.changed.len()
+            "### cargo-llmreplay\n\n{}.",
+            render::stats_sentence(&self.counts)
         );
+        for (n, what) in [
+            (self.unused.len(), "unused"),
+            (self.changed.len(), "changed against HEAD"),
+        ] {
+            if n > 0 {
+                let _ = write!(out, " {n} {what}.");
+            }
+        }
+        out.push('\n');
+        if !self.error_answers.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{}",
+                render::code(&render::error_answers_line(&self.error_answers))
+            );
+        }
         if !self.missing.is_empty() {
             out.push_str("\n| missing in test | request | record it |\n| --- | --- | --- |\n");
             for m in &self.missing {
