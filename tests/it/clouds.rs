@@ -153,7 +153,7 @@ async fn boto3_converse_is_re_signed_for_the_real_host_and_its_event_stream_repl
     );
     let stopped = again.stop();
     assert!(
-        stopped.stderr.contains("0 re-recorded, 4 unchanged"),
+        stopped.stderr.contains(": 4 re-recorded unchanged\n"),
         "{}",
         stopped.stderr
     );
@@ -226,7 +226,7 @@ async fn boto3_converse_is_re_signed_for_the_real_host_and_its_event_stream_repl
     assert_eq!(boto3(&python, &replay, placeholder, placeholder), recorded);
     let stopped = replay.stop();
     assert!(
-        stopped.stderr.contains("5 replayed, 0 missing"),
+        stopped.stderr.contains(": 5 replayed\n"),
         "{}",
         stopped.stderr
     );
@@ -273,7 +273,7 @@ async fn google_genai_on_vertex_records_and_replays_with_its_token_never_stored(
     fake.stop();
     let replay = serve(dir.path(), "replay", "vertex=http://127.0.0.1:9", &[]);
     assert_eq!(run(&replay), recorded);
-    assert!(replay.stop().stderr.contains("2 replayed, 0 missing"));
+    assert!(replay.stop().stderr.contains(": 2 replayed\n"));
 }
 
 trait ConcatStrings {
@@ -379,5 +379,5 @@ async fn the_rust_aws_sdk_converses_through_the_daemon() {
         ask(client(&replay, placeholder, placeholder)).await,
         recorded
     );
-    assert!(replay.stop().stderr.contains("2 replayed, 0 missing"));
+    assert!(replay.stop().stderr.contains(": 2 replayed\n"));
 }

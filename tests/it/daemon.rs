@@ -197,7 +197,7 @@ async fn async_openai_records_then_replays_offline_with_the_same_answers_and_chu
     );
     let stopped = replay.stop();
     assert!(
-        stopped.stderr.contains("3 replayed, 0 missing"),
+        stopped.stderr.contains(": 3 replayed\n"),
         "{}",
         stopped.stderr
     );
@@ -287,7 +287,7 @@ async fn every_provider_wire_format_replays_byte_for_byte() {
             "{path}"
         );
     }
-    assert!(replay.stop().stderr.contains("10 replayed, 0 missing"));
+    assert!(replay.stop().stderr.contains(": 10 replayed\n"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -571,7 +571,7 @@ async fn re_recording_an_unchanged_answer_changes_no_byte_and_a_changed_one_repl
     let s = Serve::recording(dir.path(), &up);
     send(s.for_test("crate$rr"), "first").await;
     send(s.for_test("crate$rr"), "second").await;
-    assert!(s.stop().stderr.contains("2 unchanged"));
+    assert!(s.stop().stderr.contains(": 2 re-recorded unchanged\n"));
     assert_eq!(std::fs::read(&path).unwrap(), original);
 
     // A new answer to the first prompt replaces that entry and nothing else.
@@ -801,7 +801,7 @@ async fn health_and_unknown_routes() {
     assert!(r.text().await.unwrap().contains("no provider for path"));
     let stopped = s.stop();
     assert!(stopped.status.success());
-    assert!(stopped.stderr.contains("0 requests"), "{}", stopped.stderr);
+    assert!(stopped.stderr.contains("no requests"), "{}", stopped.stderr);
 }
 
 /// Passthrough: every request goes upstream, answers reach the client, and nothing is written.

@@ -528,7 +528,7 @@ async fn a_recording_daemon_killed_mid_stream_loses_only_that_answer() {
     }
     let stopped = again.stop();
     assert!(
-        stopped.stderr.contains("1 replayed, 0 missing, 1 recorded"),
+        stopped.stderr.contains(": 1 replayed, 1 recorded"),
         "{}",
         stopped.stderr
     );

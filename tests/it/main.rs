@@ -7,6 +7,7 @@ mod support;
 
 mod bodies;
 mod cli;
+mod clients;
 mod clouds;
 mod daemon;
 mod faults;

@@ -249,7 +249,7 @@ async fn a_gemini_live_session_and_an_azure_realtime_one_replay_byte_for_byte() 
     assert_eq!(azure_turn(azure_url(&replay)).await, azure_recorded);
     let stopped = replay.stop();
     assert!(
-        stopped.stderr.contains("2 replayed, 0 missing"),
+        stopped.stderr.contains(": 2 replayed\n"),
         "{}",
         stopped.stderr
     );
@@ -318,7 +318,11 @@ async fn a_session_the_upstream_cuts_is_passed_on_and_not_saved() {
     let journal = rec.journal().await;
     assert_eq!(journal[0]["outcome"], "broken", "{journal}");
     let stopped = rec.stop();
-    assert!(stopped.stderr.contains("0 recorded"), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains(": 1 broken stream\n"),
+        "{}",
+        stopped.stderr
+    );
     assert!(
         !dir.path().join("c/rt--cut/openai.json").exists(),
         "nothing saved"

@@ -43,6 +43,8 @@ pub struct FakeState {
     pub suffix_for: Mutex<Vec<(String, String)>>,
     /// Prompts containing any of these get a 500.
     pub fail_for: Mutex<Vec<String>>,
+    /// Prompts containing any of these get a 400, as a request the API refuses.
+    pub bad_for: Mutex<Vec<String>>,
     /// When set to n, requests wait until n are in flight (at most 10 s), so that a client
     /// sending n at a time is seen doing so.
     pub gate: Mutex<Option<usize>>,
@@ -183,6 +185,12 @@ fn last_user_text(body: &Value) -> String {
             .find(|m| m["role"] == "user")
             .map(|m| match (&m["content"], &m["parts"]) {
                 (Value::String(s), _) => s.clone(),
+                // Content blocks, as Anthropic's API and OpenAI's accept them.
+                (Value::Array(blocks), _) => blocks
+                    .iter()
+                    .filter_map(|b| b["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(""),
                 (_, Value::Array(p)) => p[0]["text"].as_str().unwrap_or("").to_string(),
                 (c, _) => c.to_string(),
             })
@@ -256,6 +264,19 @@ async fn answer(
     }
     if prompt.contains("AUTH401") {
         return Ok(error_status(401));
+    }
+    let bad = state
+        .bad_for
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|f| prompt.contains(f.as_str()));
+    if bad || prompt.contains("BAD400") {
+        return Ok(Response::builder()
+            .status(400)
+            .header("content-type", "application/json")
+            .body(full(json!({"error": {"message": "fake 400: max_tokens is too large", "type": "invalid_request_error"}}).to_string()))
+            .unwrap());
     }
     let mut suffix = state.suffix.lock().unwrap().clone();
     for (when, extra) in state.suffix_for.lock().unwrap().iter() {
@@ -453,6 +474,13 @@ async fn answer(
         } else {
             json_response(json!({"id": id, "type": "message", "role": "assistant", "model": body["model"], "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": words.len()}}).to_string(), &[])
         }
+    } else if path.contains(":generateContent") && !path.starts_with("/v1") {
+        // Google's API has every path under its version, as `/v1beta/models/...`.
+        Response::builder()
+            .status(404)
+            .header("content-type", "text/html; charset=UTF-8")
+            .body(full(format!("<!DOCTYPE html><title>Error 404 (Not Found)</title><p>The requested URL <code>{path}</code> was not found on this server.")))
+            .unwrap()
     } else if path.contains(":streamGenerateContent")
         && !query.as_deref().unwrap_or("").contains("alt=sse")
     {
@@ -637,7 +665,9 @@ fn sse(
 /// Removes a developer's own provider keys and base URLs, and the machine's proxy and CA
 /// variables: they would change where recording goes and what the runner injects. A test that
 /// wants one sets it.
-fn without_provider_env(cmd: &mut Command) {
+pub fn without_provider_env(cmd: &mut Command) {
+    // The daemon's log filter is the test's to choose.
+    cmd.env_remove("RUST_LOG").env_remove("LLMREPLAY_LOG");
     let network = providers::env::PROXY_VARS
         .iter()
         .chain(providers::env::NO_PROXY_VARS)
