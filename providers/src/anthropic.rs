@@ -36,14 +36,7 @@ impl Family for Anthropic {
     /// `https://api.anthropic.com/v1`) and appends `/messages`; the official SDKs append
     /// `/v1/messages` to a base without it. Both are the same call.
     fn api_path<'a>(&self, path: &'a str) -> Cow<'a, str> {
-        if ["/messages", "/complete", "/models"]
-            .iter()
-            .any(|p| crate::under(path, p))
-        {
-            Cow::Owned(format!("/v1{path}"))
-        } else {
-            Cow::Borrowed(path)
-        }
+        crate::versioned(path, &["/messages", "/complete", "/models"], "/v1")
     }
 
     fn knows_path(&self, path: &str) -> bool {

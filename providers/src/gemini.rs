@@ -36,14 +36,11 @@ impl Family for Gemini {
     /// litellm builds `{GEMINI_API_BASE}/models/...`, expecting the API version inside the
     /// variable; google-genai appends `/v1beta/models/...` to a base without it.
     fn api_path<'a>(&self, path: &'a str) -> Cow<'a, str> {
-        if ["/models", "/files", "/cachedContents", "/tunedModels"]
-            .iter()
-            .any(|p| crate::under(path, p))
-        {
-            Cow::Owned(format!("/v1beta{path}"))
-        } else {
-            Cow::Borrowed(path)
-        }
+        crate::versioned(
+            path,
+            &["/models", "/files", "/cachedContents", "/tunedModels"],
+            "/v1beta",
+        )
     }
 
     fn knows_path(&self, path: &str) -> bool {

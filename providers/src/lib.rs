@@ -339,10 +339,18 @@ pub fn secret_headers() -> &'static [&'static str] {
 
 // Helpers the families share.
 
-/// Whether `path` is `prefix` or below it.
-fn under(path: &str, prefix: &str) -> bool {
-    path.strip_prefix(prefix)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+/// `path` with the API's `version` in front when it is one of `roots` or below one: a client
+/// that expects the version inside its base URL sends it without.
+fn versioned<'a>(path: &'a str, roots: &[&str], version: &str) -> Cow<'a, str> {
+    let under = |root: &str| {
+        path.strip_prefix(root)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    if roots.iter().any(|r| under(r)) {
+        Cow::Owned(format!("{version}{path}"))
+    } else {
+        Cow::Borrowed(path)
+    }
 }
 
 /// The first of `names` that `env` holds (not empty), else `default`.

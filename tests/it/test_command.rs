@@ -242,7 +242,13 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
         ),
         (Some("modified"), Some(2), Some(0))
     );
-    assert!(rerecord.stderr.contains("modified  tests/cassettes/sample--chat--answers_twice/openai.json: 2 replaced\n"), "{}", rerecord.stderr);
+    assert!(
+        rerecord.stderr.contains(
+            "modified  tests/cassettes/sample--chat--answers_twice/openai.json: 2 replaced\n"
+        ),
+        "{}",
+        rerecord.stderr
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
