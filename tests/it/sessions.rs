@@ -243,13 +243,27 @@ async fn a_gemini_live_session_and_an_azure_realtime_one_replay_byte_for_byte() 
     }
 
     fake.stop();
-    let replay = Serve::replaying(dir.path());
+    let replay = Serve::start(dir.path(), &["--cassette-dir", "c", "-v"]);
     assert_eq!(live_turn(&live_url(&replay), "Wie geht's?").await, recorded);
     // The client's event_id differs on every run; it is not compared.
     assert_eq!(azure_turn(azure_url(&replay)).await, azure_recorded);
     let stopped = replay.stop();
     assert!(
         stopped.stderr.contains(": 2 replayed\n"),
+        "{}",
+        stopped.stderr
+    );
+    // A session is a span of its own in the log, with its outcome.
+    let sessions: Vec<&str> = stopped
+        .stderr
+        .lines()
+        .filter(|l| l.contains("session{") && l.contains("}: replayed status=101"))
+        .collect();
+    assert_eq!(sessions.len(), 2, "{}", stopped.stderr);
+    assert!(
+        sessions
+            .iter()
+            .any(|l| l.contains("test=\"live$turn\" provider=gemini")),
         "{}",
         stopped.stderr
     );
