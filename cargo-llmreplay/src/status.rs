@@ -6,7 +6,7 @@ use crate::args::{cargo, CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, term};
 use crate::report::{list_tests, orphan_folders, RunScope};
-use cassettes::audit::{audit, Finding, Problem};
+use cassettes::audit::{audit_all, ErrorAnswer, Finding, Problem};
 use cassettes::git::{changes_against_head, Change};
 use cassettes::{cassette_files, fix_cassette, Fixed};
 use clap::Args;
@@ -57,44 +57,11 @@ pub(crate) struct Status {
     /// Recordings whose answer is a 4xx: kept (error-handling tests need them), listed since a
     /// wrong request recorded by mistake looks the same. Not a failure of --check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    error_answers: Vec<StoredErrorAnswer>,
+    error_answers: Vec<ErrorAnswer>,
     /// What --fix changed, per file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[serde(default)]
     fixed: Vec<FixedFile>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct StoredErrorAnswer {
-    #[serde(with = "cassettes::lossy_path")]
-    cassette: PathBuf,
-    /// Its interaction, from 1.
-    interaction: usize,
-    method: String,
-    path: String,
-    status: u16,
-}
-
-/// The recorded 4xx answers of every cassette that parses (`audit` names the others).
-fn error_answers(cassette_dir: &Path) -> Result<Vec<StoredErrorAnswer>> {
-    let mut out = Vec::new();
-    for path in cassette_files(cassette_dir)? {
-        let Ok(cassette) = cassettes::read_cassette(&path) else {
-            continue;
-        };
-        for (i, x) in cassette.interactions.iter().enumerate() {
-            if (400..500).contains(&x.response.status) {
-                out.push(StoredErrorAnswer {
-                    cassette: path.clone(),
-                    interaction: i + 1,
-                    method: x.request.method.clone(),
-                    path: x.request.path.clone(),
-                    status: x.response.status,
-                });
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[derive(Serialize, Deserialize)]
@@ -135,7 +102,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
         }
     }
     let changed = changes_against_head(cassette_dir)?;
-    let problems = audit(cassette_dir)?;
+    let audited = audit_all(cassette_dir)?;
     let mut orphans = Vec::new();
     let mut listed = false;
     if !args.no_list {
@@ -154,8 +121,8 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
         changed: changed.unwrap_or_default(),
         orphans,
         listed,
-        problems,
-        error_answers: error_answers(cassette_dir)?,
+        problems: audited.problems,
+        error_answers: audited.error_answers,
         fixed,
     };
     if args.json {

@@ -98,8 +98,39 @@ pub fn leftover_temps(dir: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(out)
 }
 
+/// A recording whose answer is a 4xx: not a problem (tests of error handling need them), but
+/// listed, since a wrong request recorded by mistake looks the same.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorAnswer {
+    #[serde(with = "crate::lossy_path")]
+    /// The cassette file.
+    pub cassette: PathBuf,
+    /// Its interaction, from 1.
+    pub interaction: usize,
+    /// The request's method.
+    pub method: String,
+    /// The request's path.
+    pub path: String,
+    /// The status recorded.
+    pub status: u16,
+}
+
+/// What reading every cassette under `dir` found, each file read once.
+#[derive(Debug, Default)]
+pub struct Audit {
+    /// Every problem, in path order.
+    pub problems: Vec<Finding>,
+    /// Every recorded 4xx answer of the files that parse, in path order.
+    pub error_answers: Vec<ErrorAnswer>,
+}
+
 /// Every problem of the cassettes under `dir`, in path order.
 pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
+    Ok(audit_all(dir)?.problems)
+}
+
+/// The problems and the error answers of the cassettes under `dir`.
+pub fn audit_all(dir: &Path) -> Result<Audit, Error> {
     let mut out: Vec<Finding> = leftover_temps(dir)?
         .into_iter()
         .map(|path| Finding {
@@ -107,6 +138,7 @@ pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
             problem: Problem::LeftoverTemp,
         })
         .collect();
+    let mut error_answers = Vec::new();
     for path in cassette_files(dir)? {
         let text = match crate::read_text(&path) {
             Ok(text) => text,
@@ -132,7 +164,18 @@ pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
                         },
                     });
                 }
-                out.extend(check(&path, dir, &cassette))
+                out.extend(check(&path, dir, &cassette));
+                for (i, x) in cassette.interactions.iter().enumerate() {
+                    if (400..500).contains(&x.response.status) {
+                        error_answers.push(ErrorAnswer {
+                            cassette: path.clone(),
+                            interaction: i + 1,
+                            method: x.request.method.clone(),
+                            path: x.request.path.clone(),
+                            status: x.response.status,
+                        });
+                    }
+                }
             }
             Err(e) => out.push(Finding {
                 problem: Problem::Corrupt {
@@ -142,7 +185,10 @@ pub fn audit(dir: &Path) -> Result<Vec<Finding>, Error> {
             }),
         }
     }
-    Ok(out)
+    Ok(Audit {
+        problems: out,
+        error_answers,
+    })
 }
 
 fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {

@@ -221,10 +221,10 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
                 entry.path.display(),
                 percent_encoding::utf8_percent_encode(route.test.as_str(), percent_encoding::NON_ALPHANUMERIC),
             ));
-            message.push_str(&format!("record them with: {}", record_hint(&route.test)));
+            message.push_str("record them with: ");
         }
         Some(c) => message.push_str(&format!(
-            "  closest recording: #{} in {}, differs at {}\n",
+            "  closest recording: #{} in {}, differs at {}\n  record it with: ",
             c.index + 1,
             entry.path.display(),
             c.differing
@@ -235,13 +235,11 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
                 .join(", ")
         )),
         None => message.push_str(&format!(
-            "  no recordings for this test in {}\n",
+            "  no recordings for this test in {}\n  record it with: ",
             entry.path.display()
         )),
     }
-    if !closest.as_ref().is_some_and(|c| c.differing.is_empty()) {
-        message.push_str(&format!("  record it with: {}", record_hint(&route.test)));
-    }
+    message.push_str(&record_hint(&route.test));
     let detail = Detail {
         model,
         prompt,
@@ -309,52 +307,31 @@ async fn record(
     let status = answer.status();
     let (answer_parts, answer_body) = answer.into_parts();
     let response = crate::proxy::answer_head(&answer_parts);
-    // A 404 on a path the family's API does not have comes from a base URL the client misread
-    // (a version missing or doubled): saved, it would be replayed forever. It is answered with
-    // what to fix instead.
-    if save
-        && status == StatusCode::NOT_FOUND
-        && !route.provider.family().knows_path(&route.upstream_path)
-    {
-        let message = unknown_path(route, &parts.method);
-        tracing::warn!(target: "cargo_llmreplay::request", "{message}");
-        state.journal.log(
-            recording.call,
-            Outcome::Refused,
-            404,
-            Some(Detail::message(message.clone())),
-        );
-        return provider_error(
-            route.provider.kind,
-            StatusCode::NOT_FOUND,
-            "llmreplay_unknown_path",
-            &message,
-        );
-    }
-    // Rate limits, server errors and refused keys reach the client but are never saved: a
-    // wrong key must not be replayed forever.
-    let refused = matches!(status.as_u16(), 401 | 403 | 407);
-    if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() || refused {
-        let detail = (save && refused).then(|| {
-            let vars = route.provider.key_vars().join(" or ");
-            let message = format!(
-                "cargo-llmreplay: the {} upstream answered {status} for {} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407)",
-                route.provider.name, parts.method, route.upstream_path
-            );
-            tracing::warn!(target: "cargo_llmreplay::request", "{message}");
-            Detail::message(message)
-        });
-        let outcome = if save && refused {
-            Outcome::Refused
-        } else {
-            Outcome::Passthrough
+    if let Some(unsaved) = unsaved(status, route, &parts.method, save) {
+        let (outcome, detail) = match &unsaved {
+            Unsaved::Passed => (Outcome::Passthrough, None),
+            Unsaved::Refused { message, .. } => {
+                tracing::warn!(target: "cargo_llmreplay::request", "{message}");
+                (Outcome::Refused, Some(Detail::message(message.clone())))
+            }
         };
         state
             .journal
             .log(recording.call, outcome, status.as_u16(), detail);
-        return response
-            .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
-            .expect("headers copied from a valid response");
+        return match unsaved {
+            Unsaved::Refused {
+                message,
+                ours: true,
+            } => provider_error(
+                route.provider.kind,
+                status,
+                "llmreplay_unknown_path",
+                &message,
+            ),
+            _ => response
+                .body(BodyExt::boxed_unsync(answer_body.map_err(io::Error::other)))
+                .expect("headers copied from a valid response"),
+        };
     }
     let format = crate::capture::stream_format(&answer_parts.headers);
     let headers =
@@ -377,6 +354,49 @@ async fn record(
     response
         .body(BodyExt::boxed_unsync(body))
         .expect("headers copied from a valid response")
+}
+
+/// An upstream answer that is not saved.
+enum Unsaved {
+    /// Passthrough mode, a rate limit or a server error: passed on as it came.
+    Passed,
+    /// The answer says the request itself was wrong, which a recording would repeat forever.
+    Refused {
+        /// What to fix.
+        message: String,
+        /// The client gets `message` as the answer instead of upstream's (a wrong path's 404,
+        /// whose body would say nothing of the base URL).
+        ours: bool,
+    },
+}
+
+/// Whether an upstream answer with `status` is not saved, and why: rate limits, server errors
+/// and refused keys reach the client but are never saved (a wrong key must not be replayed
+/// forever), nor is a 404 on a path the family's API does not have (a base URL the client
+/// misread: a version missing or doubled).
+fn unsaved(status: StatusCode, route: &Route, method: &Method, save: bool) -> Option<Unsaved> {
+    if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+        return Some(Unsaved::Passed);
+    }
+    if matches!(status.as_u16(), 401 | 403 | 407) {
+        let vars = route.provider.key_vars().join(" or ");
+        let message = format!(
+            "cargo-llmreplay: the {} upstream answered {status} for {method} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407)",
+            route.provider.name, route.upstream_path
+        );
+        return Some(Unsaved::Refused {
+            message,
+            ours: false,
+        });
+    }
+    if status == StatusCode::NOT_FOUND && !route.provider.family().knows_path(&route.upstream_path)
+    {
+        return Some(Unsaved::Refused {
+            message: unknown_path(route, method),
+            ours: true,
+        });
+    }
+    None
 }
 
 /// What a 404 on a path its family does not know says: the path, the variables that point

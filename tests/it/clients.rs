@@ -5,7 +5,7 @@
 //! `X-Test-Id`, and the CI template checked by actionlint.
 
 use crate::support::{
-    http, sdk_python, without_provider_env, FakeProvider, Sample, Serve, Stopped,
+    http, sdk_python, stdout_of, without_provider_env, FakeProvider, Sample, Serve, Stopped,
 };
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
@@ -38,13 +38,7 @@ fn run_client(program: &Path, args: &[&str], env: &[(String, String)]) -> String
     cmd.args(args);
     without_provider_env(&mut cmd);
     cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program:?} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    stdout_of(&mut cmd)
 }
 
 /// The answer text a client script printed on its last line (litellm prints notes of its own).
@@ -77,13 +71,15 @@ fn only_folder(dir: &Path) -> PathBuf {
     folders.into_iter().next().unwrap()
 }
 
-/// The log lines of `stopped` that say `outcome` for `test`.
-fn lines_with<'a>(stopped: &'a Stopped, test: &str, outcome: &str) -> Vec<&'a str> {
-    stopped
+/// The one log line of `stopped` that says `outcome` for `test`; none or several fail.
+fn one_line<'a>(stopped: &'a Stopped, test: &str, outcome: &str) -> &'a str {
+    let lines: Vec<&str> = stopped
         .stderr
         .lines()
         .filter(|l| l.contains(&format!("test={test:?}")) && l.contains(&format!("}}: {outcome} ")))
-        .collect()
+        .collect();
+    assert_eq!(lines.len(), 1, "{outcome}: {}", stopped.stderr);
+    lines[0]
 }
 
 async fn chat(base: &str, prompt: &str) -> (u16, String) {
@@ -121,9 +117,7 @@ async fn serve_v_logs_a_line_per_request_with_its_outcome() {
     assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
     assert_eq!(chat(&base, "Hello").await.0, 429);
     let stopped = rec.stop();
-    let recorded = lines_with(&stopped, T, "recorded");
-    assert_eq!(recorded.len(), 1, "{}", stopped.stderr);
-    let line = recorded[0];
+    let line = one_line(&stopped, T, "recorded");
     for field in [
         "provider=openai",
         "method=POST",
@@ -135,30 +129,15 @@ async fn serve_v_logs_a_line_per_request_with_its_outcome() {
     ] {
         assert!(line.contains(field), "{field} missing in {line}");
     }
-    assert_eq!(
-        lines_with(&stopped, T, "refused").len(),
-        1,
-        "{}",
-        stopped.stderr
-    );
-    assert_eq!(
-        lines_with(&stopped, T, "fault").len(),
-        1,
-        "{}",
-        stopped.stderr
-    );
+    one_line(&stopped, T, "refused");
+    one_line(&stopped, T, "fault");
     assert!(!stopped.stderr.contains("SECRET"), "{}", stopped.stderr);
 
     fake.state.suffix.lock().unwrap().push_str(" (changed)");
     let rec = Serve::in_mode_with(dir.path(), "record", &upstream, &[], &["-vv"]);
     assert_eq!(chat(&rec.for_test(T), "Hello").await.0, 200);
     let stopped = rec.stop();
-    assert_eq!(
-        lines_with(&stopped, T, "re-recorded").len(),
-        1,
-        "{}",
-        stopped.stderr
-    );
+    one_line(&stopped, T, "re-recorded");
     let head = stopped
         .stderr
         .lines()
@@ -177,29 +156,17 @@ async fn serve_v_logs_a_line_per_request_with_its_outcome() {
     assert_eq!(status, 200);
     assert_eq!(chat(&base, "Never recorded").await.0, 404);
     let stopped = replay.stop();
-    let replayed = lines_with(&stopped, T, "replayed");
-    assert_eq!(replayed.len(), 1, "{}", stopped.stderr);
+    let replayed = one_line(&stopped, T, "replayed");
     assert!(
-        replayed[0].contains(&format!("bytes={}", body.len())),
-        "{}",
-        replayed[0]
+        replayed.contains(&format!("bytes={}", body.len())),
+        "{replayed}"
     );
-    assert_eq!(
-        lines_with(&stopped, T, "missing").len(),
-        1,
-        "{}",
-        stopped.stderr
-    );
+    one_line(&stopped, T, "missing");
 
     let pass = Serve::in_mode_with(dir.path(), "passthrough", &upstream, &[], &["-v"]);
     assert_eq!(chat(&pass.for_test(T), "Hello").await.0, 200);
     let stopped = pass.stop();
-    assert_eq!(
-        lines_with(&stopped, T, "passthrough").len(),
-        1,
-        "{}",
-        stopped.stderr
-    );
+    one_line(&stopped, T, "passthrough");
 
     let quiet = Serve::in_mode(dir.path(), "replay", &upstream, &[]);
     assert_eq!(chat(&quiet.for_test(T), "Hello").await.0, 200);
@@ -487,13 +454,7 @@ async fn serve_env_is_sourced_by_a_script_that_then_works() {
             .arg(&script);
         without_provider_env(&mut cmd);
         cmd.envs(keys.iter().copied());
-        let out = cmd.output().unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        stdout_of(&mut cmd)
     };
     let upstreams = [
         format!("openai={}", fake.url()),

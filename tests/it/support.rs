@@ -1121,10 +1121,15 @@ pub fn run_sdk_script(python: &Path, script: &str, env: &[(&str, &str)]) -> Stri
         cmd.env_remove(name);
     }
     cmd.envs(env.iter().copied());
+    stdout_of(&mut cmd)
+}
+
+/// What `cmd` printed on stdout, or a panic with the command and its stderr when it failed.
+pub fn stdout_of(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "{script} failed: {}",
+        "{cmd:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
