@@ -7,7 +7,7 @@ use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, code, code_short, fenced, html, plural, term, term_lines, Styles};
 use cassettes::git::{diff_against, ChangeKind, Diff, FileDiff};
-use cassettes::review::{Change, InteractionDiff};
+use cassettes::review::{Change, Drift, InteractionDiff};
 use cassettes::Tokens;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -70,14 +70,32 @@ pub struct Counts {
     pub added: usize,
     pub removed: usize,
     pub changed: usize,
+    /// Cassettes moved to another test's folder (a renamed test).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub moved: usize,
     /// Changed interactions whose answer text differs.
     pub answers_changed: usize,
+    /// Changed interactions whose answer is the same: only the request moved.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub requests_only: usize,
+    /// Changed answers by drift class (an answer counts once in each of its classes).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub drift: BTreeMap<Drift, usize>,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 pub fn counts(diff: &Diff) -> Counts {
     let mut c = Counts {
         files: diff.files.len(),
         tests: by_test(diff).len(),
+        moved: diff
+            .files
+            .iter()
+            .filter(|f| f.kind == ChangeKind::Moved)
+            .count(),
         ..Counts::default()
     };
     for d in diff.files.iter().flat_map(|f| &f.interactions) {
@@ -87,6 +105,10 @@ pub fn counts(diff: &Diff) -> Counts {
             Change::Changed => {
                 c.changed += 1;
                 c.answers_changed += usize::from(d.answer_changed());
+                c.requests_only += usize::from(d.drift.is_empty());
+                for class in &d.drift {
+                    *c.drift.entry(*class).or_default() += 1;
+                }
             }
         }
     }
@@ -106,18 +128,52 @@ fn by_test(diff: &Diff) -> BTreeMap<&str, Vec<&FileDiff>> {
     tests
 }
 
+/// The drift classes as a phrase, those that can break code first: "1 tool call changed, 2
+/// wording".
+pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
+    let parts: Vec<String> = drift
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(class, n)| match class {
+            Drift::Error => format!("{n} became or stopped being an error"),
+            Drift::ToolCall => format!("{} changed", plural(*n, "tool call")),
+            Drift::Structure => format!("{n} structure changed"),
+            Drift::Wording => format!("{n} wording"),
+            Drift::Usage => format!("{n} usage only"),
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// The word diff of a changed answer, when its text changed.
+pub fn answer_words(d: &InteractionDiff) -> Option<Vec<cassettes::review::Words>> {
+    d.answer_diff.as_ref()?;
+    let (before, after) = (d.answer_before.as_deref()?, d.answer_after.as_deref()?);
+    Some(cassettes::review::word_diff(before, after))
+}
+
+/// The classes of one changed answer: `tool call, wording`.
+fn drift_words(d: &InteractionDiff) -> String {
+    d.drift
+        .iter()
+        .map(|c| c.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn headline(c: &Counts) -> String {
-    let other = c.changed - c.answers_changed;
-    let parts: Vec<String> = [
-        (c.answers_changed, "answer changed", "answers changed"),
-        (other, "request changed", "requests changed"),
-        (c.added, "added", "added"),
-        (c.removed, "removed", "removed"),
-    ]
-    .iter()
-    .filter(|(n, _, _)| *n > 0)
-    .map(|(n, one, many)| format!("{n} {}", if *n == 1 { one } else { many }))
-    .collect();
+    let mut parts: Vec<String> = drift_sentence(&c.drift).into_iter().collect();
+    parts.extend(
+        [
+            (c.requests_only, "request changed", "requests changed"),
+            (c.moved, "cassette moved", "cassettes moved"),
+            (c.added, "added", "added"),
+            (c.removed, "removed", "removed"),
+        ]
+        .iter()
+        .filter(|(n, _, _)| *n > 0)
+        .map(|(n, one, many)| format!("{n} {}", if *n == 1 { one } else { many })),
+    );
     let parts = if parts.is_empty() {
         "no interaction changed".to_string()
     } else {
@@ -141,13 +197,19 @@ fn file_counts(f: &FileDiff) -> String {
     if f.error.is_some() {
         parts.push("does not parse".into());
     }
+    if parts.is_empty() {
+        if let Some(n) = f.recordings {
+            parts.push(format!("{}, unchanged", plural(n, "recording")));
+        }
+    }
     parts.join(", ")
 }
 
-fn kind(k: ChangeKind) -> &'static str {
-    match k {
-        ChangeKind::New => "new file",
-        other => render::change_kind(other),
+fn kind(f: &FileDiff) -> String {
+    match (f.kind, &f.moved_from) {
+        (ChangeKind::New, _) => "new file".into(),
+        (ChangeKind::Moved, Some(from)) => format!("moved from {}", from.display()),
+        (other, _) => render::change_kind(other).into(),
     }
 }
 
@@ -207,7 +269,7 @@ pub fn text(diff: &Diff, styles: Styles) -> String {
                 out,
                 "  {} ({}): {}",
                 term(&f.path.to_string_lossy()),
-                kind(f.kind),
+                term(&kind(f)),
                 file_counts(f)
             );
             if let Some(e) = &f.error {
@@ -216,51 +278,77 @@ pub fn text(diff: &Diff, styles: Styles) -> String {
             for d in &f.interactions {
                 let _ = writeln!(
                     out,
-                    "  {} {}",
+                    "  {} {}{}",
                     styles.bold(change_word(d.change)),
-                    term(&request_line(d))
+                    term(&request_line(d)),
+                    drift_suffix(d)
                 );
-                // Debug quoting shows control characters escaped.
-                match (&d.prompt_before, &d.prompt) {
-                    (Some(a), Some(b)) => {
-                        let _ = writeln!(out, "    prompt: {a:?} -> {b:?}");
-                    }
-                    (None, Some(p)) => {
-                        let _ = writeln!(out, "    prompt: {p:?}");
-                    }
-                    _ => {}
-                }
-                if !d.request_fields.is_empty() {
-                    let _ = writeln!(
-                        out,
-                        "    request fields changed: {}",
-                        term(&d.request_fields.join(", "))
-                    );
-                }
-                if let Some(diff) = &d.answer_diff {
-                    for line in diff.lines() {
-                        let _ = writeln!(out, "    {}", styles.diff_line(&term(line)));
-                    }
-                } else if let Some(a) = d.answer_after.as_ref().or(d.answer_before.as_ref()) {
-                    let label = if d.change == Change::Changed {
-                        "answer (unchanged)"
-                    } else {
-                        "answer"
-                    };
-                    let _ = writeln!(out, "    {label}: {}", indent(&term_lines(a), "      "));
-                }
-                if !d.response_fields.is_empty() {
-                    let _ = writeln!(
-                        out,
-                        "    response fields changed: {}",
-                        term(&d.response_fields.join(", "))
-                    );
-                }
-                if let Some(t) = tokens_line(d) {
-                    let _ = writeln!(out, "    {t}");
-                }
+                out.push_str(&interaction_text(d, styles, false, "    "));
             }
         }
+    }
+    out
+}
+
+/// ` [tool call, wording]`, or nothing when the answer did not change.
+pub fn drift_suffix(d: &InteractionDiff) -> String {
+    if d.drift.is_empty() {
+        String::new()
+    } else {
+        format!(" [{}]", drift_words(d))
+    }
+}
+
+/// What changed in one interaction, for a terminal: the prompt, request fields, the answer as a
+/// word diff (only the lines that changed, unless `full`) and the tokens, each line indented by
+/// `pad`. `diff` and `review` print it alike.
+pub fn interaction_text(d: &InteractionDiff, styles: Styles, full: bool, pad: &str) -> String {
+    let mut out = String::new();
+    // Debug quoting shows control characters escaped.
+    match (&d.prompt_before, &d.prompt) {
+        (Some(a), Some(b)) => {
+            let _ = writeln!(out, "{pad}prompt: {a:?} -> {b:?}");
+        }
+        (None, Some(p)) => {
+            let _ = writeln!(out, "{pad}prompt: {p:?}");
+        }
+        _ => {}
+    }
+    if !d.request_fields.is_empty() {
+        let _ = writeln!(
+            out,
+            "{pad}request fields changed: {}",
+            term(&d.request_fields.join(", "))
+        );
+    }
+    if let Some(words) = answer_words(d) {
+        let _ = writeln!(out, "{pad}answer, word by word ([-removed-] {{+added+}}):");
+        for line in render::word_diff(&words, styles, full).lines() {
+            let _ = writeln!(out, "{pad}  {line}");
+        }
+    } else if let Some(a) = d.answer_after.as_ref().or(d.answer_before.as_ref()) {
+        let label = if d.change == Change::Changed {
+            "answer (unchanged)"
+        } else {
+            "answer"
+        };
+        let mut text = term_lines(a).into_owned();
+        let lines = text.lines().count();
+        if !full && lines > 12 {
+            let head: Vec<&str> = text.lines().take(12).collect();
+            text = format!("{}\n… ({} more lines)", head.join("\n"), lines - 12);
+        }
+        let _ = writeln!(out, "{pad}{label}: {}", indent(&text, &format!("{pad}  ")));
+    }
+    if !d.response_fields.is_empty() {
+        let _ = writeln!(
+            out,
+            "{pad}response fields changed: {}",
+            term(&d.response_fields.join(", "))
+        );
+    }
+    if let Some(t) = tokens_line(d) {
+        let _ = writeln!(out, "{pad}{t}");
     }
     out
 }
@@ -278,6 +366,16 @@ pub fn markdown(diff: &Diff) -> String {
     if diff.files.is_empty() {
         let _ = writeln!(out, "No cassette changed against {}.", code(&diff.base));
         return out;
+    }
+    // What can break the code under test comes first, in bold.
+    let breaking: BTreeMap<Drift, usize> = c
+        .drift
+        .iter()
+        .filter(|(class, _)| class.can_break_code())
+        .map(|(class, n)| (*class, *n))
+        .collect();
+    if let Some(sentence) = drift_sentence(&breaking) {
+        let _ = write!(out, "⚠️ **Can break code: {sentence}.**\n\n");
     }
     let _ = write!(
         out,
@@ -302,15 +400,23 @@ pub fn markdown(diff: &Diff) -> String {
                 out,
                 "{} ({})\n\n",
                 code(&f.path.to_string_lossy()),
-                kind(f.kind)
+                match &f.moved_from {
+                    Some(from) => format!("moved from {}", code(&from.to_string_lossy())),
+                    None => kind(f),
+                }
             );
             if let Some(e) = &f.error {
                 let _ = write!(out, "**does not parse**: {}\n\n", code(e));
             }
             for d in &f.interactions {
+                let classes = if d.drift.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", drift_words(d))
+                };
                 let _ = write!(
                     out,
-                    "**{}** {}\n\n",
+                    "**{}** {}{classes}\n\n",
                     change_word(d.change),
                     code(&request_line(d))
                 );
@@ -353,8 +459,12 @@ pub fn markdown(diff: &Diff) -> String {
                     let _ = writeln!(out, "- {t}");
                 }
                 out.push('\n');
-                if let Some(diff) = &d.answer_diff {
-                    out.push_str(&fenced("diff", diff));
+                if let Some(words) = answer_words(d) {
+                    out.push_str("answer, word by word (`[-removed-]` `{+added+}`):\n\n");
+                    out.push_str(&fenced(
+                        "text",
+                        &render::word_diff(&words, Styles::default(), false),
+                    ));
                 } else if let Some(a) = d.answer_after.as_ref().or(d.answer_before.as_ref()) {
                     if d.change != Change::Changed {
                         out.push_str(&fenced("text", a));

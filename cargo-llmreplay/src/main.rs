@@ -6,10 +6,12 @@ mod diff_cmd;
 mod error;
 mod locate;
 mod log;
+mod mv_cmd;
 mod prune;
 mod render;
 mod report;
 mod rerun;
+mod review_cmd;
 mod serve;
 mod status;
 mod test_cmd;
@@ -58,6 +60,8 @@ enum Command {
     Status(status::StatusArgs),
     Diff(diff_cmd::DiffArgs),
     Prune(prune::PruneArgs),
+    Mv(mv_cmd::MvArgs),
+    Review(review_cmd::ReviewArgs),
     Rerun(rerun::RerunArgs),
     /// Work with run reports (merge the reports of a sharded suite)
     #[command(subcommand)]
@@ -87,6 +91,8 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Diff(args) => diff_cmd::run(args),
         Command::Prune(args) => prune::run(args),
+        Command::Mv(args) => mv_cmd::run(args),
+        Command::Review(args) => review_cmd::run(args),
         Command::Rerun(args) => rerun::run(args),
         Command::Report(cmd) => report::run(cmd),
     };

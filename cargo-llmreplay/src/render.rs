@@ -69,13 +69,14 @@ impl Styles {
         self.paint(AnsiColor::Cyan.on_default().bold(), text)
     }
 
-    /// A line of a unified diff: red when removed, green when added.
-    pub fn diff_line(&self, line: &str) -> String {
-        match line.chars().next() {
-            Some('-') => self.paint(AnsiColor::Red.on_default(), line),
-            Some('+') => self.paint(AnsiColor::Green.on_default(), line),
-            _ => self.paint(Style::new(), line),
-        }
+    /// Words a word diff removed: red, struck through.
+    pub fn removed(&self, text: &str) -> String {
+        self.paint(AnsiColor::Red.on_default().strikethrough(), text)
+    }
+
+    /// Words a word diff added: green, underlined.
+    pub fn added(&self, text: &str) -> String {
+        self.paint(AnsiColor::Green.on_default().underline(), text)
     }
 }
 
@@ -90,6 +91,7 @@ pub fn change_kind(kind: ChangeKind) -> &'static str {
         ChangeKind::New => "new",
         ChangeKind::Modified => "modified",
         ChangeKind::Deleted => "deleted",
+        ChangeKind::Moved => "moved",
     }
 }
 
@@ -121,6 +123,102 @@ pub fn stats_sentence(s: &daemon::Stats) -> String {
         .map(|(n, what)| format!("{n} {what}"))
         .collect();
     format!("{}: {}", plural(s.requests, "request"), said.join(", "))
+}
+
+/// What a run changed in a test's cassettes: `1 added, 2 removed`, and why a re-recorded
+/// test kept what it did not record.
+pub fn test_changes(t: &cassettes::TestChanges) -> String {
+    let mut said: Vec<String> = [
+        (t.added, "added"),
+        (t.replaced, "replaced"),
+        (t.removed, "removed"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if said.is_empty() {
+        said.push("unchanged".into());
+    }
+    let mut out = said.join(", ");
+    if let Some(why) = &t.kept {
+        out.push_str(&format!("; kept its other recordings, since {}", term(why)));
+    }
+    out
+}
+
+/// A JSON value on one short line, `(absent)` for none.
+pub fn short_json(value: Option<&serde_json::Value>) -> String {
+    let Some(value) = value else {
+        return "(absent)".into();
+    };
+    let text = value.to_string();
+    let mut short: String = text.chars().take(80).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short
+}
+
+/// A word diff as text: one copy of the answer, removed words as `[-...-]` and added ones as
+/// `{+...+}` (git's word-diff markers, readable without colour), coloured when `styles` say so.
+/// Unless `full`, only the lines that changed and one line around each are shown. Every
+/// piece is escaped for a terminal.
+pub fn word_diff(words: &[cassettes::review::Words], styles: Styles, full: bool) -> String {
+    use cassettes::review::Words;
+    // Lines of (changed, text) pieces: a run that spans lines is split at each newline.
+    let mut lines: Vec<(bool, String)> = vec![(false, String::new())];
+    for w in words {
+        let (text, open, close, changed) = match w {
+            Words::Same(t) => (t, "", "", false),
+            Words::Removed(t) => (t, "[-", "-]", true),
+            Words::Added(t) => (t, "{+", "+}", true),
+        };
+        let mut pieces = text.split('\n').peekable();
+        while let Some(piece) = pieces.next() {
+            let line = lines.last_mut().expect("one line at least");
+            if !piece.is_empty() {
+                let marked = format!("{open}{}{close}", term(piece));
+                line.1.push_str(&match w {
+                    Words::Same(_) => marked,
+                    Words::Removed(_) => styles.removed(&marked),
+                    Words::Added(_) => styles.added(&marked),
+                });
+                line.0 |= changed;
+            } else if changed && pieces.peek().is_some() {
+                // A removed or added line break.
+                line.1.push_str(&match w {
+                    Words::Removed(_) => styles.removed(&format!("{open}⏎{close}")),
+                    _ => styles.added(&format!("{open}⏎{close}")),
+                });
+                line.0 = true;
+            }
+            if pieces.peek().is_some() {
+                lines.push((false, String::new()));
+            }
+        }
+    }
+    let shown: Vec<bool> = (0..lines.len())
+        .map(|i| full || (i.saturating_sub(1)..=(i + 1).min(lines.len() - 1)).any(|j| lines[j].0))
+        .collect();
+    let mut out = String::new();
+    let mut skipped = false;
+    for (i, (_, line)) in lines.iter().enumerate() {
+        if shown[i] {
+            if skipped {
+                out.push_str("…\n");
+                skipped = false;
+            }
+            out.push_str(line);
+            out.push('\n');
+        } else {
+            skipped = true;
+        }
+    }
+    if skipped {
+        out.push_str("…\n");
+    }
+    out
 }
 
 /// `one`, or its plural for any other count.

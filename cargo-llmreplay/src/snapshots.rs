@@ -26,8 +26,25 @@ pub(crate) fn report() -> Report {
             "cassette": "/ws/tests/cassettes/sample--chat--answers_hello/openai.json",
             "key": KEY, "ordinal": 0, "model": "gpt-4o-mini", "prompt": "Say hello",
             "closest": ["/body/messages/0/content"],
-            "command": "cargo llmreplay test --record-missing -E 'test(=answers_hello)'"
+            "values": [{"field": "/body/messages/0/content", "recorded": "Hello", "now": "Say hello"}],
+            "same_call": true,
+            "command": "cargo llmreplay test --record-missing -E 'test(=answers_hello)'",
+            "rerecord": "cargo llmreplay test --record -E 'test(=answers_hello)'"
+        }, {
+            "test": "sample::chat$says_hi", "provider": "openai", "method": "POST",
+            "path": "/v1/chat/completions",
+            "cassette": "/ws/tests/cassettes/sample--chat--says_hi/openai.json",
+            "key": KEY, "ordinal": 0, "model": "gpt-4o-mini", "prompt": "Hi",
+            "command": "cargo llmreplay test --record-missing -E 'test(=says_hi)'",
+            "renamed_from": {"test": "sample::chat$greets",
+                             "command": "cargo llmreplay mv 'sample::chat$greets' 'sample::chat$says_hi'"}
         }],
+        "stopped_early": true,
+        "recorded": [
+            {"test": "sample::chat$answers_twice", "added": 1, "replaced": 1, "removed": 2},
+            {"test": "sample::chat$flaky", "added": 1, "replaced": 0, "removed": 0,
+             "kept": "a request to openai went upstream and was not saved"}
+        ],
         "unused": [
             {"kind": "recording", "test": "sample::chat$old", "provider": "openai",
              "cassette": "/ws/tests/cassettes/sample--chat--old/openai.json", "key": KEY,
@@ -67,6 +84,7 @@ pub(crate) fn diff() -> Diff {
                 "request_fields": ["/body/messages/0/content"],
                 "answer_before": "You said: Hello", "answer_after": "You said: Hello there",
                 "answer_diff": "-You said: Hello\n+You said: Hello there\n",
+                "drift": ["wording"],
                 "tokens_before": {"input": 5, "output": 3},
                 "tokens_after": {"input": 5, "output": 4}
              }, {
@@ -74,6 +92,7 @@ pub(crate) fn diff() -> Diff {
                 "model": "gpt-4o-mini", "prompt": "Same",
                 "response_fields": ["/usage/total_tokens"],
                 "answer_before": "Same answer", "answer_after": "Same answer",
+                "drift": ["usage"],
                 "tokens_before": {"input": 5, "output": 2},
                 "tokens_after": {"input": 5, "output": 2}
              }]},
@@ -84,6 +103,16 @@ pub(crate) fn diff() -> Diff {
                 "model": "claude-x", "prompt": "New question",
                 "answer_after": "A ```fenced``` answer\nover two lines",
                 "tokens_after": {"input": 5, "output": 6}
+             }]},
+            {"path": "tests/cassettes/sample--chat--weather/openai.json",
+             "test": "sample::chat$weather", "provider": "openai", "kind": "modified",
+             "interactions": [{
+                "change": "changed", "method": "POST", "path": "/v1/chat/completions",
+                "model": "gpt-4o-mini", "prompt": "Weather in Paris?",
+                "answer_before": "tool call: get_weather({\"city\":\"Paris\"})",
+                "answer_after": "tool call: get_weather({\"city\":\"Paris\",\"unit\":\"celsius\"})",
+                "answer_diff": "-tool call: get_weather({\"city\":\"Paris\"})\n+tool call: get_weather({\"city\":\"Paris\",\"unit\":\"celsius\"})\n",
+                "drift": ["tool_call"]
              }]},
             {"path": "tests/cassettes/sample--chat--broken/openai.json",
              "test": "sample::chat$broken", "provider": "openai", "kind": "modified",

@@ -215,7 +215,7 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                 Problem::LeftoverTemp => "a temporary file a killed run left; `cargo llmreplay status --fix` removes it".to_string(),
                 Problem::Blob { message } => term(message).into_owned(),
                 Problem::Misplaced { expected } => format!(
-                    "its test and provider are looked up in {}; move it there",
+                    "its test and provider are looked up in {}; move it there, or, if its folder was renamed for a renamed test, `cargo llmreplay mv OLD_TEST NEW_TEST` finishes the rename",
                     rel(expected)
                 ),
             };

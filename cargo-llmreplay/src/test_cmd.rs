@@ -7,7 +7,7 @@ use crate::render::{self, Styles};
 use crate::report::{self, Deny, RunScope};
 use clap::{CommandFactory, Parser};
 use daemon::Daemon;
-use runner_plugin::{CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV};
+use runner_plugin::{CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV, RESULTS_FILE_ENV};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -46,6 +46,10 @@ pub struct TestArgs {
     /// Fail the run on unused recordings or on cassettes changed against git HEAD. Repeatable.
     #[arg(long, value_enum)]
     deny: Vec<Deny>,
+    /// After the run, walk through every recorded answer that changed against git HEAD
+    /// (cargo llmreplay review): accept, reject or skip each.
+    #[arg(long)]
+    review: bool,
 }
 
 /// This command's own flags, from its clap definition: switches, and flags that take a value.
@@ -102,8 +106,68 @@ fn split_args(args: Vec<OsString>) -> (Vec<OsString>, Vec<OsString>) {
     (own, nextest)
 }
 
+/// nextest's options that decide whether a run stops at its first failure.
+const FAIL_FAST_FLAGS: &[&str] = &["--fail-fast", "--no-fail-fast", "--max-fail"];
+
+/// The nextest arguments before `--` (what follows goes to the test binaries).
+fn before_separator(args: &[OsString]) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    args.iter()
+        .take_while(|a| *a != "--")
+        .map(|a| a.to_string_lossy())
+}
+
+/// The user's fail-fast option, if any: `--fail-fast`, `--no-fail-fast`, `--max-fail=N`.
+fn fail_fast_option(args: &[OsString]) -> Option<String> {
+    before_separator(args)
+        .find(|a| FAIL_FAST_FLAGS.contains(&a.split('=').next().unwrap_or_default()))
+        .map(|a| a.into_owned())
+}
+
+/// A flag meant for this command but mistyped (`--recrod`) would otherwise reach nextest,
+/// which answers with its own usage and suggestions. A `--flag` that is not ours but close to
+/// one of ours (clap's suggestion) and that nextest does not know is refused with clap's error.
+fn check_typos(nextest_args: &[OsString]) -> std::result::Result<(), clap::Error> {
+    let mut nextest_help: Option<String> = None;
+    for arg in before_separator(nextest_args) {
+        let Some(flag) = arg.split('=').next().filter(|f| f.starts_with("--")) else {
+            continue;
+        };
+        let Err(e) = TestArgs::command().try_get_matches_from(["cargo llmreplay test", flag])
+        else {
+            continue;
+        };
+        let suggested = e.kind() == clap::error::ErrorKind::UnknownArgument
+            && e.get(clap::error::ContextKind::SuggestedArg).is_some();
+        if !suggested {
+            continue;
+        }
+        // Asked only for a near miss: a flag of nextest's own close to ours goes through.
+        let help = nextest_help.get_or_insert_with(|| {
+            Command::new(cargo())
+                .args(["nextest", "run", "--help"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        });
+        let known = help.match_indices(flag).any(|(at, _)| {
+            help[at + flag.len()..]
+                .chars()
+                .next()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '-'))
+        });
+        if !known {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: Vec<OsString>) -> Result<Outcome> {
-    let (own, nextest_args) = split_args(args);
+    let (own, mut nextest_args) = split_args(args);
+    if let Err(e) = check_typos(&nextest_args) {
+        let _ = e.print();
+        return Ok(Outcome::Usage);
+    }
     let args = match TestArgs::try_parse_from(
         std::iter::once(OsString::from("cargo llmreplay test")).chain(own),
     ) {
@@ -132,6 +196,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         .report
         .clone()
         .unwrap_or_else(|| resolved.default_report());
+    let target_dir = resolved.target_dir();
     let settings = resolved.settings;
     let mode = settings.mode;
     let cassette_dir = settings.cassette_dir.clone();
@@ -150,6 +215,17 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             .collect(),
     );
     let scope = RunScope::of(&nextest_args);
+    // A replay run reports every missing recording, not only those before the first failure.
+    let user_fail_fast = fail_fast_option(&nextest_args);
+    if mode == daemon::Mode::Replay && user_fail_fast.is_none() {
+        nextest_args.insert(0, "--no-fail-fast".into());
+    }
+    let fail_fast = match user_fail_fast.as_deref() {
+        Some("--no-fail-fast") | Some("--max-fail=all") => false,
+        Some(_) => true,
+        // nextest's default, unless the profile says otherwise.
+        None => mode != daemon::Mode::Replay,
+    };
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -170,10 +246,14 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
 
     let cargo = cargo();
-    let ran = tempfile::Builder::new()
-        .prefix("llmreplay-ran-")
-        .tempfile()
-        .map_err(|e| Error::io("cannot make a temporary file", e))?;
+    let temp = |prefix: &str| {
+        tempfile::Builder::new()
+            .prefix(prefix)
+            .tempfile()
+            .map_err(|e| Error::io("cannot make a temporary file", e))
+    };
+    let ran = temp("llmreplay-ran-")?;
+    let results = temp("llmreplay-results-")?;
     let mut nextest = Command::new(&cargo);
     nextest
         .args(["nextest", "run", "--config"])
@@ -185,6 +265,9 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         .env("LLMREPLAY_MODE", mode.as_str());
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
+    }
+    if mode == daemon::Mode::Record {
+        nextest.env(RESULTS_FILE_ENV, results.path());
     }
     // nextest announces a target runner on every run ("info: using target runner ...");
     // ours is set for every run, so the line only says that this command ran. A NEXTEST_LOG
@@ -206,6 +289,13 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let stats = runtime
         .block_on(served)
         .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
+    let recorded = finish_tests(
+        mode,
+        &journal,
+        &store,
+        &std::fs::read_to_string(results.path()).unwrap_or_default(),
+    )?;
+    drop(results);
 
     // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
     // (a chained runner that swallowed the list, say).
@@ -235,12 +325,49 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         scope: &scope,
         listed: listed.as_ref(),
         tests_passed: status.success(),
+        stopped_early: fail_fast && !status.success(),
+        recorded,
         log: Some(&log),
     })?;
     report.write(&report_path)?;
     render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));
     report.to_step_summary();
-    Ok(report.outcome(Some(status), &args.deny))
+    let outcome = report.outcome(Some(status), &args.deny);
+    if args.review && mode.goes_upstream() {
+        crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
+    }
+    Ok(outcome)
+}
+
+/// Says what the run changed in each test's cassettes. Under `--record`, a test whose last
+/// attempt passed ends holding exactly what it recorded in this run.
+fn finish_tests(
+    mode: daemon::Mode,
+    journal: &daemon::Journal,
+    store: &cassettes::Store,
+    results: &str,
+) -> Result<Vec<cassettes::TestChanges>> {
+    if !mode.writes() {
+        return Ok(Vec::new());
+    }
+    // Attempts end in order, so a test's last line is its last attempt.
+    let mut passed = std::collections::BTreeMap::new();
+    for line in results.lines() {
+        if let Some((word, id)) = line.split_once(' ') {
+            passed.insert(id.to_string(), word == "passed");
+        }
+    }
+    let mut tests = journal.tests();
+    tests.extend(passed.keys().cloned());
+    let mut out = Vec::new();
+    for test in tests {
+        let trim = mode == daemon::Mode::Record && passed.get(&test) == Some(&true);
+        let changes = store.finish_test(&cassettes::TestId::new(test), trim)?;
+        if !changes.is_empty() {
+            out.push(changes);
+        }
+    }
+    Ok(out)
 }
 
 /// The nextest target runner: the small `cargo-llmreplay-runner` installed beside this program

@@ -4,7 +4,7 @@
 
 use crate::body::BLOB_DIR;
 use crate::format::{recording_ids, Cassette, Interaction, RecordingId};
-use crate::review::{diff_cassettes, InteractionDiff};
+use crate::review::{paired_diffs, InteractionDiff};
 use crate::store::cassette_files;
 use crate::Error;
 use serde::{Deserialize, Serialize};
@@ -21,6 +21,8 @@ pub enum ChangeKind {
     Modified,
     /// In the base only.
     Deleted,
+    /// In the base under another path (its test renamed), in the work tree here.
+    Moved,
 }
 
 /// One cassette file that differs from HEAD.
@@ -168,9 +170,34 @@ pub struct FileDiff {
     pub kind: ChangeKind,
     /// Its interactions added, removed and changed.
     pub interactions: Vec<InteractionDiff>,
+    /// Where a moved cassette was in the base.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::lossy_path::option"
+    )]
+    pub moved_from: Option<PathBuf>,
+    /// How many recordings a moved cassette holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recordings: Option<usize>,
     /// Set when one side does not parse.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Each interaction's position in the base's cassette and the work tree's, for review.
+    #[serde(skip)]
+    pub positions: Vec<(Option<usize>, Option<usize>)>,
+    /// Both sides as parsed (blobs read), for review to restore the base's.
+    #[serde(skip)]
+    pub sides: Sides,
+}
+
+/// A cassette as the base has it and as the work tree has it.
+#[derive(Clone, Debug, Default)]
+pub struct Sides {
+    /// In the base commit.
+    pub base: Option<Cassette>,
+    /// In the work tree.
+    pub work: Option<Cassette>,
 }
 
 /// Every changed cassette between a base commit and the work tree.
@@ -180,6 +207,9 @@ pub struct Diff {
     pub base: String,
     /// Every cassette file that changed.
     pub files: Vec<FileDiff>,
+    /// The repository's work tree, which the files' paths are relative to.
+    #[serde(skip)]
+    pub workdir: PathBuf,
 }
 
 /// Compares the cassettes of the work tree with those of `base` (a revision such as
@@ -242,6 +272,8 @@ pub fn diff_against(
     paths.sort();
     paths.dedup();
     let mut files = Vec::new();
+    // Whole files added or deleted, parsed, to find the cassettes of a renamed test.
+    let mut whole: BTreeMap<PathBuf, Cassette> = BTreeMap::new();
     for path in paths {
         if !only.is_empty() && !only.iter().any(|o| path.starts_with(o)) {
             continue;
@@ -293,7 +325,11 @@ pub fn diff_against(
             provider: String::new(),
             kind,
             interactions: Vec::new(),
+            moved_from: None,
+            recordings: None,
             error: None,
+            positions: Vec::new(),
+            sides: Sides::default(),
         };
         if let Some(e) = not_text.get(path) {
             file.error = Some(e.to_string());
@@ -305,7 +341,13 @@ pub fn diff_against(
                 let named = b.as_ref().or(a.as_ref()).expect("one side exists");
                 file.test = named.test.clone();
                 file.provider = named.provider.clone();
-                file.interactions = diff_cassettes(a.as_ref(), b.as_ref());
+                let paired = paired_diffs(a.as_ref(), b.as_ref());
+                file.positions = paired.iter().map(|p| (p.old, p.new)).collect();
+                file.interactions = paired.into_iter().map(|p| p.diff).collect();
+                if let (None, Some(c)) | (Some(c), None) = (&a, &b) {
+                    whole.insert(path.clone(), c.clone());
+                }
+                file.sides = Sides { base: a, work: b };
                 if file.interactions.is_empty() {
                     // Only ids, timestamps or layout moved: nothing for a reviewer.
                     continue;
@@ -315,7 +357,54 @@ pub fn diff_against(
         }
         files.push(file);
     }
-    Ok(Diff { base, files })
+    pair_moves(&mut files, &whole);
+    Ok(Diff {
+        base,
+        files,
+        workdir,
+    })
+}
+
+/// A deleted cassette and a new one of the same provider that hold the same requests in the
+/// same order are one cassette moved (its test renamed): one entry, with what changed in it.
+fn pair_moves(files: &mut Vec<FileDiff>, whole: &BTreeMap<PathBuf, Cassette>) {
+    let ids = |path: &PathBuf| whole.get(path).map(|c| recording_ids(&c.interactions));
+    let mut moved: Vec<(usize, usize)> = Vec::new();
+    for (d, deleted) in files.iter().enumerate() {
+        if deleted.kind != ChangeKind::Deleted || ids(&deleted.path).is_none() {
+            continue;
+        }
+        let to = files.iter().enumerate().position(|(n, new)| {
+            new.kind == ChangeKind::New
+                && new.provider == deleted.provider
+                && !moved.iter().any(|(_, m)| *m == n)
+                && ids(&new.path) == ids(&deleted.path)
+        });
+        if let Some(n) = to {
+            moved.push((d, n));
+        }
+    }
+    for &(d, n) in &moved {
+        let (old, new) = (&whole[&files[d].path], &whole[&files[n].path]);
+        let paired = paired_diffs(Some(old), Some(new));
+        let from = files[d].path.clone();
+        let file = &mut files[n];
+        file.kind = ChangeKind::Moved;
+        file.moved_from = Some(from);
+        file.recordings = Some(new.interactions.len());
+        file.positions = paired.iter().map(|p| (p.old, p.new)).collect();
+        file.interactions = paired.into_iter().map(|p| p.diff).collect();
+        file.sides = Sides {
+            base: Some(old.clone()),
+            work: Some(new.clone()),
+        };
+    }
+    let gone: Vec<usize> = moved.iter().map(|(d, _)| *d).collect();
+    let mut i = 0;
+    files.retain(|_| {
+        i += 1;
+        !gone.contains(&(i - 1))
+    });
 }
 
 /// The commit to compare with, and how to name it.

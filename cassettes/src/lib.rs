@@ -13,6 +13,7 @@ pub mod glob;
 mod id;
 mod key;
 pub mod lossy_path;
+pub mod pending;
 pub mod pointer;
 pub mod review;
 pub mod session;
@@ -29,9 +30,10 @@ pub use format::{
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
 pub use store::{
-    cassette_files, confined, fix_cassette, read_cassette, read_cassette_with_blobs, remove_folder,
-    remove_leftover_temp, remove_recordings, remove_unreferenced_blobs, Closest, Entry, Fixed,
-    Lookup, RecordOutcome, Store, Unused, DEFAULT_LOCK_TIMEOUT,
+    cassette_files, confined, fix_cassette, move_test, mv_command, read_cassette,
+    read_cassette_with_blobs, remove_folder, remove_leftover_temp, remove_recordings,
+    remove_unreferenced_blobs, rewrite_cassette, sealed, Closest, Entry, Fixed, Lookup, Moved,
+    RecordOutcome, Store, TestChanges, Unused, DEFAULT_LOCK_TIMEOUT,
 };
 pub use summary::Tokens;
 
@@ -61,6 +63,28 @@ pub enum Error {
         first: String,
         /// The test that asked for it too.
         second: String,
+    },
+    #[error("{path} holds the cassettes of test {recorded_for:?}, but its folder is that of {test:?}: a folder moved by hand (git mv) keeps the old test's name inside. Finish the rename with: {command}")]
+    /// A cassette folder renamed by hand, its cassettes still naming the old test.
+    MovedByHand {
+        /// The cassette.
+        path: PathBuf,
+        /// The test its cassette names.
+        recorded_for: String,
+        /// The test whose folder it is now.
+        test: String,
+        /// The `cargo llmreplay mv` that finishes the rename.
+        command: String,
+    },
+    #[error("cannot move the cassettes of {from:?} to {to:?}: {why}")]
+    /// `mv` refused: what is in the way.
+    CannotMove {
+        /// The test moved from.
+        from: String,
+        /// The test moved to.
+        to: String,
+        /// What is in the way, and what to do.
+        why: String,
     },
     #[error("bad rule in llmreplay.toml, {rule}: {reason}")]
     /// A `[match]` rule that does not compile.

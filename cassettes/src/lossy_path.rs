@@ -14,3 +14,22 @@ pub fn serialize<S: Serializer>(path: &Path, s: S) -> Result<S::Ok, S::Error> {
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
     PathBuf::deserialize(d)
 }
+
+/// The same for an optional path: `#[serde(with = "cassettes::lossy_path::option")]`.
+pub mod option {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::path::PathBuf;
+
+    /// Writes a path as text, U+FFFD where it is not UTF-8; `None` as null.
+    pub fn serialize<S: Serializer>(path: &Option<PathBuf>, s: S) -> Result<S::Ok, S::Error> {
+        match path {
+            Some(p) => s.serialize_some(&p.to_string_lossy()),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Reads an optional path written as text.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PathBuf>, D::Error> {
+        Option::<PathBuf>::deserialize(d)
+    }
+}

@@ -22,6 +22,149 @@ pub enum Change {
     Changed,
 }
 
+/// What kind of change an answer went through. The order is the order of harm: the first
+/// three can break code that reads the answer, the last two only a snapshot of its words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Drift {
+    /// The status class changed: an answer became an error, or the reverse.
+    Error,
+    /// A tool call's name or arguments changed, or one came or went.
+    ToolCall,
+    /// The answer's shape changed: why it stopped, its number of choices, its kinds of
+    /// content, or the JSON shape of a structured answer.
+    Structure,
+    /// Only the text changed.
+    Wording,
+    /// Only the token counts changed.
+    Usage,
+}
+
+impl Drift {
+    /// Every class, worst first.
+    pub const ALL: [Drift; 5] = [
+        Drift::Error,
+        Drift::ToolCall,
+        Drift::Structure,
+        Drift::Wording,
+        Drift::Usage,
+    ];
+
+    /// Its name as people read it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Drift::Error => "error",
+            Drift::ToolCall => "tool call",
+            Drift::Structure => "structure",
+            Drift::Wording => "wording",
+            Drift::Usage => "usage",
+        }
+    }
+
+    /// True for the classes that can break the code under test.
+    pub fn can_break_code(self) -> bool {
+        matches!(self, Drift::Error | Drift::ToolCall | Drift::Structure)
+    }
+}
+
+/// The drift classes of an answer that changed from `old` to `new`, worst first; empty when
+/// only volatile fields moved.
+pub fn drift(old: &RecordedResponse, new: &RecordedResponse) -> Vec<Drift> {
+    let mut out = Vec::new();
+    if old.comparable() == new.comparable() {
+        return out;
+    }
+    // An answer that became an error (or stopped being one) changed in every other way too;
+    // that it is an error is what a reviewer needs to read.
+    if old.status / 100 != new.status / 100 {
+        return vec![Drift::Error];
+    }
+    let (a, b) = (read(old), read(new));
+    let calls = |x: &providers::Answer| -> Vec<(String, Value)> {
+        x.tools
+            .iter()
+            .map(|(name, args)| {
+                let args =
+                    serde_json::from_str(args).unwrap_or_else(|_| Value::String(args.clone()));
+                (name.clone(), args)
+            })
+            .collect()
+    };
+    if calls(&a) != calls(&b) {
+        out.push(Drift::ToolCall);
+    }
+    let kinds = |x: &providers::Answer| {
+        let mut k = x.kinds.clone();
+        k.sort();
+        k
+    };
+    let text_shape = |t: &str| {
+        serde_json::from_str::<Value>(t.trim())
+            .ok()
+            .map(|v| shape(&v))
+    };
+    let body_shape = |r: &RecordedResponse| r.payloads().iter().map(shape).collect::<Vec<_>>();
+    let answered =
+        !a.text.is_empty() || !a.tools.is_empty() || !b.text.is_empty() || !b.tools.is_empty();
+    // A structured answer whose JSON changed shape: its words changing is no news.
+    let reshaped = text_shape(&a.text) != text_shape(&b.text);
+    let structure = a.finish != b.finish
+        || a.choices != b.choices
+        || kinds(&a) != kinds(&b)
+        || reshaped
+        // An answer no family reads (an embedding, an error body): its JSON's shape.
+        || (!answered && old.frames().is_none() && body_shape(old) != body_shape(new));
+    if structure {
+        out.push(Drift::Structure);
+    }
+    let (text_a, text_b) = (answer_text(old), answer_text(new));
+    if (a.text != b.text && !reshaped) || (!answered && text_a != text_b && !structure) {
+        out.push(Drift::Wording);
+    }
+    if out.is_empty() {
+        let usage = a.usage != b.usage || tokens(old) != tokens(new);
+        // Anything else that moved (a header, a field no class names) reads as wording.
+        out.push(if usage { Drift::Usage } else { Drift::Wording });
+    }
+    out
+}
+
+/// What every family reads of an answer; a session's transcript as its text.
+fn read(response: &RecordedResponse) -> providers::Answer {
+    if let Some(frames) = response.frames() {
+        return providers::Answer {
+            text: crate::session::transcript(frames),
+            ..providers::Answer::default()
+        };
+    }
+    providers::read_answer(&response.payloads())
+}
+
+/// A JSON value with its leaves replaced by their types: two answers of one schema have the
+/// same shape. An array's shape is that of its elements, merged, so a longer list is not a
+/// change of shape.
+fn shape(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            Value::Object(map.iter().map(|(k, v)| (k.clone(), shape(v))).collect())
+        }
+        Value::Array(items) => {
+            let mut kinds: Vec<Value> = Vec::new();
+            for item in items {
+                let s = shape(item);
+                if !kinds.contains(&s) {
+                    kinds.push(s);
+                }
+            }
+            Value::Array(kinds)
+        }
+        Value::String(_) => Value::String("string".into()),
+        Value::Number(_) => Value::String("number".into()),
+        Value::Bool(_) => Value::String("bool".into()),
+        Value::Null => Value::Null,
+    }
+}
+
 /// One interaction that is not the same on both sides.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct InteractionDiff {
@@ -61,6 +204,10 @@ pub struct InteractionDiff {
     /// A unified line diff of the answers, when their text differs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answer_diff: Option<String>,
+    /// What kind of change the answer went through, worst first; empty when only the
+    /// request changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<Drift>,
     #[serde(skip_serializing_if = "Option::is_none")]
     /// Tokens used before.
     pub tokens_before: Option<Tokens>,
@@ -125,9 +272,58 @@ pub fn text_diff(before: &str, after: &str) -> Option<String> {
     Some(out)
 }
 
+/// A run of words of a word-level diff.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Words {
+    /// On both sides.
+    Same(String),
+    /// Only before.
+    Removed(String),
+    /// Only after.
+    Added(String),
+}
+
+/// A word-level diff of two texts (similar's word diff, as insta shows a changed line): one
+/// copy of the text, with what was removed and added marked where it changed, so a one-word
+/// change in a long answer reads as that word.
+pub fn word_diff(before: &str, after: &str) -> Vec<Words> {
+    let diff = similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(200))
+        .diff_unicode_words(before, after);
+    let mut out: Vec<Words> = Vec::new();
+    for change in diff.iter_all_changes() {
+        let text = change.value();
+        match (change.tag(), out.last_mut()) {
+            (similar::ChangeTag::Equal, Some(Words::Same(s)))
+            | (similar::ChangeTag::Delete, Some(Words::Removed(s)))
+            | (similar::ChangeTag::Insert, Some(Words::Added(s))) => s.push_str(text),
+            (similar::ChangeTag::Equal, _) => out.push(Words::Same(text.into())),
+            (similar::ChangeTag::Delete, _) => out.push(Words::Removed(text.into())),
+            (similar::ChangeTag::Insert, _) => out.push(Words::Added(text.into())),
+        }
+    }
+    out
+}
+
 /// The interactions that differ between `old` and `new` (either side may be absent), in the
 /// new file's order, removed ones last.
 pub fn diff_cassettes(old: Option<&Cassette>, new: Option<&Cassette>) -> Vec<InteractionDiff> {
+    paired_diffs(old, new).into_iter().map(|p| p.diff).collect()
+}
+
+/// One difference and where it is: its position in the old file and in the new one.
+#[derive(Clone, Debug)]
+pub struct Paired {
+    /// Its position in the old file, if it is there.
+    pub old: Option<usize>,
+    /// Its position in the new file, if it is there.
+    pub new: Option<usize>,
+    /// What differs.
+    pub diff: InteractionDiff,
+}
+
+/// As [`diff_cassettes`], with each difference's positions on both sides.
+pub fn paired_diffs(old: Option<&Cassette>, new: Option<&Cassette>) -> Vec<Paired> {
     let none: Vec<Interaction> = Vec::new();
     let old = old.map_or(&none, |c| &c.interactions);
     let new = new.map_or(&none, |c| &c.interactions);
@@ -156,18 +352,25 @@ pub fn diff_cassettes(old: Option<&Cassette>, new: Option<&Cassette>) -> Vec<Int
             pair.0 = Some(i);
         }
     }
-    let mut out: Vec<InteractionDiff> = pairs
+    let mut out: Vec<Paired> = pairs
         .into_iter()
-        .filter_map(|(i, j)| match i {
-            Some(i) => changed(&old[i], &new[j]),
-            None => Some(one_side(Change::Added, &new[j])),
+        .filter_map(|(i, j)| {
+            let diff = match i {
+                Some(i) => changed(&old[i], &new[j])?,
+                None => one_side(Change::Added, &new[j]),
+            };
+            Some(Paired {
+                old: i,
+                new: Some(j),
+                diff,
+            })
         })
         .collect();
-    out.extend(
-        (0..old.len())
-            .filter(|&i| !old_taken[i])
-            .map(|i| one_side(Change::Removed, &old[i])),
-    );
+    out.extend((0..old.len()).filter(|&i| !old_taken[i]).map(|i| Paired {
+        old: Some(i),
+        new: None,
+        diff: one_side(Change::Removed, &old[i]),
+    }));
     out
 }
 
@@ -186,6 +389,7 @@ fn blank(change: Change, x: &Interaction) -> InteractionDiff {
         answer_before: None,
         answer_after: None,
         answer_diff: None,
+        drift: Vec::new(),
         tokens_before: None,
         tokens_after: None,
     }
@@ -227,6 +431,7 @@ fn changed(old: &Interaction, new: &Interaction) -> Option<InteractionDiff> {
     }
     let (before, after) = (answer_text(&old.response), answer_text(&new.response));
     d.answer_diff = text_diff(&before, &after);
+    d.drift = drift(&old.response, &new.response);
     if d.answer_diff.is_none() && was != now {
         d.response_fields = differing_fields(&was, &now);
     }
@@ -363,6 +568,48 @@ mod tests {
         assert_eq!(d.len(), 1);
         assert!(!d[0].answer_changed());
         assert_eq!(d[0].response_fields, ["/body/usage/prompt_tokens"]);
+    }
+
+    /// Each fixture under `src/fixtures/drift/` is an answer before and after, and the classes
+    /// its change must get.
+    #[test]
+    fn drift_classes_of_each_fixture() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/fixtures/drift");
+        let mut seen = std::collections::HashSet::new();
+        for file in std::fs::read_dir(&dir).unwrap() {
+            let path = file.unwrap().path();
+            let fixture: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            let response = |side: &str| {
+                let body = serde_json::to_vec(&fixture[side]["body"]).unwrap();
+                let status = fixture[side]["status"].as_u64().unwrap() as u16;
+                RecordedResponse::with_body(status, Default::default(), &body)
+            };
+            let expected: Vec<Drift> = serde_json::from_value(fixture["expect"].clone()).unwrap();
+            assert_eq!(
+                drift(&response("before"), &response("after")),
+                expected,
+                "{}",
+                path.display()
+            );
+            seen.extend(expected);
+        }
+        assert_eq!(seen.len(), Drift::ALL.len(), "a fixture for every class");
+    }
+
+    #[test]
+    fn a_one_word_change_is_that_word() {
+        let before = "The quick brown fox jumps over the lazy dog.\nSecond line stays.";
+        let after = "The quick red fox jumps over the lazy dog.\nSecond line stays.";
+        let words = word_diff(before, after);
+        assert_eq!(
+            words[..3],
+            [
+                Words::Same("The quick ".into()),
+                Words::Removed("brown".into()),
+                Words::Added("red".into()),
+            ]
+        );
+        assert_eq!(words.len(), 4);
     }
 
     #[test]

@@ -55,6 +55,56 @@ struct State {
     cursors: HashMap<Key, usize>,
     /// Positions of the interactions replayed in this run (stable: records replace or append).
     used: HashSet<usize>,
+    run: RunAccount,
+}
+
+/// Recordings an attempt may name for its trim; past this, the test keeps everything (a
+/// long-lived daemon recording one test without end must not grow without bound).
+const MAX_ACCOUNTED: usize = 100_000;
+
+/// What this run did to one cassette, for the report and for a re-recorded test's trim.
+#[derive(Default)]
+struct RunAccount {
+    /// Each recording this attempt wrote or found unchanged, in the order they were saved.
+    recorded: Vec<RecordingId>,
+    /// Requests of this attempt that went upstream and were not saved (an upstream error, a
+    /// refused key, a broken stream): the test's old recordings may be all it has for them.
+    unsaved: usize,
+    /// More recordings than `MAX_ACCOUNTED`: the attempt's list is incomplete.
+    overflowed: bool,
+    /// The recordings the cassette held before this run first wrote to it, and their seals.
+    before: Option<Vec<(RecordingId, Option<String>)>>,
+}
+
+/// What a run changed in one test's cassettes, against what they held before it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TestChanges {
+    /// The test.
+    pub test: TestId,
+    /// Recordings that are new.
+    pub added: usize,
+    /// Recordings whose answer changed.
+    pub replaced: usize,
+    /// Recordings gone: the test no longer made those calls.
+    pub removed: usize,
+    /// Why a re-recorded test that passed kept recordings it did not make in this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<String>,
+}
+
+impl TestChanges {
+    /// True when the run changed nothing and has nothing to say.
+    pub fn is_empty(&self) -> bool {
+        self.added == 0 && self.replaced == 0 && self.removed == 0 && self.kept.is_none()
+    }
+}
+
+/// The id and seal of each interaction.
+fn sealed_ids(interactions: &[Interaction]) -> Vec<(RecordingId, Option<String>)> {
+    recording_ids(interactions)
+        .into_iter()
+        .zip(interactions.iter().map(|i| i.seal.clone()))
+        .collect()
 }
 
 struct Loaded {
@@ -135,6 +185,19 @@ pub struct Closest {
     pub index: usize,
     /// The JSON pointers of the fields that differ.
     pub differing: Vec<String>,
+    /// For each differing field, the recorded value and the new one (`None`: absent).
+    pub values: Vec<(Option<serde_json::Value>, Option<serde_json::Value>)>,
+}
+
+impl Closest {
+    /// The same call (method and path) with other parameters: a drifted prompt or model,
+    /// which re-recording the test replaces.
+    pub fn same_call(&self) -> bool {
+        !self
+            .differing
+            .iter()
+            .any(|p| p == "/method" || p == "/path")
+    }
 }
 
 impl Store {
@@ -205,12 +268,106 @@ impl Store {
             .cloned()
     }
 
-    /// Starts every cursor of a test afresh, e.g. for a retried attempt.
+    /// Starts every cursor of a test afresh, e.g. for a retried attempt, whose recordings are
+    /// then the ones a trim keeps.
     pub fn reset_test(&self, test: &TestId) {
         let entries = self.entries.read().expect("store lock");
         for entry in entries.get(test.as_str()).into_iter().flatten() {
-            entry.state.lock().expect("entry lock").cursors.clear();
+            let mut state = entry.state.lock().expect("entry lock");
+            state.cursors.clear();
+            state.run.recorded.clear();
+            state.run.unsaved = 0;
+            state.run.overflowed = false;
         }
+    }
+
+    /// Ends a test's part in this run and says what changed in its cassettes. With `trim` (a
+    /// test that passed under `--record`), each of its cassettes ends holding exactly what its
+    /// last attempt recorded, in that order; a provider it no longer called loses its file.
+    /// A test with a request that went upstream and was not saved keeps everything instead:
+    /// its old recordings may be all it has for that call.
+    pub fn finish_test(&self, test: &TestId, trim: bool) -> Result<TestChanges, Error> {
+        let folder = self.dir.join(Slug::from_test_id(test).as_str());
+        let mut changes = TestChanges {
+            test: test.clone(),
+            added: 0,
+            replaced: 0,
+            removed: 0,
+            kept: None,
+        };
+        let entries: Vec<Arc<Entry>> = {
+            let all = self.entries.read().expect("store lock");
+            all.get(test.as_str()).cloned().unwrap_or_default()
+        };
+        let (asked, mut trim) = (trim, trim);
+        for entry in entries.iter().filter(|_| asked) {
+            let state = entry.state.lock().expect("entry lock");
+            if state.run.unsaved > 0 {
+                changes.kept = Some(format!(
+                    "{} to {} went upstream and {} not saved",
+                    if state.run.unsaved == 1 {
+                        "a request"
+                    } else {
+                        "requests"
+                    },
+                    entry.provider,
+                    if state.run.unsaved == 1 {
+                        "was"
+                    } else {
+                        "were"
+                    },
+                ));
+                trim = false;
+            } else if state.run.overflowed {
+                changes.kept = Some(format!(
+                    "it recorded more than {MAX_ACCOUNTED} calls to {}",
+                    entry.provider
+                ));
+                trim = false;
+            }
+        }
+        let mut files = json_files(&folder)?;
+        for entry in &entries {
+            if !files.contains(&entry.path) {
+                files.push(entry.path.clone());
+            }
+        }
+        for path in files {
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            let Some(provider) = ProviderName::new(&stem) else {
+                continue;
+            };
+            let entry = entries.iter().find(|e| e.provider == provider);
+            let (before, keep) = match entry {
+                Some(e) => {
+                    let state = e.state.lock().expect("entry lock");
+                    (state.run.before.clone(), state.run.recorded.clone())
+                }
+                None => (None, Vec::new()),
+            };
+            let (now, after) = if trim {
+                keep_exactly(&path, &self.dir, test, &keep)?
+            } else {
+                let now = read_if_exists(&path)?
+                    .map(|c| sealed_ids(&c.interactions))
+                    .unwrap_or_default();
+                (now.clone(), now)
+            };
+            if let Some(e) = entry {
+                // Read afresh if anything asks for it again.
+                e.state.lock().expect("entry lock").loaded = None;
+            }
+            let before = before.unwrap_or(now);
+            count_changes(&before, &after, &mut changes);
+        }
+        if trim {
+            remove_unreferenced_blobs(&folder)?;
+            // A test that made no calls any more leaves no empty folder behind.
+            if std::fs::read_dir(&folder).is_ok_and(|mut d| d.next().is_none()) {
+                let _ = std::fs::remove_dir(&folder);
+            }
+        }
+        Ok(changes)
     }
 
     /// Every recording in `test`'s folder, for every provider, that this run did not replay:
@@ -350,21 +507,39 @@ impl Entry {
         })
     }
 
+    /// Counts a request of this attempt that went upstream and was not saved: the test then
+    /// keeps its old recordings when the run ends (see [`Store::finish_test`]).
+    pub fn note_unsaved(&self) {
+        self.state.lock().expect("entry lock").run.unsaved += 1;
+    }
+
     /// The recording of this test closest to `request`: fewest differing fields.
     pub fn closest(&self, request: &RecordedRequest) -> Option<Closest> {
         let state = self.state.lock().expect("entry lock");
         let loaded = state.loaded.as_ref()?;
         let wanted = request.to_value();
-        loaded
+        let (index, recorded, differing) = loaded
             .cassette
             .interactions
             .iter()
             .enumerate()
-            .map(|(index, i)| Closest {
-                index,
-                differing: differing_fields(&i.request.to_value(), &wanted),
+            .map(|(index, i)| {
+                let recorded = i.request.to_value();
+                let differing = differing_fields(&recorded, &wanted);
+                (index, recorded, differing)
             })
-            .min_by_key(|c| c.differing.len())
+            // On a tie, a recording this run has not replayed yet: the n-th call of a test
+            // that drifted is closest to its own old recording, not to one already used.
+            .min_by_key(|(index, _, d)| (d.len(), state.used.contains(index)))?;
+        let values = differing
+            .iter()
+            .map(|p| (recorded.pointer(p).cloned(), wanted.pointer(p).cloned()))
+            .collect();
+        Some(Closest {
+            index,
+            differing,
+            values,
+        })
     }
 
     /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
@@ -378,6 +553,14 @@ impl Entry {
     ) -> Result<RecordOutcome, Error> {
         interaction.seal = Some(crate::format::seal_of(&interaction.response));
         let _writing = self.writing.lock().expect("entry write lock");
+        {
+            let mut state = self.state.lock().expect("entry lock");
+            let state = &mut *state;
+            if state.run.before.is_none() {
+                let loaded = self.ensure_loaded(&mut state.loaded)?;
+                state.run.before = Some(sealed_ids(&loaded.cassette.interactions));
+            }
+        }
         let key = interaction.key.clone();
         let mut outcome = RecordOutcome::Unchanged;
         let merged = self.write_locked(|cassette| {
@@ -385,6 +568,15 @@ impl Entry {
             outcome != RecordOutcome::Unchanged
         })?;
         let mut state = self.state.lock().expect("entry lock");
+        let account = &mut state.run;
+        if account.recorded.len() < MAX_ACCOUNTED {
+            account.recorded.push(RecordingId {
+                key: key.clone(),
+                ordinal,
+            });
+        } else {
+            account.overflowed = true;
+        }
         // What was just recorded was used by this run, wherever the merge put it.
         if let Some(position) = merged
             .interactions
@@ -421,6 +613,15 @@ impl Entry {
             Err(e) => return Err(Error::io(&self.path, e)),
         };
         let mut cassette = Cassette::parse(&self.path, &text)?;
+        let recorded_for = TestId::new(cassette.test.as_str());
+        if cassette.test != self.test.as_str() && Slug::from_test_id(&recorded_for) != self.slug {
+            return Err(Error::MovedByHand {
+                path: self.path.clone(),
+                command: mv_command(&recorded_for, &self.test),
+                recorded_for: cassette.test.to_string(),
+                test: self.test.to_string(),
+            });
+        }
         if cassette.test != self.test.as_str() {
             return Err(Error::SlugCollision {
                 slug: self.slug.to_string(),
@@ -491,6 +692,230 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         .map_err(|e| Error::io(tmp.path(), e))?;
     tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
     Ok(())
+}
+
+/// Reads a cassette, or `None` when there is no file.
+fn read_if_exists(path: &Path) -> Result<Option<Cassette>, Error> {
+    match read_cassette(path) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        other => other.map(Some),
+    }
+}
+
+/// Keeps of the cassette at `path` exactly the recordings `keep` names, in that order (the
+/// n-th recording of a key stays the n-th, so replay maps each request as before), under its
+/// folder's lock; deletes the file when none is left. A file of another test is left alone.
+/// Returns the recordings it held before and after, with their seals.
+type Sealed = Vec<(RecordingId, Option<String>)>;
+fn keep_exactly(
+    path: &Path,
+    root: &Path,
+    test: &TestId,
+    keep: &[RecordingId],
+) -> Result<(Sealed, Sealed), Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    if !dir.exists() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    confined(root, dir)?;
+    let _lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
+    let Some(mut cassette) = read_if_exists(path)? else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let before = sealed_ids(&cassette.interactions);
+    if cassette.test != test.as_str() {
+        return Ok((before.clone(), before));
+    }
+    let at: HashMap<&RecordingId, usize> = before
+        .iter()
+        .enumerate()
+        .map(|(i, (id, _))| (id, i))
+        .collect();
+    let wanted: HashSet<&RecordingId> = keep.iter().collect();
+    // Slots in the order saved; a key's k-th slot takes its k-th recording, so two calls with
+    // one key that finished out of order keep their ordinals.
+    let mut next: HashMap<&Key, usize> = HashMap::new();
+    let mut positions = Vec::new();
+    for id in keep {
+        let k = next.entry(&id.key).or_default();
+        let slot = RecordingId {
+            key: id.key.clone(),
+            ordinal: *k,
+        };
+        *k += 1;
+        if let Some(&p) = wanted.contains(&slot).then(|| at.get(&slot)).flatten() {
+            positions.push(p);
+        }
+    }
+    let unchanged =
+        positions.len() == before.len() && positions.iter().enumerate().all(|(i, p)| i == *p);
+    if unchanged {
+        return Ok((before.clone(), before));
+    }
+    let mut old: Vec<Option<Interaction>> = std::mem::take(&mut cassette.interactions)
+        .into_iter()
+        .map(Some)
+        .collect();
+    cassette.interactions = positions.iter().filter_map(|&p| old[p].take()).collect();
+    let after = sealed_ids(&cassette.interactions);
+    if cassette.interactions.is_empty() {
+        std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+    } else {
+        // Blobs stay where they are: the kept recordings refer to blobs already written.
+        write_atomic(path, &cassette.to_bytes())?;
+    }
+    Ok((before, after))
+}
+
+/// Adds what changed between two lists of recordings to `changes`.
+fn count_changes(before: &Sealed, after: &Sealed, changes: &mut TestChanges) {
+    let was: HashMap<&RecordingId, &Option<String>> = before.iter().map(|(i, s)| (i, s)).collect();
+    let now: HashSet<&RecordingId> = after.iter().map(|(i, _)| i).collect();
+    for (id, seal) in after {
+        match was.get(id) {
+            None => changes.added += 1,
+            Some(old) if *old != seal => changes.replaced += 1,
+            Some(_) => {}
+        }
+    }
+    changes.removed += before.iter().filter(|(id, _)| !now.contains(id)).count();
+}
+
+/// Rewrites one cassette under its folder's lock: `edit` changes its interactions (none when
+/// there is no file yet, which is then made for `test` and `provider`); blobs the new ones
+/// carry are written first, and blobs nothing refers to any more are removed. Fails with
+/// [`Error::Stale`], changing nothing, when the file no longer holds what `expected` says
+/// (ids and seals), e.g. a recording run wrote to it since it was read. A cassette left
+/// empty is deleted, and its folder with it when nothing else is there.
+pub fn rewrite_cassette(
+    path: &Path,
+    root: &Path,
+    test: &str,
+    provider: &str,
+    expected: &[(RecordingId, Option<String>)],
+    edit: impl FnOnce(&mut Vec<Interaction>),
+) -> Result<(), Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    confined(root, dir)?;
+    let lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
+    let mut cassette = read_if_exists(path)?.unwrap_or_else(|| Cassette::new(test, provider));
+    if sealed_ids(&cassette.interactions) != expected {
+        return Err(Error::Stale {
+            path: path.to_path_buf(),
+            what: "what was reviewed".into(),
+        });
+    }
+    edit(&mut cassette.interactions);
+    write_blobs(dir, &cassette, root)?;
+    if cassette.interactions.is_empty() {
+        if path.exists() {
+            std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
+        }
+    } else {
+        write_atomic(path, &cassette.to_bytes())?;
+    }
+    remove_unreferenced_blobs(dir)?;
+    drop(lock);
+    if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none()) {
+        let _ = std::fs::remove_dir(dir);
+    }
+    Ok(())
+}
+
+/// The ids and seals of a cassette's interactions, to tell later whether it changed.
+pub fn sealed(cassette: Option<&Cassette>) -> Vec<(RecordingId, Option<String>)> {
+    cassette.map_or_else(Vec::new, |c| sealed_ids(&c.interactions))
+}
+
+/// The command that moves a test's cassettes to another test, quoted for a shell.
+pub fn mv_command(from: &TestId, to: &TestId) -> String {
+    format!(
+        "cargo llmreplay mv {} {}",
+        crate::shell_quote(from.as_str()),
+        crate::shell_quote(to.as_str())
+    )
+}
+
+/// What `move_test` moved.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Moved {
+    /// The folder it came from.
+    pub from: PathBuf,
+    /// The folder it is in now.
+    pub to: PathBuf,
+    /// Cassette files whose test it now names.
+    pub files: usize,
+    /// Recordings in them.
+    pub recordings: usize,
+}
+
+/// Moves a test's cassettes to another test: its folder (blobs and all) renamed, and the test
+/// named inside each cassette, under the folder's lock. Nothing is overwritten: a target
+/// folder that already holds cassettes is refused. A folder already moved by hand (git mv),
+/// whose cassettes still name `from`, is finished in place.
+pub fn move_test(dir: &Path, from: &TestId, to: &TestId) -> Result<Moved, Error> {
+    let refuse = |why: String| Error::CannotMove {
+        from: from.to_string(),
+        to: to.to_string(),
+        why,
+    };
+    let old = dir.join(Slug::from_test_id(from).as_str());
+    let new = dir.join(Slug::from_test_id(to).as_str());
+    let names = |folder: &Path, test: &TestId| -> Result<bool, Error> {
+        for file in json_files(folder)? {
+            if read_cassette(&file).is_ok_and(|c| c.test == test.as_str()) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    };
+    let in_place = old == new || (!old.exists() && names(&new, from)?);
+    if !in_place {
+        if !old.is_dir() || !names(&old, from)? {
+            return Err(refuse(format!(
+                "{} holds no cassette of {from:?}",
+                old.display()
+            )));
+        }
+        confined(dir, &old)?;
+        if new.exists() {
+            let left = std::fs::read_dir(&new)
+                .map_err(|e| Error::io(&new, e))?
+                .count();
+            if left > 0 {
+                return Err(refuse(format!(
+                    "{} already exists and is not empty; move or delete what is there first (nothing was changed)",
+                    new.display()
+                )));
+            }
+            std::fs::remove_dir(&new).map_err(|e| Error::io(&new, e))?;
+        }
+        let _lock = lock_folder(&old, DEFAULT_LOCK_TIMEOUT)?;
+        // One rename moves cassettes and blobs together; the lock's handle moves with them.
+        std::fs::rename(&old, &new).map_err(|e| Error::io(&old, e))?;
+    }
+    confined(dir, &new)?;
+    let _lock = lock_folder(&new, DEFAULT_LOCK_TIMEOUT)?;
+    let (mut files, mut recordings) = (0, 0);
+    for file in json_files(&new)? {
+        let Ok(mut cassette) = read_cassette(&file) else {
+            continue;
+        };
+        if cassette.test != from.as_str() {
+            continue;
+        }
+        cassette.test = to.as_str().into();
+        write_atomic(&file, &cassette.to_bytes())?;
+        files += 1;
+        recordings += cassette.interactions.len();
+    }
+    Ok(Moved {
+        from: old,
+        to: new,
+        files,
+        recordings,
+    })
 }
 
 /// What `fix_cassette` changed in one interaction.
@@ -883,6 +1308,63 @@ mod tests {
             [serde_json::json!({"n": 3})],
             "order kept"
         );
+    }
+
+    /// A re-recorded test that passed keeps exactly what it recorded, in order; a provider it
+    /// no longer calls loses its file; a test with an unsaved call keeps everything.
+    #[test]
+    fn finishing_a_rerecorded_test_keeps_exactly_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, p) = ids();
+        let anthropic = ProviderName::new("anthropic").unwrap();
+        let before = Store::new(dir.path());
+        let e = before.entry(&t, &p).unwrap();
+        for (prompt, answer) in [("a", "1"), ("b", "2"), ("c", "3")] {
+            e.record(0, interaction(prompt, answer)).unwrap();
+        }
+        before
+            .entry(&t, &anthropic)
+            .unwrap()
+            .record(0, interaction("old", "9"))
+            .unwrap();
+
+        // Each run records afresh, in a new store; an unsaved call keeps the old recordings.
+        let rerecord = |unsaved: bool| {
+            let run = Store::new(dir.path());
+            let e = run.entry(&t, &p).unwrap();
+            for (prompt, answer) in [("d", "4"), ("a", "11")] {
+                let x = interaction(prompt, answer);
+                let ordinal = e.next(&x.key, false).unwrap().ordinal;
+                e.record(ordinal, x).unwrap();
+            }
+            if unsaved {
+                e.note_unsaved();
+            }
+            run.finish_test(&t, true).unwrap()
+        };
+        let kept = rerecord(true);
+        assert!(
+            kept.kept.as_deref().unwrap().contains("not saved"),
+            "{kept:?}"
+        );
+        assert_eq!((kept.added, kept.replaced, kept.removed), (1, 1, 0));
+        assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 4);
+
+        let done = rerecord(false);
+        assert_eq!(done.kept, None);
+        let file = read_cassette(&e.path).unwrap();
+        let prompts: Vec<_> = file
+            .interactions
+            .iter()
+            .map(|x| x.request.last_user_text().unwrap())
+            .collect();
+        assert_eq!(prompts, ["d", "a"], "this run's calls, in its order");
+        assert_eq!(
+            (done.added, done.replaced, done.removed),
+            (0, 0, 3),
+            "against the file as this run found it: b, c and anthropic's gone"
+        );
+        assert!(!e.path.with_file_name("anthropic.json").exists());
     }
 
     #[test]

@@ -47,6 +47,11 @@ impl Mode {
     pub fn goes_upstream(self) -> bool {
         self != Mode::Replay
     }
+
+    /// True for the modes that write cassettes.
+    pub fn writes(self) -> bool {
+        matches!(self, Mode::Record | Mode::RecordMissing)
+    }
 }
 
 impl fmt::Display for Mode {

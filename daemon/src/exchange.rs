@@ -5,7 +5,7 @@
 
 use crate::config::Mode;
 use crate::faults::FaultKind;
-use crate::journal::{Call, Detail, Outcome};
+use crate::journal::{Call, Detail, FieldValues, Outcome};
 use crate::provider::Kind;
 use crate::proxy::Forwarded;
 use crate::respond::{provider_error, text, Body, Refused};
@@ -223,27 +223,62 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
             ));
             message.push_str("record them with: ");
         }
-        Some(c) => message.push_str(&format!(
-            "  closest recording: #{} in {}, differs at {}\n  record it with: ",
-            c.index + 1,
-            entry.path.display(),
-            c.differing
-                .iter()
-                .take(8)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        Some(c) => {
+            message.push_str(&format!(
+                "  closest recording: #{} in {}; what differs (recorded -> now):\n",
+                c.index + 1,
+                entry.path.display(),
+            ));
+            for (field, (was, now)) in c.differing.iter().zip(&c.values).take(8) {
+                message.push_str(&format!(
+                    "    {field}: {} -> {}\n",
+                    shown_value(was.as_ref()),
+                    shown_value(now.as_ref())
+                ));
+            }
+            if c.differing.len() > 8 {
+                message.push_str(&format!("    and {} more\n", c.differing.len() - 8));
+            }
+            if c.same_call() && route.test.as_str().contains('$') {
+                message.push_str(&format!(
+                    "  if the test changed on purpose, record it again (its old recording is replaced): {}\n  or keep both, ",
+                    crate::rerecord_command(route.test.as_str())
+                ));
+            } else {
+                message.push_str("  ");
+            }
+            message.push_str("record it with: ");
+        }
         None => message.push_str(&format!(
             "  no recordings for this test in {}\n  record it with: ",
             entry.path.display()
         )),
     }
     message.push_str(&record_hint(&route.test));
+    let same_call = closest
+        .as_ref()
+        .is_some_and(|c| !c.differing.is_empty() && c.same_call());
+    let values = closest
+        .as_ref()
+        .map(|c| {
+            c.differing
+                .iter()
+                .zip(&c.values)
+                .take(8)
+                .map(|(field, (recorded, now))| FieldValues {
+                    field: field.clone(),
+                    recorded: recorded.clone(),
+                    now: now.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let detail = Detail {
         model,
         prompt,
         closest: closest.map(|c| c.differing),
+        values,
+        same_call,
         message: Some(message.clone()),
     };
     state.journal.log(call, Outcome::Miss, 404, Some(detail));
@@ -253,6 +288,19 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
         "llmreplay_missing_recording",
         &message,
     )
+}
+
+/// A field's value in a miss message: compact JSON, cut to a length a terminal line holds.
+fn shown_value(value: Option<&serde_json::Value>) -> String {
+    let Some(value) = value else {
+        return "(absent)".into();
+    };
+    let text = value.to_string();
+    let mut short: String = text.chars().take(120).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short
 }
 
 /// The command that records a missing request, and the daemon's own way for other clients.

@@ -100,9 +100,30 @@ pub struct Detail {
     #[serde(skip_serializing_if = "Option::is_none")]
     /// The fields that differ from the closest recording.
     pub closest: Option<Vec<String>>,
+    /// For each differing field (up to 8), what the closest recording holds and what this
+    /// request sent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<FieldValues>,
+    /// The closest recording is the same call (method and path) with other parameters:
+    /// re-recording the test replaces it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub same_call: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     /// The message sent to the client.
     pub message: Option<String>,
+}
+
+/// A request field that differs from the closest recording.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FieldValues {
+    /// Its JSON pointer.
+    pub field: String,
+    /// The recorded value; absent when the recording has no such field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<serde_json::Value>,
+    /// This request's value; absent when it has no such field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<serde_json::Value>,
 }
 
 impl Detail {
@@ -296,6 +317,12 @@ impl Journal {
         );
         if let Some(message) = detail.as_ref().and_then(|d| d.message.as_deref()) {
             tracing::debug!(target: "cargo_llmreplay::request", "{message}");
+        }
+        if matches!(
+            outcome,
+            Outcome::Passthrough | Outcome::Refused | Outcome::Broken | Outcome::Error
+        ) {
+            call.entry.note_unsaved();
         }
         let record = Record {
             call,

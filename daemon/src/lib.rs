@@ -25,13 +25,23 @@ mod sigv4;
 pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
-pub use journal::{ErrorAnswer, Journal, Miss, Outcome, Stats};
+pub use journal::{ErrorAnswer, FieldValues, Journal, Miss, Outcome, Stats};
 
 /// The command that records a test's missing requests: a filter on the test under nextest,
 /// else the daemon's record-missing mode for clients naming tests themselves. The filter is
 /// escaped for nextest and the whole argument quoted for the shell, so that pasting it runs
 /// exactly this command whatever the test is called.
 pub fn record_command(test: &str) -> String {
+    command_for(test, "--record-missing")
+}
+
+/// The command that records a test again from scratch: its cassettes then hold exactly what
+/// it calls now, and a recording it no longer matches is replaced.
+pub fn rerecord_command(test: &str) -> String {
+    command_for(test, "--record")
+}
+
+fn command_for(test: &str, mode_flag: &str) -> String {
     match test.split_once('$') {
         Some((_, name)) => {
             let mut escaped = String::with_capacity(name.len());
@@ -43,7 +53,7 @@ pub fn record_command(test: &str) -> String {
             }
             let filter = format!("test(={escaped})");
             format!(
-                "cargo llmreplay test --record-missing -E {}",
+                "cargo llmreplay test {mode_flag} -E {}",
                 cassettes::shell_quote(&filter)
             )
         }

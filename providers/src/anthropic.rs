@@ -66,12 +66,17 @@ impl Family for Anthropic {
                 if let Some(u) = p.get("usage") {
                     a.usage = Some(u.clone());
                 }
+                a.choice(0);
+                a.finish(p.get("stop_reason"));
                 for block in p
                     .get("content")
                     .and_then(Value::as_array)
                     .into_iter()
                     .flatten()
                 {
+                    if let Some(kind) = block.get("type").and_then(Value::as_str) {
+                        a.kind(kind);
+                    }
                     match block.get("type").and_then(Value::as_str) {
                         Some("text") => a.text.push_str(&str_at(block, "text").unwrap_or_default()),
                         Some("tool_use") => a.tools.push((
@@ -88,6 +93,9 @@ impl Family for Anthropic {
                 }
             }
             Some("content_block_start") => {
+                if let Some(kind) = p.pointer("/content_block/type").and_then(Value::as_str) {
+                    a.kind(kind);
+                }
                 if let Some(b) = p
                     .get("content_block")
                     .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
@@ -111,6 +119,7 @@ impl Family for Anthropic {
             }
             // The final counts come as a delta on those of message_start.
             Some("message_delta") => {
+                a.finish(p.pointer("/delta/stop_reason"));
                 if let (Some(Value::Object(mut base)), Some(Value::Object(delta))) =
                     (a.usage.clone(), p.get("usage").cloned())
                 {

@@ -112,13 +112,17 @@ impl Family for Bedrock {
     }
 
     fn read(&self, p: &Value, a: &mut Answer) {
-        // Converse's whole answer.
+        // Converse's whole answer, and ConverseStream's messageStop event.
+        a.finish(p.get("stopReason"));
         for block in p
             .pointer("/output/message/content")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
         {
+            for kind in block.as_object().into_iter().flat_map(|o| o.keys()) {
+                a.kind(kind);
+            }
             if let Some(t) = block.get("text").and_then(Value::as_str) {
                 a.text.push_str(t);
             }

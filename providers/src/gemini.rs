@@ -84,6 +84,11 @@ impl Family for Gemini {
         if let Some(u) = p.get("usageMetadata") {
             a.usage = Some(u.clone());
         }
+        let candidates = p.get("candidates").and_then(Value::as_array);
+        if let Some(list) = candidates.filter(|l| !l.is_empty()) {
+            a.choice(list.len() - 1);
+            a.finish(list[0].get("finishReason"));
+        }
         for candidate in p
             .get("candidates")
             .and_then(Value::as_array)
@@ -97,6 +102,11 @@ impl Family for Gemini {
                 .into_iter()
                 .flatten()
             {
+                for kind in part.as_object().into_iter().flat_map(|o| o.keys()) {
+                    if kind != "thoughtSignature" {
+                        a.kind(kind);
+                    }
+                }
                 if let Some(t) = part.get("text").and_then(Value::as_str) {
                     a.text.push_str(t);
                 }

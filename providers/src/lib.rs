@@ -240,6 +240,35 @@ pub struct Answer {
     pub tools: Vec<(String, String)>,
     /// Its usage block.
     pub usage: Option<Value>,
+    /// Why the model stopped (`stop`, `end_turn`, `tool_use`, `MAX_TOKENS`...), as the last
+    /// payload that says it.
+    pub finish: Option<String>,
+    /// How many choices (candidates) it holds.
+    pub choices: usize,
+    /// The kinds of content it holds (`text`, `tool_use`, `thinking`...), each once, in the
+    /// order first seen.
+    pub kinds: Vec<String>,
+}
+
+impl Answer {
+    /// Notes a kind of content.
+    pub fn kind(&mut self, kind: &str) {
+        if !self.kinds.iter().any(|k| k == kind) {
+            self.kinds.push(kind.to_string());
+        }
+    }
+
+    /// Notes why the model stopped, when the payload says it.
+    pub fn finish(&mut self, reason: Option<&Value>) {
+        if let Some(r) = reason.and_then(Value::as_str) {
+            self.finish = Some(r.to_string());
+        }
+    }
+
+    /// Notes a choice's index (from 0).
+    pub fn choice(&mut self, index: usize) {
+        self.choices = self.choices.max(index + 1);
+    }
 }
 
 /// Token counts, whatever the family names them.

@@ -47,6 +47,7 @@ impl Family for Ollama {
         if p.get("done").is_none() {
             return;
         }
+        a.finish(p.get("done_reason"));
         if p.get("eval_count").is_some() {
             a.usage = Some(json!({
                 "prompt_eval_count": p.get("prompt_eval_count"),

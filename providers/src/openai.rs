@@ -72,11 +72,22 @@ impl Family for OpenAi {
             .into_iter()
             .flatten()
         {
+            a.choice(choice.get("index").and_then(Value::as_u64).unwrap_or(0) as usize);
+            a.finish(choice.get("finish_reason"));
             let Some(msg) = choice.get("message").or_else(|| choice.get("delta")) else {
                 continue;
             };
             if let Some(t) = msg.get("content").and_then(Value::as_str) {
                 a.text.push_str(t);
+                if !t.is_empty() {
+                    a.kind("text");
+                }
+            }
+            if msg.get("refusal").is_some_and(|r| !r.is_null()) {
+                a.kind("refusal");
+            }
+            if msg.get("tool_calls").is_some_and(|t| !t.is_null()) {
+                a.kind("tool_calls");
             }
             for call in msg
                 .get("tool_calls")
@@ -106,11 +117,18 @@ impl Family for OpenAi {
                 if let Some(u) = p.pointer("/response/usage").filter(|u| !u.is_null()) {
                     a.usage = Some(u.clone());
                 }
+                a.finish(p.pointer("/response/status"));
+            }
+            Some("response.output_item.added") => {
+                if let Some(kind) = p.pointer("/item/type").and_then(Value::as_str) {
+                    a.kind(kind);
+                }
             }
             _ if p.get("object").and_then(Value::as_str) == Some("response") => {
                 if let Some(u) = p.get("usage").filter(|u| !u.is_null()) {
                     a.usage = Some(u.clone());
                 }
+                a.finish(p.get("status"));
                 read_output(p, a);
             }
             _ => {}
@@ -176,6 +194,9 @@ fn read_output(response: &Value, a: &mut Answer) {
         .into_iter()
         .flatten()
     {
+        if let Some(kind) = item.get("type").and_then(Value::as_str) {
+            a.kind(kind);
+        }
         match item.get("type").and_then(Value::as_str) {
             Some("message") => {
                 for c in item

@@ -17,6 +17,10 @@ pub const DAEMON_URL_ENV: &str = "LLMREPLAY_DAEMON_URL";
 /// `cargo llmreplay test` reads it after the run. An append costs far less than a request to
 /// the daemon, and this runs once per test.
 pub const RAN_FILE_ENV: &str = "LLMREPLAY_RAN_FILE";
+/// A file the runner appends `passed <id>` or `failed <id>` to when a test's attempt ends, in
+/// record mode only: a re-recorded test that passed keeps only what this run recorded, so the
+/// run must know which passed. Other modes exec the test and cost no extra process.
+pub const RESULTS_FILE_ENV: &str = "LLMREPLAY_RESULTS_FILE";
 /// A user's own target runner to chain, its words separated by U+001F.
 pub const CHAIN_RUNNER_ENV: &str = "LLMREPLAY_CHAIN_RUNNER";
 /// The runner's status when it cannot start the test, or the test had none (a signal): a
@@ -49,14 +53,43 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
         }
         None => Command::new(program),
     };
-    cmd.args(rest).env_remove(CHAIN_RUNNER_ENV);
+    cmd.args(rest)
+        .env_remove(CHAIN_RUNNER_ENV)
+        .env_remove(RESULTS_FILE_ENV);
     let phase = std::env::var("NEXTEST_TEST_PHASE").unwrap_or_default();
     match (phase.as_str(), std::env::var(DAEMON_URL_ENV)) {
-        ("run", Ok(root)) => point_at_daemon(&mut cmd, &root),
+        ("run", Ok(root)) => {
+            let id = point_at_daemon(&mut cmd, &root);
+            if let Some(results) = std::env::var_os(RESULTS_FILE_ENV) {
+                return run_and_note(cmd, &results, &id);
+            }
+        }
         ("list", Ok(root)) => return pass_list_on(cmd, &root),
         _ => {}
     }
     exec(cmd)
+}
+
+/// Runs the test as a child, notes whether it passed, and exits with its status (128 plus the
+/// signal that ended it, as a shell says). nextest ends a test by its process group, which
+/// holds this process and the child alike, so a test it kills is noted as nothing: not passed.
+fn run_and_note(mut cmd: Command, results: &std::ffi::OsStr, id: &str) -> std::io::Error {
+    let status = match cmd.status() {
+        Ok(status) => status,
+        Err(e) => return e,
+    };
+    let word = if status.success() { "passed" } else { "failed" };
+    // Nothing to say if the note cannot be written: the test then counts as not passed, and
+    // its cassettes are only added to, never trimmed.
+    let _ = append_line(results, &format!("{word} {id}"));
+    #[cfg(unix)]
+    let signalled = {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal().map(|s| 128 + s)
+    };
+    #[cfg(not(unix))]
+    let signalled = None;
+    std::process::exit(status.code().or(signalled).unwrap_or(RUNNER_FAILED.into()))
 }
 
 /// The list phase: hands nextest the binary's list unchanged, and tells the daemon every test
@@ -89,7 +122,8 @@ fn encode(s: &str) -> String {
     test_base_url("", s).trim_start_matches("/t/").to_string()
 }
 
-fn point_at_daemon(cmd: &mut Command, root: &str) {
+/// Sets the test's environment and tells the daemon it began; returns its id.
+fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
     let binary = std::env::var("NEXTEST_BINARY_ID").unwrap_or_default();
     let name = std::env::var("NEXTEST_TEST_NAME").unwrap_or_default();
     let id = format!("{binary}${name}");
@@ -115,8 +149,8 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
     let attempt = std::env::var("NEXTEST_ATTEMPT").unwrap_or_else(|_| "1".into());
     if attempt == "1" {
         if let Some(file) = std::env::var_os(RAN_FILE_ENV) {
-            if note_ran(&file, &id).is_ok() {
-                return;
+            if append_line(&file, &id).is_ok() {
+                return id;
             }
         }
     }
@@ -124,6 +158,7 @@ fn point_at_daemon(cmd: &mut Command, root: &str) {
     if let Err(e) = control(root, "begin", &query, "", attempt != "1") {
         eprintln!("cargo-llmreplay: could not reach the daemon at {root} for {id}: {e}");
     }
+    id
 }
 
 /// Test processes reach the daemon on loopback directly, whatever proxy the developer's shell
@@ -157,12 +192,12 @@ fn loopback_bypasses_proxy(cmd: &mut Command) {
 }
 
 /// One write with O_APPEND: lines of parallel tests never interleave.
-fn note_ran(file: &std::ffi::OsStr, id: &str) -> std::io::Result<()> {
+fn append_line(file: &std::ffi::OsStr, line: &str) -> std::io::Result<()> {
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .open(file)?
-        .write_all(format!("{id}\n").as_bytes())
+        .write_all(format!("{line}\n").as_bytes())
 }
 
 /// `POST /__llmreplay/<route>?<query>` over a plain socket: a runtime or HTTP client would cost

@@ -485,7 +485,14 @@ async fn a_miss_names_the_test_the_differing_field_and_the_command() {
         msg.contains("What is the weather like on Mars today?"),
         "{msg}"
     );
-    assert!(msg.contains("differs at /body/temperature"), "{msg}");
+    assert!(
+        msg.contains("what differs (recorded -> now):\n    /body/temperature: 0.25 -> 0.75\n"),
+        "the recorded value beside the new one: {msg}"
+    );
+    assert!(
+        msg.contains("record it again (its old recording is replaced): cargo llmreplay test --record -E 'test(=temperature)'"),
+        "{msg}"
+    );
     assert!(
         msg.contains("cargo llmreplay test --record-missing -E 'test(=temperature)'"),
         "{msg}"
@@ -498,6 +505,11 @@ async fn a_miss_names_the_test_the_differing_field_and_the_command() {
     let journal = replay.journal().await;
     assert_eq!(journal[0]["outcome"], "miss");
     assert_eq!(journal[0]["closest"], json!(["/body/temperature"]));
+    assert_eq!(
+        journal[0]["values"],
+        json!([{"field": "/body/temperature", "recorded": 0.25, "now": 0.75}])
+    );
+    assert_eq!(journal[0]["same_call"], true);
     let stopped = replay.stop();
     assert_eq!(stopped.status.code(), Some(1), "a run with misses fails");
     assert!(stopped.stderr.contains("1 missing"), "{}", stopped.stderr);

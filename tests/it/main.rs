@@ -19,3 +19,4 @@ mod sdk;
 mod sessions;
 mod test_command;
 mod wire;
+mod workflow;

@@ -207,14 +207,14 @@ async fn diff_shows_a_changed_answer_a_drifted_prompt_and_added_and_deleted_cass
     assert_eq!(one(3)[0]["prompt"], "Plainly");
     assert_eq!(
         diff["counts"],
-        serde_json::json!({"tests": 4, "files": 4, "added": 1, "removed": 1, "changed": 2, "answers_changed": 2})
+        serde_json::json!({"tests": 4, "files": 4, "added": 1, "removed": 1, "changed": 2, "answers_changed": 2, "drift": {"wording": 2}})
     );
 
     let text = sample.llmreplay(&["diff", "--base", "HEAD"]);
     assert_eq!(text.code, Some(0), "{}", text.stderr);
     for line in [
-        "4 tests: 2 answers changed, 1 added, 1 removed",
-        "    -You said: Hello\n    +You said: Hello (v2)\n",
+        "4 tests: 2 wording, 1 added, 1 removed",
+        "  changed POST /v1/chat/completions, model gpt-4o-mini [wording]\n    prompt: \"Hello\"\n    answer, word by word ([-removed-] {+added+}):\n      You said: Hello{+ (v2)+}\n",
         "    prompt: \"Plain\" -> \"Plainly\"\n    request fields changed: /body/messages/0/content\n",
         "tests/cassettes/sample--chat--asks_claude/anthropic.json (deleted): 1 removed",
     ] {

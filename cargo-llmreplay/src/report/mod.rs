@@ -32,6 +32,20 @@ pub struct Missing {
     pub miss: Miss,
     /// The command that records it.
     pub command: String,
+    /// When the closest recording is the same call with other parameters: the command that
+    /// records the test again, replacing it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerecord: Option<String>,
+    /// A test that no longer exists recorded this very request: the test was renamed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renamed_from: Option<RenamedFrom>,
+}
+
+/// The old name of a renamed test, and the command that keeps its recordings.
+#[derive(Serialize, Deserialize)]
+pub struct RenamedFrom {
+    pub test: String,
+    pub command: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -53,6 +67,13 @@ pub struct Report {
     pub generated_at_ms: u64,
     /// False when a test failed: it may have stopped before making the calls it recorded.
     pub tests_passed: bool,
+    /// nextest stopped at a failure (fail-fast) with tests left unrun: `missing` may be
+    /// incomplete.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_early: bool,
+    /// Per test, what a recording run added, replaced and removed in its cassettes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<cassettes::TestChanges>,
     #[serde(with = "cassettes::lossy_path")]
     pub cassette_dir: PathBuf,
     pub counts: Stats,
@@ -91,6 +112,10 @@ pub struct Inputs<'a> {
     /// The suite's test ids as nextest listed them, if known.
     pub listed: Option<&'a BTreeSet<String>>,
     pub tests_passed: bool,
+    /// nextest ran fail-fast and the run failed.
+    pub stopped_early: bool,
+    /// What the run changed in each test's cassettes.
+    pub recorded: Vec<cassettes::TestChanges>,
     /// Where the daemon's log is.
     pub log: Option<&'a Path>,
 }
@@ -99,16 +124,20 @@ impl Report {
     pub fn build(inputs: Inputs) -> Result<Report, cassettes::Error> {
         // A retried test asks again for what it missed the first time: report it once.
         let mut seen = BTreeSet::new();
-        let missing = inputs
+        let mut missing: Vec<Missing> = inputs
             .journal
             .misses()
             .into_iter()
             .filter(|m| seen.insert((m.test.clone(), m.key.clone(), m.ordinal)))
             .map(|miss| Missing {
                 command: daemon::record_command(&miss.test),
+                rerecord: (miss.detail.same_call && miss.test.as_str().contains('$'))
+                    .then(|| daemon::rerecord_command(&miss.test)),
+                renamed_from: None,
                 miss,
             })
             .collect();
+        find_renames(inputs.cassette_dir, &mut missing, &inputs.journal.suite())?;
         let mut unused = Vec::new();
         for test in inputs.journal.tests() {
             for u in inputs.store.unused_in(&TestId::new(test))? {
@@ -139,6 +168,8 @@ impl Report {
             },
             generated_at_ms: now_ms(),
             tests_passed: inputs.tests_passed,
+            stopped_early: inputs.stopped_early,
+            recorded: inputs.recorded,
             cassette_dir: inputs.cassette_dir.to_path_buf(),
             counts: inputs.stats,
             missing,
@@ -186,6 +217,8 @@ impl Report {
             partitions.extend(r.scope.partition.clone());
             out.generated_at_ms = out.generated_at_ms.min(r.generated_at_ms);
             out.tests_passed &= r.tests_passed;
+            out.stopped_early |= r.stopped_early;
+            out.recorded.extend(r.recorded);
             out.counts += &r.counts;
             out.missing.extend(r.missing);
             for e in r.error_answers {
@@ -254,6 +287,45 @@ impl Report {
             || (deny.contains(&Deny::Changed) && !self.changed.is_empty());
         Outcome::gate(!self.missing.is_empty() || denied)
     }
+}
+
+/// A missing request whose very key a test that is not in the suite (of a binary that is)
+/// recorded: that test was renamed, and `mv` keeps its recordings. Reads the cassettes only
+/// when something is missing.
+fn find_renames(
+    cassette_dir: &Path,
+    missing: &mut [Missing],
+    suite: &BTreeSet<String>,
+) -> Result<(), cassettes::Error> {
+    if missing.is_empty() || suite.is_empty() {
+        return Ok(());
+    }
+    let binary = |id: &str| id.split_once('$').map(|(b, _)| b.to_string());
+    let binaries: BTreeSet<String> = suite.iter().filter_map(|t| binary(t)).collect();
+    let mut by_key: BTreeMap<String, String> = BTreeMap::new();
+    for file in cassettes::cassette_files(cassette_dir)? {
+        let Ok(cassette) = cassettes::read_cassette(&file) else {
+            continue;
+        };
+        let test = cassette.test.to_string();
+        let gone = !suite.contains(&test) && binary(&test).is_some_and(|b| binaries.contains(&b));
+        if gone {
+            for x in &cassette.interactions {
+                by_key
+                    .entry(x.key.as_str().to_string())
+                    .or_insert(test.clone());
+            }
+        }
+    }
+    for m in missing {
+        if let Some(old) = by_key.get(&m.miss.key) {
+            m.renamed_from = Some(RenamedFrom {
+                test: old.clone(),
+                command: cassettes::mv_command(&TestId::new(old.as_str()), &m.miss.test),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// nextest's status, or 128 plus the signal that ended it.

@@ -30,6 +30,13 @@ impl Report {
                 styles.warning(&render::error_answers_line(&self.error_answers))
             );
         }
+        if !self.recorded.is_empty() {
+            let heading = format!("recorded ({}):", plural(self.recorded.len(), "test"));
+            let _ = writeln!(out, "{}", styles.note(&heading));
+            for t in &self.recorded {
+                let _ = writeln!(out, "  {}  {}", term(&t.test), render::test_changes(t));
+            }
+        }
         if !self.faults.is_empty() {
             let _ = writeln!(
                 out,
@@ -62,14 +69,54 @@ impl Report {
                 }
                 out.push('\n');
                 if let Some(fields) = d.closest.as_ref().filter(|f| !f.is_empty()) {
+                    if d.values.is_empty() {
+                        let _ = writeln!(
+                            out,
+                            "    closest recording differs at {}",
+                            term(&fields.join(", "))
+                        );
+                    } else {
+                        let _ = writeln!(out, "    closest recording differs (recorded -> now):");
+                        for v in d.values.iter().take(4) {
+                            let _ = writeln!(
+                                out,
+                                "      {}: {} -> {}",
+                                term(&v.field),
+                                term(&render::short_json(v.recorded.as_ref())),
+                                term(&render::short_json(v.now.as_ref()))
+                            );
+                        }
+                        if fields.len() > 4 {
+                            let _ = writeln!(out, "      and {} more", fields.len() - 4);
+                        }
+                    }
+                }
+                if let Some(old) = &m.renamed_from {
                     let _ = writeln!(
                         out,
-                        "    closest recording differs at {}",
-                        term(&fields.join(", "))
+                        "    renamed? {} (no longer in the suite) recorded this very request; keep its recordings: {}",
+                        term(&old.test),
+                        term(&old.command)
+                    );
+                }
+                if let Some(rerecord) = &m.rerecord {
+                    let _ = writeln!(
+                        out,
+                        "    changed on purpose? record the test again: {}",
+                        term(rerecord)
                     );
                 }
                 let _ = writeln!(out, "    record it: {}", term(&m.command));
             }
+        }
+        if self.stopped_early {
+            let _ = writeln!(
+                out,
+                "{}",
+                styles.warning(
+                    "nextest stopped at the first failure: the tests after it did not run, so this report may miss what they would call (pass --no-fail-fast to see everything)"
+                )
+            );
         }
         if !self.unused.is_empty() {
             let heading = format!("unused ({}):", self.unused.len());
@@ -112,7 +159,7 @@ impl Report {
                     ChangeKind::Deleted => {
                         format!("{kind}  {shown} ({})", plural(ch.removed, "interaction"))
                     }
-                    ChangeKind::Modified => {
+                    ChangeKind::Modified | ChangeKind::Moved => {
                         let counts: Vec<String> = [
                             (ch.added, "added"),
                             (ch.replaced, "replaced"),
@@ -164,6 +211,20 @@ impl Report {
             }
         }
         out.push('\n');
+        if self.stopped_early {
+            out.push_str("\nnextest stopped at the first failure: tests after it did not run, so more may be missing.\n");
+        }
+        if !self.recorded.is_empty() {
+            out.push_str("\n| recorded in test | what changed |\n| --- | --- |\n");
+            for t in &self.recorded {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} |",
+                    table_code(&t.test),
+                    table_code(&render::test_changes(t))
+                );
+            }
+        }
         if !self.error_answers.is_empty() {
             let _ = writeln!(
                 out,
@@ -180,7 +241,8 @@ impl Report {
                     "| {} | {} | {} |",
                     table_code(&m.miss.test),
                     table_code(&request),
-                    table_code(&m.command)
+                    // A renamed test's recordings are kept by moving them, not by recording.
+                    table_code(m.renamed_from.as_ref().map_or(&m.command, |r| &r.command))
                 );
             }
         }

@@ -1,0 +1,442 @@
+//! `cargo llmreplay review`: every recorded interaction that differs from git HEAD (or
+//! `--base`), one at a time, as cargo-insta's review walks pending snapshots: accept keeps the
+//! new recording, reject restores the base's under the folder's lock, skip leaves it pending.
+//! Accepted ones are noted by fingerprint in `<target>/llmreplay/review.json`, so they are
+//! not shown again until they change or are committed. `--list`, `--show`, `--accept` and
+//! `--reject` do the same for scripts and coding agents.
+
+use crate::args::{CassetteDirArg, Resolved};
+use crate::diff_cmd::{drift_suffix, interaction_text};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, plural, term, Styles};
+use cassettes::git::{diff_against, Diff};
+use cassettes::pending::{pending, reject, Pending};
+use clap::{Args, ValueEnum};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ListFormat {
+    Text,
+    Json,
+}
+
+#[derive(Args)]
+#[command(
+    about = "Walk through every recorded interaction that changed: accept, reject or skip each",
+    long_about = "Walk through every recorded interaction that changed: accept, reject or skip each.\n\n\
+        Shows each interaction that differs from git HEAD (or --base): its test, the request fields \
+        that changed, the answer as a word diff, its drift classes (error, tool call, structure, \
+        wording, usage) and the tokens before and after. Keys: a accept, r reject (restore the \
+        base's interaction), s skip, A/R/S the same for all the rest, d the full answer, q quit. \
+        Accepted interactions are not shown again until they change or are committed; rejections \
+        are written when the review ends.\n\n\
+        Each interaction has an ID, <folder>/<provider>#<n>: its position in the cassette, or #-<n> \
+        for one only the base has (removed), at its position there.",
+    after_help = "Examples:\n  cargo llmreplay review                        # one at a time, in the terminal\n  \
+        cargo llmreplay review --list --format json   # what is pending, for scripts\n  \
+        cargo llmreplay review --show 'my-crate--chat--greets/openai#2'\n  \
+        cargo llmreplay review --accept greets        # accept every pending change of tests matching 'greets'\n  \
+        cargo llmreplay review --reject               # restore every changed interaction from HEAD"
+)]
+pub struct ReviewArgs {
+    /// Compare with this commit [default: HEAD].
+    #[arg(long, value_name = "REF")]
+    base: Option<String>,
+    /// List what is pending, one a line, and change nothing.
+    #[arg(long, conflicts_with_all = ["show", "accept", "reject"])]
+    list: bool,
+    /// How --list prints.
+    #[arg(long, value_enum, default_value = "text", requires = "list")]
+    format: ListFormat,
+    /// Print one interaction in full, by its ID, and change nothing.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["accept", "reject"])]
+    show: Option<String>,
+    /// Accept every pending interaction FILTER matches (all of them without one).
+    #[arg(long, conflicts_with = "reject")]
+    accept: bool,
+    /// Restore the base's version of every pending interaction FILTER matches (all without one).
+    #[arg(long)]
+    reject: bool,
+    /// Only interactions whose ID or test contains this text (or matches it as a glob: *, ?).
+    filter: Option<String>,
+    #[command(flatten)]
+    cassettes: CassetteDirArg,
+}
+
+/// What a review found, and the accepted fingerprints it reads and writes.
+struct Session {
+    diff: Diff,
+    pending: Vec<Pending>,
+    accepted: BTreeSet<String>,
+    accepted_path: PathBuf,
+    cassette_dir: PathBuf,
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Default)]
+struct AcceptedFile {
+    llmreplay_review: u32,
+    /// Fingerprints of accepted interactions.
+    accepted: BTreeSet<String>,
+}
+
+impl Session {
+    fn open(cassette_dir: &Path, target_dir: &Path, base: Option<&str>) -> Result<Session> {
+        let diff = diff_against(cassette_dir, Some(base.unwrap_or("HEAD")), &[])?;
+        let pending = pending(&diff);
+        let accepted_path = target_dir.join("llmreplay/review.json");
+        let accepted = std::fs::read(&accepted_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<AcceptedFile>(&b).ok())
+            .map(|f| f.accepted)
+            .unwrap_or_default();
+        Ok(Session {
+            diff,
+            pending,
+            accepted,
+            accepted_path,
+            cassette_dir: cassette_dir.to_path_buf(),
+        })
+    }
+
+    /// Pending and not accepted, matching `filter`.
+    fn open_items(&self, filter: Option<&str>) -> Vec<&Pending> {
+        self.pending
+            .iter()
+            .filter(|p| !self.accepted.contains(&p.fingerprint))
+            .filter(|p| filter.is_none_or(|f| matches(f, p)))
+            .collect()
+    }
+
+    /// Notes `accepted` and restores `rejected`; the accepted file keeps only what is still
+    /// pending, so it never grows past the work in progress.
+    fn decide(&mut self, accepted: &[&Pending], rejected: &[&Pending]) -> Result<()> {
+        if !rejected.is_empty() {
+            reject(&self.diff, &self.cassette_dir, rejected)?;
+        }
+        let still: BTreeSet<&str> = self
+            .pending
+            .iter()
+            .map(|p| p.fingerprint.as_str())
+            .collect();
+        let rejected: BTreeSet<&str> = rejected.iter().map(|p| p.fingerprint.as_str()).collect();
+        let mut keep: BTreeSet<String> = self
+            .accepted
+            .iter()
+            .filter(|f| still.contains(f.as_str()) && !rejected.contains(f.as_str()))
+            .cloned()
+            .collect();
+        keep.extend(accepted.iter().map(|p| p.fingerprint.clone()));
+        let file = AcceptedFile {
+            llmreplay_review: 1,
+            accepted: keep,
+        };
+        let failed = |e| Error::io(format!("cannot write {}", self.accepted_path.display()), e);
+        if let Some(dir) = self.accepted_path.parent() {
+            std::fs::create_dir_all(dir).map_err(failed)?;
+        }
+        let mut json = serde_json::to_vec_pretty(&file).expect("serialises");
+        json.push(b'\n');
+        std::fs::write(&self.accepted_path, json).map_err(failed)
+    }
+}
+
+/// A filter matches an ID or a test id: as a glob when it has one of `*?[`, else as a part.
+fn matches(filter: &str, p: &Pending) -> bool {
+    if filter.contains(['*', '?', '[']) {
+        return cassettes::glob::glob(filter, cassettes::glob::Separator::Any)
+            .is_ok_and(|m| m.is_match(&p.id) || m.is_match(&p.test));
+    }
+    p.id.contains(filter) || p.test.contains(filter)
+}
+
+pub fn run(args: ReviewArgs) -> Result<Outcome> {
+    let resolved = Resolved::workspace(&args.cassettes)?;
+    let mut session = Session::open(
+        resolved.cassette_dir(),
+        &resolved.target_dir(),
+        args.base.as_deref(),
+    )?;
+    let filter = args.filter.as_deref();
+    if args.list {
+        let items = session.open_items(filter);
+        let out = match args.format {
+            ListFormat::Text => list_text(&session.diff, &items),
+            ListFormat::Json => list_json(&session.diff, &items),
+        };
+        render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
+        return Ok(Outcome::Success);
+    }
+    if let Some(id) = &args.show {
+        let Some(p) = session.pending.iter().find(|p| &p.id == id) else {
+            return Err(Error::Usage(format!(
+                "no interaction {} differs from {}; `cargo llmreplay review --list` lists those that do",
+                term(id),
+                term(&session.diff.base)
+            )));
+        };
+        let out = screen(p, None, &session.diff.base, true, Styles::for_stdout());
+        render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
+        return Ok(Outcome::Success);
+    }
+    if args.accept || args.reject {
+        let items: Vec<&Pending> = session.open_items(filter);
+        let items: Vec<Pending> = items.into_iter().cloned().collect();
+        let refs: Vec<&Pending> = items.iter().collect();
+        let (accepted, rejected): (&[&Pending], &[&Pending]) = if args.accept {
+            (&refs, &[])
+        } else {
+            (&[], &refs)
+        };
+        session.decide(accepted, rejected)?;
+        render::stderr(&format!(
+            "{} {}\n",
+            if args.accept {
+                "accepted"
+            } else {
+                "rejected (restored from the base)"
+            },
+            plural(refs.len(), "interaction")
+        ));
+        return Ok(Outcome::Success);
+    }
+    interactive(&mut session, filter)
+}
+
+/// After `test --record --review`: the review in a terminal, else a line saying what waits.
+pub fn after_test_run(cassette_dir: &Path, target_dir: &Path) -> Result<()> {
+    let mut session = Session::open(cassette_dir, target_dir, None)?;
+    if console::Term::stdout().is_term() && console::user_attended_stderr() {
+        interactive(&mut session, None)?;
+    } else {
+        let n = session.open_items(None).len();
+        render::stderr(&format!(
+            "review: {} to review against {}; run `cargo llmreplay review` in a terminal, or --list\n",
+            plural(n, "changed interaction"),
+            term(&session.diff.base)
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Accept,
+    Reject,
+    Skip,
+}
+
+fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
+    let terminal = console::Term::stdout();
+    if !terminal.is_term() {
+        return Err(Error::Usage(
+            "review walks through changes in a terminal, and this is none; in scripts use review --list, --show ID, --accept [FILTER] or --reject [FILTER]".into(),
+        ));
+    }
+    let items: Vec<Pending> = session.open_items(filter).into_iter().cloned().collect();
+    if items.is_empty() {
+        render::stderr(&format!(
+            "Nothing to review: no recorded interaction differs from {}.\n",
+            term(&session.diff.base)
+        ));
+        return Ok(Outcome::Success);
+    }
+    let failed = |e| Error::io("cannot use the terminal", e);
+    let styles = Styles::for_stdout();
+    let mut decisions = vec![Decision::Skip; items.len()];
+    let (mut i, mut full, mut rest) = (0, false, None);
+    while i < items.len() {
+        if let Some(d) = rest {
+            decisions[i] = d;
+            i += 1;
+            continue;
+        }
+        terminal.clear_screen().map_err(failed)?;
+        let shown = screen(
+            &items[i],
+            Some((i + 1, items.len())),
+            &session.diff.base,
+            full,
+            styles,
+        );
+        terminal.write_str(&shown).map_err(failed)?;
+        let decided = match terminal.read_key().map_err(failed)? {
+            console::Key::Char('a') => Some(Decision::Accept),
+            console::Key::Char('r') => Some(Decision::Reject),
+            console::Key::Char('s') | console::Key::Enter => Some(Decision::Skip),
+            console::Key::Char('A') => {
+                rest = Some(Decision::Accept);
+                None
+            }
+            console::Key::Char('R') => {
+                rest = Some(Decision::Reject);
+                None
+            }
+            console::Key::Char('S') | console::Key::Char('q') | console::Key::Escape => {
+                rest = Some(Decision::Skip);
+                None
+            }
+            console::Key::Char('d') => {
+                full = !full;
+                None
+            }
+            _ => None,
+        };
+        if let Some(d) = decided {
+            decisions[i] = d;
+            (i, full) = (i + 1, false);
+        }
+    }
+    terminal.clear_screen().map_err(failed)?;
+    let pick = |d: Decision| -> Vec<&Pending> {
+        items
+            .iter()
+            .zip(&decisions)
+            .filter(|(_, x)| **x == d)
+            .map(|(p, _)| p)
+            .collect()
+    };
+    let (accepted, rejected, skipped) = (
+        pick(Decision::Accept),
+        pick(Decision::Reject),
+        pick(Decision::Skip),
+    );
+    session.decide(&accepted, &rejected)?;
+    let mut out = format!(
+        "cargo llmreplay review: {} accepted, {} rejected, {} skipped\n",
+        accepted.len(),
+        rejected.len(),
+        skipped.len()
+    );
+    for (word, list) in [("rejected", &rejected), ("skipped", &skipped)] {
+        for p in list.iter() {
+            let _ = writeln!(out, "  {word}  {}", term(&p.id));
+        }
+    }
+    if !rejected.is_empty() {
+        let _ = writeln!(
+            out,
+            "rejected interactions were restored from {}",
+            term(&session.diff.base)
+        );
+    }
+    render::stderr(&out);
+    Ok(Outcome::Success)
+}
+
+/// One interaction as review shows it; `at` is its place in the walk, and the keys are shown
+/// with it.
+fn screen(
+    p: &Pending,
+    at: Option<(usize, usize)>,
+    base: &str,
+    full: bool,
+    styles: Styles,
+) -> String {
+    let mut out = String::new();
+    if let Some((n, of)) = at {
+        let _ = write!(
+            out,
+            "{}\n\n",
+            styles.bold(&format!(
+                "cargo llmreplay review: {n} of {of}, against {}",
+                term(base)
+            ))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{}  {}{}",
+        styles.bold(&term(&p.id)),
+        change_word(p),
+        drift_suffix(&p.diff)
+    );
+    let _ = writeln!(out, "  test:     {}", term(&p.test));
+    let _ = writeln!(out, "  cassette: {}", term(&p.cassette.to_string_lossy()));
+    let _ = writeln!(
+        out,
+        "  request:  {} {}{}",
+        term(&p.diff.method),
+        term(&p.diff.path),
+        p.diff
+            .model
+            .as_deref()
+            .map(|m| format!(", model {}", term(m)))
+            .unwrap_or_default()
+    );
+    out.push_str(&interaction_text(&p.diff, styles, full, "  "));
+    if at.is_some() {
+        let _ = write!(
+            out,
+            "\n  {}\n",
+            styles.note(if full {
+                "a accept   r reject (restore the base's)   s skip   A/R/S all the rest   d changed lines only   q quit"
+            } else {
+                "a accept   r reject (restore the base's)   s skip   A/R/S all the rest   d full answer   q quit"
+            })
+        );
+    }
+    out
+}
+
+fn change_word(p: &Pending) -> &'static str {
+    match p.diff.change {
+        cassettes::review::Change::Added => "added",
+        cassettes::review::Change::Removed => "removed",
+        cassettes::review::Change::Changed => "changed",
+    }
+}
+
+fn list_text(diff: &Diff, items: &[&Pending]) -> String {
+    if items.is_empty() {
+        return format!(
+            "Nothing to review: no recorded interaction differs from {}.\n",
+            term(&diff.base)
+        );
+    }
+    let mut out = format!(
+        "{} to review against {}:\n",
+        plural(items.len(), "interaction"),
+        term(&diff.base)
+    );
+    for p in items {
+        let answer = p
+            .diff
+            .answer_after
+            .as_deref()
+            .or(p.diff.answer_before.as_deref())
+            .unwrap_or_default();
+        let short: String = answer.split_whitespace().collect::<Vec<_>>().join(" ");
+        let short: String = short.chars().take(60).collect();
+        let _ = writeln!(
+            out,
+            "{}  {}{}  {}  {} {}  {:?}",
+            term(&p.id),
+            change_word(p),
+            drift_suffix(&p.diff),
+            term(&p.test),
+            term(&p.diff.method),
+            term(&p.diff.path),
+            short
+        );
+    }
+    out
+}
+
+fn list_json(diff: &Diff, items: &[&Pending]) -> String {
+    #[derive(serde::Serialize)]
+    struct List<'a> {
+        llmreplay_review: u32,
+        base: &'a str,
+        pending: &'a [&'a Pending],
+    }
+    let mut s = serde_json::to_string_pretty(&List {
+        llmreplay_review: 1,
+        base: &diff.base,
+        pending: items,
+    })
+    .expect("serialises");
+    s.push('\n');
+    s
+}

@@ -1,0 +1,262 @@
+//! Review's unit: one interaction that differs from the base, named so that a person or a
+//! script can point at it (`<slug>/<provider>#<n>`, its position in the cassette; `#-<n>` for
+//! one only the base has, at its position there), and rejecting it: the base's interaction
+//! restored under the folder's lock.
+
+use crate::format::Interaction;
+use crate::git::{Diff, FileDiff};
+use crate::review::{Change, InteractionDiff};
+use crate::Error;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// One interaction that differs from the base.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Pending {
+    /// `<slug>/<provider>#<n>`.
+    pub id: String,
+    /// Whose cassette it is.
+    pub test: String,
+    /// The provider.
+    pub provider: String,
+    /// The cassette, relative to the repository's root.
+    #[serde(with = "crate::lossy_path")]
+    pub cassette: PathBuf,
+    /// What differs.
+    #[serde(flatten)]
+    pub diff: InteractionDiff,
+    /// Names this difference exactly: it changes when either side does, so an accepted change
+    /// that is recorded again is pending again.
+    pub fingerprint: String,
+    #[serde(skip)]
+    at: At,
+}
+
+/// Where a pending interaction is, and what restoring the base puts there.
+#[derive(Clone, Debug)]
+struct At {
+    /// The cassette, absolute.
+    path: PathBuf,
+    base: Option<Interaction>,
+    base_position: Option<usize>,
+    work_position: Option<usize>,
+}
+
+/// Every interaction of `diff` that differs, in file order.
+pub fn pending(diff: &Diff) -> Vec<Pending> {
+    let mut out = Vec::new();
+    for file in diff.files.iter().filter(|f| f.error.is_none()) {
+        for (d, &(old, new)) in file.interactions.iter().zip(&file.positions) {
+            out.push(one(diff, file, d, old, new));
+        }
+    }
+    out
+}
+
+fn one(
+    diff: &Diff,
+    file: &FileDiff,
+    d: &InteractionDiff,
+    old: Option<usize>,
+    new: Option<usize>,
+) -> Pending {
+    let base = old.and_then(|i| file.sides.base.as_ref()?.interactions.get(i).cloned());
+    let work = new.and_then(|i| file.sides.work.as_ref()?.interactions.get(i));
+    let folder = file
+        .path
+        .parent()
+        .and_then(Path::file_name)
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let position = match (new, old) {
+        (Some(n), _) => format!("{}", n + 1),
+        (None, Some(o)) => format!("-{}", o + 1),
+        (None, None) => "0".into(),
+    };
+    let id = format!("{folder}/{}#{position}", file.provider);
+    let mut hash = Sha256::new();
+    hash.update(id.as_bytes());
+    for side in [base.as_ref(), work] {
+        hash.update(b"\0");
+        if let Some(x) = side {
+            hash.update(serde_json::to_vec(x).unwrap_or_default());
+        }
+    }
+    Pending {
+        id,
+        test: file.test.to_string(),
+        provider: file.provider.clone(),
+        cassette: file.path.clone(),
+        diff: d.clone(),
+        fingerprint: format!("{:x}", hash.finalize()),
+        at: At {
+            path: diff.workdir.join(&file.path),
+            base,
+            base_position: old,
+            work_position: new,
+        },
+    }
+}
+
+impl Pending {
+    /// True when the interaction is only in the base: rejecting it brings it back.
+    pub fn is_removed(&self) -> bool {
+        self.diff.change == Change::Removed
+    }
+}
+
+/// Restores the base's interaction of each of `rejected` in the work tree, one locked write
+/// per cassette: a changed one gets its old answer back, an added one goes, a removed one
+/// returns where it was. `diff` is what they were found in; a cassette written since fails as
+/// stale and is left as it is. Returns how many were restored.
+pub fn reject(diff: &Diff, cassette_dir: &Path, rejected: &[&Pending]) -> Result<usize, Error> {
+    let mut by_file: BTreeMap<&Path, Vec<&Pending>> = BTreeMap::new();
+    for p in rejected {
+        by_file.entry(&p.at.path).or_default().push(p);
+    }
+    let mut done = 0;
+    for (path, list) in by_file {
+        let file = diff
+            .files
+            .iter()
+            .find(|f| diff.workdir.join(&f.path) == path)
+            .expect("a pending interaction comes from a file of its diff");
+        let expected = crate::sealed(file.sides.work.as_ref());
+        let named = file.sides.work.as_ref().or(file.sides.base.as_ref());
+        let (test, provider) = named.map_or((String::new(), String::new()), |c| {
+            (c.test.to_string(), c.provider.to_string())
+        });
+        crate::rewrite_cassette(
+            path,
+            cassette_dir,
+            &test,
+            &provider,
+            &expected,
+            |list_now| {
+                let mut slots: Vec<Option<Interaction>> =
+                    std::mem::take(list_now).into_iter().map(Some).collect();
+                for p in list.iter().filter(|p| p.at.work_position.is_some()) {
+                    let at = p.at.work_position.expect("filtered");
+                    if let Some(slot) = slots.get_mut(at) {
+                        *slot = p.at.base.clone();
+                    }
+                }
+                let mut kept: Vec<Interaction> = slots.into_iter().flatten().collect();
+                let mut removed: Vec<&&Pending> = list
+                    .iter()
+                    .filter(|p| p.at.work_position.is_none())
+                    .collect();
+                removed.sort_by_key(|p| p.at.base_position);
+                for p in removed {
+                    if let Some(x) = p.at.base.clone() {
+                        let at = p.at.base_position.unwrap_or(kept.len()).min(kept.len());
+                        kept.insert(at, x);
+                    }
+                }
+                *list_now = kept;
+            },
+        )?;
+        done += list.len();
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Cassette, RecordedResponse};
+    use crate::testing::interaction;
+
+    fn commit_all(repo: &git2::Repository) {
+        let mut index = repo.index().unwrap();
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .unwrap();
+        index.write().unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@example.com").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &[])
+            .unwrap();
+    }
+
+    /// A changed, a removed (its answer in a blob) and an added interaction: their ids, and
+    /// rejecting all three gives back HEAD's file and blob, byte for byte.
+    #[test]
+    fn rejecting_every_change_restores_the_base_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let cassettes = dir.path().join("tests/cassettes");
+        let folder = cassettes.join("c--t");
+        let path = folder.join("openai.json");
+        let mut audio = interaction("speak", "{}");
+        // Another path: a call of its own, never paired with another as a drifted prompt.
+        audio.request = crate::Normalizer::default().request(
+            "POST",
+            "/v1/audio/speech",
+            None,
+            None,
+            br#"{"input":"speak"}"#,
+            &[],
+        );
+        audio.key = crate::Key::of(&audio.request);
+        let bytes = vec![0xfe; crate::INLINE_LIMIT + 1];
+        audio.response = RecordedResponse::with_body(200, Default::default(), &bytes);
+        let store = crate::Store::new(&cassettes);
+        let entry = store
+            .entry(
+                &crate::TestId::new("c$t"),
+                &crate::ProviderName::new("openai").unwrap(),
+            )
+            .unwrap();
+        for x in [
+            interaction("a", r#"{"v":1}"#),
+            audio,
+            interaction("c", "{}"),
+        ] {
+            let ordinal = entry.next(&x.key, false).unwrap().ordinal;
+            entry.record(ordinal, x).unwrap();
+        }
+        commit_all(&repo);
+        let head = std::fs::read(&path).unwrap();
+        let blob = folder
+            .join(crate::BLOB_DIR)
+            .join(crate::body::sha256_hex(&bytes));
+        assert!(blob.is_file());
+
+        let mut work: Cassette = crate::read_cassette(&path).unwrap();
+        work.interactions = vec![
+            interaction("a", r#"{"v":2}"#),
+            work.interactions[2].clone(),
+            interaction("d", "{}"),
+        ];
+        std::fs::write(&path, work.to_bytes()).unwrap();
+        std::fs::remove_dir_all(blob.parent().unwrap()).unwrap();
+
+        let diff = crate::git::diff_against(&cassettes, Some("HEAD"), &[]).unwrap();
+        let all = pending(&diff);
+        let ids: Vec<(&str, Change)> = all.iter().map(|p| (p.id.as_str(), p.diff.change)).collect();
+        assert_eq!(
+            ids,
+            [
+                ("c--t/openai#1", Change::Changed),
+                ("c--t/openai#3", Change::Added),
+                ("c--t/openai#-2", Change::Removed),
+            ]
+        );
+        let refs: Vec<&Pending> = all.iter().collect();
+
+        // A write since the review read the file: stale, nothing changes.
+        let edited = std::fs::read(&path).unwrap();
+        let mut newer = crate::read_cassette(&path).unwrap();
+        newer.interactions.push(interaction("e", "{}"));
+        std::fs::write(&path, newer.to_bytes()).unwrap();
+        let stale = reject(&diff, &cassettes, &refs).unwrap_err();
+        assert!(matches!(stale, Error::Stale { .. }), "{stale}");
+        std::fs::write(&path, &edited).unwrap();
+
+        assert_eq!(reject(&diff, &cassettes, &refs).unwrap(), 3);
+        assert_eq!(std::fs::read(&path).unwrap(), head, "HEAD's bytes");
+        assert_eq!(std::fs::read(&blob).unwrap(), bytes, "and its blob");
+    }
+}
