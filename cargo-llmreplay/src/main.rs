@@ -2,6 +2,7 @@
 //! happened; the logic lives in the `daemon` and `cassettes` crates.
 
 mod args;
+mod capture;
 mod diff_cmd;
 mod error;
 mod locate;

@@ -59,6 +59,7 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
     let root =
         std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
     let resolved = Resolved::daemon(root, args.config.as_deref(), &args.daemon)?;
+    let target_dir = resolved.target_dir();
     let settings = resolved.settings;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -73,7 +74,14 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         let journal = daemon.journal();
         let root = format!("http://{}", daemon.local_addr());
         let first = if args.env {
-            env_lines(&root, args.test_id.as_deref(), mode, &gateways)
+            let ca = match daemon.ca_pem() {
+                Some(pem) => Some(crate::capture::write_ca(
+                    &target_dir.join(format!("llmreplay/serve-{}-ca", std::process::id())),
+                    &pem,
+                )?),
+                None => None,
+            };
+            env_lines(&root, args.test_id.as_deref(), mode, &gateways, ca.as_ref())
         } else {
             format!("LLMREPLAY_BASE_URL={root}\n")
         };
@@ -110,9 +118,16 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
 
 /// The environment a client needs, as sh lines, in one piece: every base-URL variable of
 /// every family and gateway, the test's id when one is named, a placeholder for each key
-/// left unset in replay (SDKs refuse to start without one), and loopback out of any proxy.
+/// left unset in replay (SDKs refuse to start without one), the daemon as the proxy (with the
+/// test's credentials and the run's CA) when capture is on, and loopback out of any proxy.
 /// `LLMREPLAY_BASE_URL` comes last, so a script that waits for it has all of them.
-fn env_lines(root: &str, test_id: Option<&str>, mode: daemon::Mode, gateways: &str) -> String {
+fn env_lines(
+    root: &str,
+    test_id: Option<&str>,
+    mode: daemon::Mode,
+    gateways: &str,
+    ca: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> String {
     use cassettes::shell_quote;
     let base = match test_id {
         Some(id) => runner_plugin::test_base_url(root, id),
@@ -132,6 +147,13 @@ fn env_lines(root: &str, test_id: Option<&str>, mode: daemon::Mode, gateways: &s
                 "export {var}=\"${{{var}:-{}}}\"\n",
                 runner_plugin::PLACEHOLDER_KEY
             ));
+        }
+    }
+    if let Some((ca, bundle)) = ca {
+        let proxy = providers::env::proxy_url(root, test_id.unwrap_or(cassettes::TestId::DEFAULT));
+        let (ca, bundle) = (ca.to_string_lossy(), bundle.to_string_lossy());
+        for (name, value) in providers::env::capture_vars(&proxy, &ca, &bundle) {
+            out.push_str(&format!("export {name}={}\n", shell_quote(&value)));
         }
     }
     for var in providers::env::NO_PROXY_VARS {

@@ -39,6 +39,14 @@ pub(crate) fn report() -> Report {
             "renamed_from": {"test": "sample::chat$greets",
                              "command": "cargo llmreplay mv 'sample::chat$greets' 'sample::chat$says_hi'"}
         }],
+        "escaped": [{
+            "test": "sample::chat$agent", "provider": "tools.example", "method": "GET",
+            "path": "/search",
+            "cassette": "/ws/tests/cassettes/sample--chat--agent/tools.example.json",
+            "key": KEY, "ordinal": 0, "host": "tools.example",
+            "command": "cargo llmreplay test --record-missing -E 'test(=agent)'"
+        }],
+        "unattributed": true,
         "stopped_early": true,
         "recorded": [
             {"test": "sample::chat$answers_twice", "added": 1, "replaced": 1, "removed": 2},

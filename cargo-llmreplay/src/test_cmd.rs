@@ -7,7 +7,10 @@ use crate::render::{self, Styles};
 use crate::report::{self, Deny, RunScope};
 use clap::{CommandFactory, Parser};
 use daemon::Daemon;
-use runner_plugin::{CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV, RESULTS_FILE_ENV};
+use runner_plugin::{
+    CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV,
+    RESULTS_FILE_ENV,
+};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -236,6 +239,17 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         "127.0.0.1:0".parse().expect("a literal address"),
     ))?;
     let url = format!("http://{}", daemon.local_addr());
+    // Runs that keep their reports apart keep their CAs apart too.
+    let ca_files = match daemon.ca_pem() {
+        Some(pem) => {
+            let stem = match &args.report {
+                Some(report) => report.with_extension("ca"),
+                None => target_dir.join("llmreplay/ca"),
+            };
+            Some(crate::capture::write_ca(&stem, &pem)?)
+        }
+        None => None,
+    };
     let (journal, store) = (daemon.journal(), daemon.store());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = runtime.spawn(daemon.run(async {
@@ -268,6 +282,11 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     }
     if mode == daemon::Mode::Record {
         nextest.env(RESULTS_FILE_ENV, results.path());
+    }
+    if let Some((ca, bundle)) = &ca_files {
+        nextest
+            .env(CAPTURE_CA_ENV, ca)
+            .env(CAPTURE_BUNDLE_ENV, bundle);
     }
     // nextest announces a target runner on every run ("info: using target runner ...");
     // ours is set for every run, so the line only says that this command ran. A NEXTEST_LOG

@@ -182,12 +182,18 @@ impl From<ProviderName> for String {
 }
 
 impl ProviderName {
-    /// Accepts `[a-z0-9_-]+`, so the name is safe as a path segment and a file name.
+    /// Accepts `[a-z0-9_.-]+` that starts with a letter or digit and has no `..`, so the name
+    /// is safe as a path segment and a file name; a host's name is one (a call the daemon
+    /// captured as a proxy is `<test>/<host>.json`).
     pub fn new(name: &str) -> Option<Self> {
-        let ok = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        let ok = name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && !name.contains("..")
+            && name.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-' | b'.')
+            });
         ok.then(|| ProviderName(name.to_string()))
     }
 

@@ -112,6 +112,65 @@ struct FileConfig {
     limits: LimitsSection,
     #[serde(default)]
     faults: Vec<crate::faults::FaultSpec>,
+    #[serde(default)]
+    capture: CaptureSection,
+}
+
+/// `[capture]`: the daemon as each test's HTTPS proxy.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaptureSection {
+    enabled: Option<bool>,
+    #[serde(default)]
+    pass: Vec<String>,
+}
+
+/// What the daemon does as each test's proxy (README, "Capture").
+#[derive(Debug, Clone)]
+pub struct Capture {
+    /// `[capture] enabled`: whether tests are given the daemon as their proxy.
+    pub enabled: bool,
+    /// `[capture] pass`: hosts tunnelled untouched (package registries and the like).
+    pub pass: Vec<(String, cassettes::glob::GlobMatcher)>,
+    /// `--upstream HOST=URL`: where a captured host's calls go instead of the host itself.
+    pub hosts: BTreeMap<String, String>,
+}
+
+impl Default for Capture {
+    fn default() -> Self {
+        Capture {
+            enabled: true,
+            pass: Vec::new(),
+            hosts: BTreeMap::new(),
+        }
+    }
+}
+
+impl Capture {
+    /// Whether `host` is tunnelled untouched.
+    pub fn passes(&self, host: &str) -> bool {
+        let host = host.to_ascii_lowercase();
+        self.pass.iter().any(|(_, m)| m.is_match(&host))
+    }
+
+    /// Where a captured call to `host` (and `port`) goes: `--upstream HOST=URL` (or
+    /// `HOST:PORT=URL`), else the host itself over `scheme`.
+    pub fn upstream_of(&self, scheme: &str, host: &str, port: Option<u16>) -> String {
+        let host = host.to_ascii_lowercase();
+        let with_port = port.map(|p| format!("{host}:{p}"));
+        if let Some(url) = with_port
+            .as_ref()
+            .and_then(|h| self.hosts.get(h))
+            .or_else(|| self.hosts.get(&host))
+        {
+            return url.clone();
+        }
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        match port.filter(|p| *p != default_port) {
+            Some(p) => format!("{scheme}://{host}:{p}"),
+            None => format!("{scheme}://{host}"),
+        }
+    }
 }
 
 /// `[upstream]`: how long to wait for a provider.
@@ -281,6 +340,8 @@ pub struct Settings {
     pub proxies: Arc<crate::upstream::Proxies>,
     /// Hosts outside a family's own that may receive the credentials the daemon signs with.
     pub allow_credentials_to: Vec<String>,
+    /// The daemon as each test's HTTPS proxy.
+    pub capture: Capture,
 }
 
 impl Settings {
@@ -386,15 +447,32 @@ impl Settings {
                 },
             );
         }
+        let mut capture = Capture {
+            enabled: file.capture.enabled.unwrap_or(true),
+            ..Capture::default()
+        };
+        for pattern in &file.capture.pass {
+            let matcher = cassettes::glob::glob(
+                &pattern.to_ascii_lowercase(),
+                cassettes::glob::Separator::Any,
+            )
+            .map_err(|e| ConfigError::Invalid(format!("[capture] pass: {e}")))?;
+            capture.pass.push((pattern.clone(), matcher));
+        }
         for pair in &overrides.upstreams {
             let shown = providers::redact::url(pair);
             let (name, url) = pair.split_once('=').ok_or_else(|| {
                 ConfigError::Invalid(format!(
-                    "--upstream {shown:?}: expected NAME=URL, e.g. openai=http://127.0.0.1:8080"
+                    "--upstream {shown:?}: expected NAME=URL or HOST=URL, e.g. openai=http://127.0.0.1:8080 or api.mistral.ai=https://127.0.0.1:8443"
                 ))
             })?;
             let url = check_upstream(url)
                 .map_err(|m| ConfigError::Invalid(format!("--upstream {shown:?}: {m}")))?;
+            // A host (it has a dot or a port): where the calls the proxy captures for it go.
+            if name.contains(['.', ':']) {
+                capture.hosts.insert(name.to_ascii_lowercase(), url);
+                continue;
+            }
             let known = providers.keys().cloned().collect::<Vec<_>>().join(", ");
             let provider = providers.get_mut(name).ok_or_else(|| {
                 ConfigError::Invalid(format!(
@@ -458,6 +536,7 @@ impl Settings {
             proxies,
             network,
             allow_credentials_to: overrides.allow_credentials_to.clone(),
+            capture,
         })
     }
 }

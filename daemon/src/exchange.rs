@@ -202,8 +202,14 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
     let prompt = request
         .last_user_text()
         .map(|p| p.chars().take(PROMPT_PREVIEW).collect::<String>());
+    let escaped = match &route.captured {
+        Some(host) => format!(
+            " It was captured on its way to {host} (a URL the test did not take from its environment) and never left the machine."
+        ),
+        None => String::new(),
+    };
     let mut message = format!(
-        "cargo-llmreplay: no recording for this request (replay mode).\n  test: {}\n  request: {} {} {}{}\n",
+        "cargo-llmreplay: no recording for this request (replay mode).{escaped}\n  test: {}\n  request: {} {} {}{}\n",
         route.test,
         route.provider.name,
         method,
@@ -279,6 +285,7 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
         closest: closest.map(|c| c.differing),
         values,
         same_call,
+        host: route.captured.clone(),
         message: Some(message.clone()),
     };
     state.journal.log(call, Outcome::Miss, 404, Some(detail));

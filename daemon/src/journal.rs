@@ -108,6 +108,10 @@ pub struct Detail {
     /// re-recording the test replaces it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub same_call: bool,
+    /// The host of a call captured as the test's proxy (a hard-coded URL, a tool's API):
+    /// one that, missed in replay, would have left the machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     /// The message sent to the client.
     pub message: Option<String>,

@@ -9,11 +9,13 @@
 //! `cassettes`.
 #![warn(missing_docs)]
 
+pub mod ca;
 mod capture;
 pub mod config;
 mod control;
 mod exchange;
 pub mod faults;
+mod intercept;
 pub mod journal;
 pub mod provider;
 mod proxy;
@@ -97,6 +99,9 @@ pub enum DaemonError {
     /// The client that reaches providers could not be made.
     #[error("could not set up the upstream client: {0}")]
     Upstream(#[from] upstream::ClientError),
+    /// The run's CA could not be made.
+    #[error("{0}")]
+    Ca(#[from] ca::CaError),
 }
 
 pub(crate) struct State {
@@ -111,6 +116,10 @@ pub(crate) struct State {
     /// WebSocket sessions still open: shutdown waits for them, so that a session that just
     /// closed is saved.
     pub sessions: Sessions,
+    /// The run's CA, when capture is on: the daemon is then each test's HTTPS proxy.
+    pub ca: Option<Arc<ca::RunCa>>,
+    /// The providers of the hosts captured so far, by scheme, host and port.
+    pub captured: std::sync::Mutex<std::collections::HashMap<String, Arc<provider::Provider>>>,
 }
 
 /// Counts the WebSocket sessions in flight; each holds a [`SessionGuard`].
@@ -171,6 +180,10 @@ impl Daemon {
             .map_err(|source| DaemonError::Bind { addr, source })?;
         let mut settings = settings;
         let declared = std::mem::take(&mut settings.declared_faults);
+        let ca = match settings.capture.enabled {
+            true => Some(Arc::new(ca::RunCa::new()?)),
+            false => None,
+        };
         let state = Arc::new(State {
             store: Arc::new(
                 Store::new(settings.cassette_dir.clone())
@@ -182,8 +195,15 @@ impl Daemon {
             journal: Arc::default(),
             client,
             sessions: Sessions::default(),
+            ca,
+            captured: Default::default(),
         });
         Ok(Daemon { listener, state })
+    }
+
+    /// The run's CA certificate (PEM), when the daemon is the tests' proxy.
+    pub fn ca_pem(&self) -> Option<String> {
+        self.state.ca.as_ref().map(|ca| ca.pem().to_string())
     }
 
     /// The address it listens on (the port chosen, for port 0).
@@ -238,9 +258,11 @@ impl Daemon {
                     // Streams are many small writes: without this they wait on delayed ACKs.
                     let _ = socket.set_nodelay(true);
                     let state = self.state.clone();
+                    // Per connection: whether a proxy request on it was already challenged.
+                    let challenged = Arc::new(std::sync::atomic::AtomicBool::new(false));
                     let service = service_fn(move |req| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(handle(state, req).await) }
+                        let (state, challenged) = (state.clone(), challenged.clone());
+                        async move { Ok::<_, Infallible>(handle(state, req, &challenged).await) }
                     });
                     // The header read timeout also ends idle kept-alive connections: its clock
                     // starts whenever the connection waits for a request head.
@@ -280,9 +302,21 @@ impl Daemon {
     }
 }
 
-/// The front door: a request to this daemon is refused (a foreign `Host`), a control route, a
-/// WebSocket session, or one HTTP exchange.
-async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+/// The front door: a request to this daemon is a proxy's (`CONNECT`, or an absolute URL),
+/// refused (a foreign `Host`), a control route, a WebSocket session, or one HTTP exchange.
+async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    challenged: &std::sync::atomic::AtomicBool,
+) -> Response<Body> {
+    // A proxy request names the host it is for, not this daemon: before the Host check.
+    // Browsers send neither form to a server, so a page cannot use them to reach the daemon.
+    if req.method() == http::Method::CONNECT {
+        return intercept::connect(state, req, challenged).await;
+    }
+    if req.uri().scheme().is_some() {
+        return intercept::absolute(state, req, challenged).await;
+    }
     if let Some(port) = state.loopback_port {
         if !route::loopback_host(req.headers().get(http::header::HOST), port) {
             return respond::text(
@@ -314,6 +348,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         Ok(route) => route,
         Err(e) => return respond::text(e.status(), e.message()),
     };
+    dispatch(state, route, req).await
+}
+
+/// A routed request, from a base URL or captured as a proxy: one WebSocket session or one
+/// HTTP exchange, in a span of its own.
+pub(crate) async fn dispatch(
+    state: Arc<State>,
+    route: route::Route,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let session = session::is_upgrade(&req);
     // One span per request or session: every line of the log about it names them.
     let span = if session {

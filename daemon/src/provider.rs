@@ -16,6 +16,8 @@ pub enum UpstreamSource {
     Env(&'static str),
     /// The family's own endpoint.
     BuiltIn,
+    /// The host a test called through the daemon as its proxy (or `--upstream HOST=URL`).
+    Captured,
 }
 
 impl std::fmt::Display for UpstreamSource {
@@ -25,6 +27,7 @@ impl std::fmt::Display for UpstreamSource {
             UpstreamSource::ConfigFile => f.write_str("llmreplay.toml"),
             UpstreamSource::Env(var) => write!(f, "{var}"),
             UpstreamSource::BuiltIn => f.write_str("built in"),
+            UpstreamSource::Captured => f.write_str("captured host"),
         }
     }
 }

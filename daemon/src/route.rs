@@ -13,6 +13,9 @@ pub struct Route {
     pub provider: Arc<Provider>,
     /// The path as the provider's own API has it, e.g. `/v1/chat/completions`.
     pub upstream_path: String,
+    /// The host, for a call captured as the test's proxy rather than sent to a base URL: a
+    /// miss of it in replay is a call that would have left the machine.
+    pub captured: Option<String>,
 }
 
 /// Why a path routes nowhere; each says what to do.
@@ -99,6 +102,7 @@ pub fn resolve(
             test,
             provider: p.clone(),
             upstream_path: p.kind.family().api_path(upstream_path).into_owned(),
+            captured: None,
         });
     }
     if let Some(kind) = Kind::for_path(rest) {
@@ -110,6 +114,7 @@ pub fn resolve(
             test,
             provider: p.clone(),
             upstream_path: rest.to_string(),
+            captured: None,
         });
     }
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();

@@ -124,7 +124,10 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
             tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
                 // Journalled before the refusal: the client may read it at once.
-                let detail = Detail::message(message.clone());
+                let detail = Detail {
+                    host: route.captured.clone(),
+                    ..Detail::message(message.clone())
+                };
                 state.journal.log(call, Outcome::Miss, 101, Some(detail));
                 if let Some(mut ws) = accept(req).await {
                     refuse(&mut ws, kind, &message).await;
@@ -295,6 +298,7 @@ async fn replay(
                 let detail = Detail {
                     closest: Some(fields),
                     message: Some(message.clone()),
+                    host: route.captured.clone(),
                     ..Detail::default()
                 };
                 state.journal.log(call, Outcome::Miss, 101, Some(detail));

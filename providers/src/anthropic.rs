@@ -28,6 +28,10 @@ impl Family for Anthropic {
         Some("https://api.anthropic.com")
     }
 
+    fn hosts(&self) -> &'static [&'static str] {
+        &["api.anthropic.com"]
+    }
+
     fn owns_path(&self, path: &str) -> bool {
         path.starts_with("/v1/messages") || path.starts_with("/v1/complete")
     }

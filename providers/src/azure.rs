@@ -32,6 +32,14 @@ impl Family for Azure {
         None
     }
 
+    fn hosts(&self) -> &'static [&'static str] {
+        &[
+            "*.openai.azure.com",
+            "*.cognitiveservices.azure.com",
+            "*.services.ai.azure.com",
+        ]
+    }
+
     fn owns_path(&self, path: &str) -> bool {
         path.starts_with(DEPLOYMENTS)
     }

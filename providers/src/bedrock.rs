@@ -37,6 +37,13 @@ impl Family for Bedrock {
         None
     }
 
+    fn hosts(&self) -> &'static [&'static str] {
+        &[
+            "bedrock-runtime.*.amazonaws.com",
+            "bedrock-runtime-fips.*.amazonaws.com",
+        ]
+    }
+
     fn owns_path(&self, path: &str) -> bool {
         path.starts_with("/model/")
             && [

@@ -126,6 +126,54 @@ pub const PROXY_VARS: &[&str] = &[
 /// The hosts reached without the proxy.
 pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
 
+/// The variables that send a test's HTTPS through the daemon as its proxy, in both cases.
+pub const CAPTURE_PROXY_VARS: &[&str] = &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"];
+
+/// Variables that replace a client's trust store with a file (OpenSSL and rustls'
+/// native roots, Python's requests and httpx, curl): they get a bundle of the system's roots
+/// and the run's CA, since the file is all such a client trusts.
+pub const CA_BUNDLE_VARS: &[&str] = &["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"];
+
+/// A test's token in proxy credentials: its id, base64url without padding, so that no
+/// character of it needs escaping in a URL's userinfo (a test id holds `:` and `$`).
+pub fn token(test: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(test)
+}
+
+/// The test a token names.
+pub fn test_of_token(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let id = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .ok()?;
+    String::from_utf8(id).ok()
+}
+
+/// The proxy URL of a test: `http://<token>:@<the daemon's host and port>`.
+pub fn proxy_url(daemon: &str, test: &str) -> String {
+    let authority = daemon
+        .strip_prefix("http://")
+        .unwrap_or(daemon)
+        .trim_end_matches('/');
+    format!("http://{}:@{authority}", token(test))
+}
+
+/// What makes the daemon a test's proxy (README, "Capture"): the proxy variables naming it
+/// with the test's credentials, the bundle for clients that take a whole trust store, the
+/// run's CA for Node (`NODE_EXTRA_CA_CERTS` adds to its own roots), and Node's switch that
+/// makes its built-in fetch read the proxy variables (22.21 and later).
+pub fn capture_vars(proxy: &str, ca: &str, bundle: &str) -> Vec<(&'static str, String)> {
+    let mut out: Vec<(&'static str, String)> = CAPTURE_PROXY_VARS
+        .iter()
+        .map(|v| (*v, proxy.to_string()))
+        .collect();
+    out.extend(CA_BUNDLE_VARS.iter().map(|v| (*v, bundle.to_string())));
+    out.push(("NODE_EXTRA_CA_CERTS", ca.to_string()));
+    out.push(("NODE_USE_ENV_PROXY", "1".to_string()));
+    out
+}
+
 /// The table itself, one row per family.
 pub fn of(kind: Kind) -> FamilyEnv {
     match kind {

@@ -26,6 +26,10 @@ impl Family for Gemini {
         Some("https://generativelanguage.googleapis.com")
     }
 
+    fn hosts(&self) -> &'static [&'static str] {
+        &["generativelanguage.googleapis.com"]
+    }
+
     fn owns_path(&self, path: &str) -> bool {
         path.contains(":generateContent")
             || path.contains(":streamGenerateContent")

@@ -128,6 +128,19 @@ pub trait Family: Sync {
         false
     }
 
+    /// The hosts of its API, for a call the daemon captures as a proxy: each a name, or a
+    /// pattern with one `*` standing for one or more characters of a label
+    /// (`*.openai.azure.com`, `*-aiplatform.googleapis.com`).
+    fn hosts(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Other APIs that speak this family's protocol at hosts of their own, each with the name
+    /// its cassette gets (`api.mistral.ai` speaks OpenAI's as `mistral`).
+    fn compatible_hosts(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+
     /// The path as the API names it, for a path some clients build another way (from a base
     /// URL that lacks the version they expect it to hold): both are one route and one key.
     fn api_path<'a>(&self, path: &'a str) -> Cow<'a, str> {
@@ -296,6 +309,36 @@ fn families() -> impl Iterator<Item = &'static dyn Family> {
     Kind::ALL.into_iter().map(Kind::family)
 }
 
+/// The provider a captured call to `host` belongs to: its cassette's name and its family. A
+/// family's own host is that family under its own name; a compatible API's host has the name
+/// its family gives it; any other host is the `http` family, named by the host itself.
+pub fn for_host(host: &str) -> (String, Kind) {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    for f in families() {
+        if f.hosts().iter().any(|p| host_matches(p, &host)) {
+            return (f.kind().as_str().to_string(), f.kind());
+        }
+        if let Some((_, name)) = f.compatible_hosts().iter().find(|(h, _)| *h == host) {
+            return (name.to_string(), f.kind());
+        }
+    }
+    (host, Kind::Http)
+}
+
+/// Whether `host` matches `pattern`, whose one `*` stands for one or more characters that are
+/// not a dot.
+fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.split_once('*') {
+        None => pattern == host,
+        Some((before, after)) => {
+            host.len() > before.len() + after.len()
+                && host.starts_with(before)
+                && host.ends_with(after)
+                && !host[before.len()..host.len() - after.len()].contains('.')
+        }
+    }
+}
+
 /// Reads an answer's payloads in every family's shape: a stored cassette does not say which
 /// family its gateway speaks, and the shapes do not overlap.
 pub fn read_answer(payloads: &[Value]) -> Answer {
@@ -443,6 +486,28 @@ fn count(usage: &Value, key: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn captured_hosts_find_their_family() {
+        let of = |h: &str| {
+            let (name, kind) = crate::for_host(h);
+            (name, kind)
+        };
+        assert_eq!(of("api.openai.com"), ("openai".into(), Kind::OpenAi));
+        assert_eq!(
+            of("API.Anthropic.com."),
+            ("anthropic".into(), Kind::Anthropic)
+        );
+        assert_eq!(of("my-res.openai.azure.com"), ("azure".into(), Kind::Azure));
+        assert_eq!(of("a.b.openai.azure.com").1, Kind::Http, "one label only");
+        assert_eq!(of("europe-west4-aiplatform.googleapis.com").1, Kind::Vertex);
+        assert_eq!(
+            of("bedrock-runtime.us-east-1.amazonaws.com").1,
+            Kind::Bedrock
+        );
+        assert_eq!(of("api.mistral.ai"), ("mistral".into(), Kind::OpenAi));
+        assert_eq!(of("search.example"), ("search.example".into(), Kind::Http));
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -26,6 +26,23 @@ impl Family for OpenAi {
         Some("https://api.openai.com")
     }
 
+    fn hosts(&self) -> &'static [&'static str] {
+        &["api.openai.com"]
+    }
+
+    fn compatible_hosts(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            ("api.mistral.ai", "mistral"),
+            ("api.groq.com", "groq"),
+            ("api.together.xyz", "together"),
+            ("api.deepseek.com", "deepseek"),
+            ("openrouter.ai", "openrouter"),
+            ("api.fireworks.ai", "fireworks"),
+            ("api.x.ai", "xai"),
+            ("api.perplexity.ai", "perplexity"),
+        ]
+    }
+
     fn owns_path(&self, path: &str) -> bool {
         path.starts_with("/v1/")
     }

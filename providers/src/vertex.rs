@@ -37,6 +37,10 @@ impl Family for Vertex {
         None
     }
 
+    fn hosts(&self) -> &'static [&'static str] {
+        &["aiplatform.googleapis.com", "*-aiplatform.googleapis.com"]
+    }
+
     fn owns_path(&self, path: &str) -> bool {
         path.contains("/publishers/") && path.contains("/projects/")
     }

@@ -21,6 +21,11 @@ pub const RAN_FILE_ENV: &str = "LLMREPLAY_RAN_FILE";
 /// record mode only: a re-recorded test that passed keeps only what this run recorded, so the
 /// run must know which passed. Other modes exec the test and cost no extra process.
 pub const RESULTS_FILE_ENV: &str = "LLMREPLAY_RESULTS_FILE";
+/// The run's CA certificate and the bundle of the system's roots with it, set by
+/// `cargo llmreplay test` when the daemon is the tests' proxy (README, "Capture").
+pub const CAPTURE_CA_ENV: &str = "LLMREPLAY_CAPTURE_CA";
+/// See [`CAPTURE_CA_ENV`].
+pub const CAPTURE_BUNDLE_ENV: &str = "LLMREPLAY_CAPTURE_BUNDLE";
 /// A user's own target runner to chain, its words separated by U+001F.
 pub const CHAIN_RUNNER_ENV: &str = "LLMREPLAY_CHAIN_RUNNER";
 /// The runner's status when it cannot start the test, or the test had none (a signal): a
@@ -55,7 +60,9 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
     };
     cmd.args(rest)
         .env_remove(CHAIN_RUNNER_ENV)
-        .env_remove(RESULTS_FILE_ENV);
+        .env_remove(RESULTS_FILE_ENV)
+        .env_remove(CAPTURE_CA_ENV)
+        .env_remove(CAPTURE_BUNDLE_ENV);
     let phase = std::env::var("NEXTEST_TEST_PHASE").unwrap_or_default();
     match (phase.as_str(), std::env::var(DAEMON_URL_ENV)) {
         ("run", Ok(root)) => {
@@ -134,7 +141,18 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
         .env("LLMREPLAY_TEST_ID", &id)
         .env("LLMREPLAY_BASE_URL", base)
         .env_remove(GATEWAYS_ENV);
-    loopback_bypasses_proxy(cmd);
+    let capture = match (
+        std::env::var(CAPTURE_CA_ENV),
+        std::env::var(CAPTURE_BUNDLE_ENV),
+    ) {
+        (Ok(ca), Ok(bundle)) => {
+            let proxy = providers::env::proxy_url(root, &id);
+            cmd.envs(providers::env::capture_vars(&proxy, &ca, &bundle));
+            true
+        }
+        _ => false,
+    };
+    loopback_bypasses_proxy(cmd, capture);
     if std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay") {
         for var in providers::env::key_vars(&routed) {
             if std::env::var_os(&var).is_none() {
@@ -161,13 +179,14 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
     id
 }
 
-/// Test processes reach the daemon on loopback directly, whatever proxy the developer's shell
-/// sets: clients that honour `HTTPS_PROXY` (httpx, reqwest, the SDKs) would otherwise send
-/// their requests to a proxy that cannot reach this machine's loopback.
-fn loopback_bypasses_proxy(cmd: &mut Command) {
-    let proxied = providers::env::PROXY_VARS
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
+/// Test processes reach the daemon (and anything else) on loopback directly, whatever proxy
+/// the developer's shell sets or capture injects: clients that honour `HTTPS_PROXY` (httpx,
+/// reqwest, the SDKs) would otherwise send base-URL requests through a proxy.
+fn loopback_bypasses_proxy(cmd: &mut Command, capture: bool) {
+    let proxied = capture
+        || providers::env::PROXY_VARS
+            .iter()
+            .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
     if !proxied {
         return;
     }

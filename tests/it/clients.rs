@@ -406,7 +406,11 @@ async fn node_clients_record_and_replay_unchanged() {
 }
 
 /// `serve --env` with its flags; the sh lines it printed, once the last one is there.
-fn serve_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (std::process::Child, String) {
+pub(crate) fn serve_env(
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Child, String) {
     let mut cmd = Command::new(crate::support::binary());
     cmd.args(["llmreplay", "serve", "--env"])
         .args(args)

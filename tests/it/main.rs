@@ -6,6 +6,7 @@
 mod support;
 
 mod bodies;
+mod capture;
 mod cli;
 mod clients;
 mod clouds;

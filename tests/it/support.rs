@@ -535,6 +535,14 @@ async fn answer(
             lines.push(line("", true));
             sse(lines, gap, breaks, "application/x-ndjson", hold.clone())
         }
+    } else if path.starts_with("/tools/") {
+        // A tool's API at a fixed URL (search, weather, an MCP server's HTTP side): it
+        // answers what it was asked, and which call this was, so a replay is told apart from
+        // a second real call.
+        json_response(
+            json!({"tool": path, "query": query, "asked": body, "call": n}).to_string(),
+            &[],
+        )
     } else if path == "/api/embed" {
         json_response(
             json!({"model": body["model"], "embeddings": [[0.5, 0.25]]}).to_string(),
@@ -946,6 +954,25 @@ impl Sample {
             manifest.replace("@RUNNER_PLUGIN@", &runner.display().to_string()),
         )
         .unwrap();
+        std::fs::write(root.join(".gitignore"), "/target\n").unwrap();
+        git2::Repository::init(&root).unwrap();
+        Sample { dir, root }
+    }
+
+    /// The capture sample (tests/fixtures/capture): tests whose clients call hard-coded hosts.
+    pub fn capture() -> Sample {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("capture");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/capture");
+        std::fs::create_dir_all(root.join("tests")).unwrap();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/lib.rs"), "").unwrap();
+        std::fs::copy(
+            fixture.join("tests/capture.rs"),
+            root.join("tests/capture.rs"),
+        )
+        .unwrap();
+        std::fs::copy(fixture.join("Cargo.toml.in"), root.join("Cargo.toml")).unwrap();
         std::fs::write(root.join(".gitignore"), "/target\n").unwrap();
         git2::Repository::init(&root).unwrap();
         Sample { dir, root }

@@ -24,6 +24,9 @@ pub enum Deny {
     Unused,
     /// Cassette files new, modified or deleted against git HEAD.
     Changed,
+    /// Calls captured on their way to a host with no recording (replay answered them as
+    /// missing; they never left the machine).
+    Escaped,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -71,6 +74,10 @@ pub struct Report {
     /// incomplete.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped_early: bool,
+    /// Some calls named no test (a client that sent no proxy credentials, or no `X-Test-Id`)
+    /// and were filed under the test `default`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unattributed: bool,
     /// Per test, what a recording run added, replaced and removed in its cassettes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recorded: Vec<cassettes::TestChanges>,
@@ -78,6 +85,10 @@ pub struct Report {
     pub cassette_dir: PathBuf,
     pub counts: Stats,
     pub missing: Vec<Missing>,
+    /// Calls the proxy captured, in replay, to hosts with no recording: answered as missing,
+    /// never sent. `--deny escaped` fails the run on them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escaped: Vec<Missing>,
     /// Recordings (made or replayed in this run) whose answer is a 4xx.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_answers: Vec<ErrorAnswer>,
@@ -138,6 +149,9 @@ impl Report {
             })
             .collect();
         find_renames(inputs.cassette_dir, &mut missing, &inputs.journal.suite())?;
+        let (escaped, missing): (Vec<Missing>, Vec<Missing>) = missing
+            .into_iter()
+            .partition(|m| m.miss.detail.host.is_some());
         let mut unused = Vec::new();
         for test in inputs.journal.tests() {
             for u in inputs.store.unused_in(&TestId::new(test))? {
@@ -169,10 +183,12 @@ impl Report {
             generated_at_ms: now_ms(),
             tests_passed: inputs.tests_passed,
             stopped_early: inputs.stopped_early,
+            unattributed: inputs.journal.tests().contains(TestId::DEFAULT),
             recorded: inputs.recorded,
             cassette_dir: inputs.cassette_dir.to_path_buf(),
             counts: inputs.stats,
             missing,
+            escaped,
             error_answers: inputs.journal.error_answers(),
             unused,
             faults: inputs.journal.faults(),
@@ -218,9 +234,11 @@ impl Report {
             out.generated_at_ms = out.generated_at_ms.min(r.generated_at_ms);
             out.tests_passed &= r.tests_passed;
             out.stopped_early |= r.stopped_early;
+            out.unattributed |= r.unattributed;
             out.recorded.extend(r.recorded);
             out.counts += &r.counts;
             out.missing.extend(r.missing);
+            out.escaped.extend(r.escaped);
             for e in r.error_answers {
                 if !out.error_answers.contains(&e) {
                     out.error_answers.push(e);
@@ -284,7 +302,8 @@ impl Report {
             return Outcome::GateFailed;
         }
         let denied = (deny.contains(&Deny::Unused) && !self.unused.is_empty())
-            || (deny.contains(&Deny::Changed) && !self.changed.is_empty());
+            || (deny.contains(&Deny::Changed) && !self.changed.is_empty())
+            || (deny.contains(&Deny::Escaped) && !self.escaped.is_empty());
         Outcome::gate(!self.missing.is_empty() || denied)
     }
 }

@@ -109,6 +109,33 @@ impl Report {
                 let _ = writeln!(out, "    record it: {}", term(&m.command));
             }
         }
+        if !self.escaped.is_empty() {
+            let heading = format!(
+                "escaped ({}): calls captured on their way to a host with no recording; answered as missing, they never left the machine:",
+                self.escaped.len()
+            );
+            let _ = writeln!(out, "{}", styles.warning(&heading));
+            for m in &self.escaped {
+                let _ = writeln!(
+                    out,
+                    "  {}  {} {} {}",
+                    term(&m.miss.test),
+                    term(m.miss.detail.host.as_deref().unwrap_or_default()),
+                    term(&m.miss.method),
+                    term(&m.miss.path)
+                );
+                let _ = writeln!(out, "    record it: {}", term(&m.command));
+            }
+        }
+        if self.unattributed {
+            let _ = writeln!(
+                out,
+                "{}",
+                styles.warning(
+                    "some calls named no test and were filed under the test `default`: a client that sends no proxy credentials (or a script with no X-Test-Id); the log names them"
+                )
+            );
+        }
         if self.stopped_early {
             let _ = writeln!(
                 out,
@@ -231,6 +258,26 @@ impl Report {
                 "\n{}",
                 render::code(&render::error_answers_line(&self.error_answers))
             );
+        }
+        if !self.escaped.is_empty() {
+            out.push_str(
+                "\n| escaped from test | host and request | record it |\n| --- | --- | --- |\n",
+            );
+            for m in &self.escaped {
+                let request = format!(
+                    "{} {} {}",
+                    m.miss.detail.host.as_deref().unwrap_or_default(),
+                    m.miss.method,
+                    m.miss.path
+                );
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} |",
+                    table_code(&m.miss.test),
+                    table_code(&request),
+                    table_code(&m.command)
+                );
+            }
         }
         if !self.missing.is_empty() {
             out.push_str("\n| missing in test | request | record it |\n| --- | --- | --- |\n");

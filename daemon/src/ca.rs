@@ -1,0 +1,135 @@
+//! The run's own certificate authority, for the daemon as each test's HTTPS proxy: made at
+//! start, its key only in memory, its certificate written where tests are told to trust it
+//! (never into the repository), and a leaf certificate per host made on first use and kept.
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Hosts whose leaf certificates are kept; past this the cache starts afresh (a client naming
+/// a new host on every call must not grow the daemon without bound).
+const MAX_LEAVES: usize = 10_000;
+
+/// A certificate authority that lives as long as the daemon.
+pub struct RunCa {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    pem: String,
+    leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+}
+
+/// Why a certificate could not be made.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot make a certificate for {what}: {why}")]
+pub struct CaError {
+    what: String,
+    why: String,
+}
+
+impl RunCa {
+    /// A new authority, named for this run.
+    pub fn new() -> Result<RunCa, CaError> {
+        let fail = |why: String| CaError {
+            what: "the run's certificate authority".into(),
+            why,
+        };
+        let mut params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| fail(e.to_string()))?;
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("cargo-llmreplay run CA (pid {})", std::process::id()),
+        );
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().map_err(|e| fail(e.to_string()))?;
+        let cert = params.self_signed(&key).map_err(|e| fail(e.to_string()))?;
+        Ok(RunCa {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(params, key),
+            leaves: Mutex::default(),
+        })
+    }
+
+    /// The authority's certificate, PEM.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// A TLS server configuration presenting a certificate for `host`, made once per host.
+    pub fn server_config(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, CaError> {
+        let host = host.to_ascii_lowercase();
+        if let Some(config) = self.leaves.lock().expect("ca lock").get(&host) {
+            return Ok(config.clone());
+        }
+        let fail = |why: String| CaError {
+            what: host.clone(),
+            why,
+        };
+        let mut params =
+            rcgen::CertificateParams::new(vec![host.clone()]).map_err(|e| fail(e.to_string()))?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, host.clone());
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+        let key = rcgen::KeyPair::generate().map_err(|e| fail(e.to_string()))?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(|e| fail(e.to_string()))?;
+        let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
+        let key = PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| fail(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| fail(e.to_string()))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        let mut leaves = self.leaves.lock().expect("ca lock");
+        if leaves.len() >= MAX_LEAVES {
+            leaves.clear();
+        }
+        leaves.insert(host, config.clone());
+        Ok(config)
+    }
+}
+
+/// A bundle for clients whose variable replaces their trust store (`SSL_CERT_FILE`,
+/// `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`): the roots they trusted before, then the run's CA.
+/// The roots are the user's `SSL_CERT_FILE` when set, else the system's store.
+pub fn bundle(ca_pem: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let own = std::env::var_os("SSL_CERT_FILE").and_then(|f| std::fs::read_to_string(f).ok());
+    match own {
+        Some(text) => out.push_str(&text),
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = write!(out, "{}", pem("CERTIFICATE", cert.as_ref()));
+            }
+        }
+    }
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(ca_pem);
+    out
+}
+
+/// DER as PEM, 64 base64 characters a line.
+fn pem(label: &str, der: &[u8]) -> String {
+    use base64::Engine as _;
+    let text = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in text.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}

@@ -1,0 +1,274 @@
+//! The daemon as each test's HTTP(S) proxy, on the same port as the base-URL routes: a
+//! `CONNECT host:443` gets a TLS connection whose certificate the run's CA made for that host,
+//! and every request inside it (and every absolute-form `http://` request) is routed as a
+//! base-URL route would be: the host's family, or the `http` family named by the host, for the
+//! test its proxy credentials name. A host `[capture] pass` names is tunnelled untouched.
+
+use crate::provider::{Provider, UpstreamSource};
+use crate::respond::{self, Body};
+use crate::route::Route;
+use crate::State;
+use base64::Engine as _;
+use cassettes::{ProviderName, TestId};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The test a proxy request's credentials name, if they name one.
+fn test_of(req: &Request<Incoming>) -> Option<TestId> {
+    let value = req.headers().get(http::header::PROXY_AUTHORIZATION)?;
+    let basic = value.to_str().ok()?.strip_prefix("Basic ")?;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(basic.trim())
+        .ok()?;
+    let user = String::from_utf8(decoded).ok()?;
+    let user = user.split_once(':').map_or(user.as_str(), |(u, _)| u);
+    // The token as given, or percent-encoded by a client that encodes userinfo.
+    let user = percent_encoding::percent_decode_str(user)
+        .decode_utf8()
+        .ok()?;
+    providers::env::test_of_token(&user).map(TestId::new)
+}
+
+/// The test of a proxy request, or the answer to give it: a first request with no credentials
+/// on a connection is challenged (clients that have them send them then); one that still has
+/// none is the `default` test's, which the report names.
+fn test_or_challenge(
+    req: &Request<Incoming>,
+    challenged: &AtomicBool,
+) -> Result<TestId, Box<Response<Body>>> {
+    if let Some(test) = test_of(req) {
+        return Ok(test);
+    }
+    if challenged.swap(true, Ordering::Relaxed) {
+        return Ok(TestId::new(TestId::DEFAULT));
+    }
+    let mut answer = respond::text(
+        StatusCode::PROXY_AUTHENTICATION_REQUIRED,
+        "cargo-llmreplay: this proxy files each call under its test, named in the proxy's credentials; `cargo llmreplay test` sets HTTPS_PROXY with them for every test".into(),
+    );
+    answer.headers_mut().insert(
+        http::header::PROXY_AUTHENTICATE,
+        http::HeaderValue::from_static("Basic realm=\"cargo-llmreplay\""),
+    );
+    Err(Box::new(answer))
+}
+
+fn capture_off() -> Response<Body> {
+    respond::text(
+        StatusCode::FORBIDDEN,
+        "cargo-llmreplay: capture is off ([capture] enabled = false in llmreplay.toml), so the daemon is no proxy; point the client at its base URL instead".into(),
+    )
+}
+
+/// A cassette name for a host the families do not know: the host, lowercase, with its port
+/// when it is not the scheme's.
+fn name_for(host: &str, port: Option<u16>) -> ProviderName {
+    let (name, _) = providers::for_host(host);
+    let name = match port {
+        Some(_) if !name.contains('.') => name,
+        Some(p) => format!("{name}_{p}"),
+        None => name,
+    };
+    let safe: String = name
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '.' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect();
+    ProviderName::new(safe.trim_start_matches(['.', '_', '-']))
+        .unwrap_or_else(|| ProviderName::new("http").expect("a valid name"))
+}
+
+impl State {
+    /// The provider of a captured host, made once per scheme, host and port.
+    fn captured_provider(&self, scheme: &str, host: &str, port: Option<u16>) -> Arc<Provider> {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let default_port = if scheme == "https" { 443 } else { 80 };
+        let port = port.filter(|p| *p != default_port);
+        let key = format!("{scheme}://{host}:{}", port.unwrap_or(default_port));
+        if let Some(p) = self.captured.lock().expect("captured lock").get(&key) {
+            return p.clone();
+        }
+        let (_, kind) = providers::for_host(&host);
+        let provider = Arc::new(Provider {
+            name: name_for(&host, port),
+            kind,
+            upstream: Some(self.settings.capture.upstream_of(scheme, &host, port)),
+            source: UpstreamSource::Captured,
+            parsed: Default::default(),
+        });
+        let mut captured = self.captured.lock().expect("captured lock");
+        // A client naming a new host on every call must not grow the daemon without bound.
+        if captured.len() >= 10_000 {
+            captured.clear();
+        }
+        captured.insert(key, provider.clone());
+        provider
+    }
+}
+
+/// `CONNECT host:port`: a tunnel that this daemon ends itself (TLS with a certificate for the
+/// host, the requests inside routed to the test's cassettes), or, for a `pass` host, a plain
+/// tunnel to it.
+pub(crate) async fn connect(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    challenged: &AtomicBool,
+) -> Response<Body> {
+    let Some(ca) = state.ca.clone().filter(|_| state.settings.capture.enabled) else {
+        return capture_off();
+    };
+    let Some(authority) = req.uri().authority().cloned() else {
+        return respond::text(
+            StatusCode::BAD_REQUEST,
+            "cargo-llmreplay: CONNECT needs host:port".into(),
+        );
+    };
+    let test = match test_or_challenge(&req, challenged) {
+        Ok(test) => test,
+        Err(answer) => return *answer,
+    };
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let port = authority.port_u16().unwrap_or(443);
+    if state.settings.capture.passes(&host) {
+        let target = pass_target(&state, &host, port);
+        tracing::info!(target: "cargo_llmreplay::request", test = ?test.as_str(), host = %host, "tunnelled ([capture] pass)");
+        tokio::spawn(async move {
+            let Ok(upgraded) = hyper::upgrade::on(req).await else {
+                return;
+            };
+            let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
+                tracing::warn!(target: "cargo_llmreplay::request", host = %target, "could not reach a [capture] pass host");
+                return;
+            };
+            let mut client = TokioIo::new(upgraded);
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+        });
+        return Response::new(respond::empty());
+    }
+    let config = match ca.server_config(&host) {
+        Ok(config) => config,
+        Err(e) => return respond::text(StatusCode::BAD_GATEWAY, format!("cargo-llmreplay: {e}")),
+    };
+    let provider = state.captured_provider("https", &host, Some(port));
+    let timeout = state.settings.limits.header_read_timeout;
+    tokio::spawn(async move {
+        let Ok(upgraded) = hyper::upgrade::on(req).await else {
+            return;
+        };
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        // A client that does not trust the run's CA ends the handshake here; its own error
+        // names the certificate.
+        let Ok(tls) = acceptor.accept(TokioIo::new(upgraded)).await else {
+            tracing::debug!(target: "cargo_llmreplay::request", host = %host, "a client refused the run's certificate (is SSL_CERT_FILE, or NODE_EXTRA_CA_CERTS, read?)");
+            return;
+        };
+        let service = hyper::service::service_fn(move |inner: Request<Incoming>| {
+            let (state, test, provider) = (state.clone(), test.clone(), provider.clone());
+            let host = host.clone();
+            async move {
+                let route = Route {
+                    test,
+                    upstream_path: inner.uri().path().to_string(),
+                    provider,
+                    captured: Some(host.clone()),
+                };
+                Ok::<_, std::convert::Infallible>(crate::dispatch(state, route, inner).await)
+            }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(timeout)
+            .serve_connection(TokioIo::new(tls), service)
+            .with_upgrades()
+            .await;
+    });
+    Response::new(respond::empty())
+}
+
+/// Where a `pass` host's tunnel goes: `--upstream HOST=URL`'s host and port, else the host.
+fn pass_target(state: &State, host: &str, port: u16) -> String {
+    let url = state
+        .settings
+        .capture
+        .upstream_of("https", host, Some(port));
+    let uri: http::Uri = url.parse().unwrap_or_default();
+    match uri.authority() {
+        Some(a) => format!("{}:{}", a.host(), a.port_u16().unwrap_or(port)),
+        None => format!("{host}:{port}"),
+    }
+}
+
+/// An absolute-form request (`GET http://host/path`), as a plain-HTTP client sends it to its
+/// proxy: routed as a captured call of that host.
+pub(crate) async fn absolute(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    challenged: &AtomicBool,
+) -> Response<Body> {
+    if state.ca.is_none() || !state.settings.capture.enabled {
+        return capture_off();
+    }
+    let test = match test_or_challenge(&req, challenged) {
+        Ok(test) => test,
+        Err(answer) => return *answer,
+    };
+    let uri = req.uri().clone();
+    let (Some(scheme), Some(host)) = (uri.scheme_str(), uri.host()) else {
+        return respond::text(
+            StatusCode::BAD_REQUEST,
+            "cargo-llmreplay: a proxy request names its scheme and host".into(),
+        );
+    };
+    if scheme != "http" {
+        return respond::text(
+            StatusCode::BAD_REQUEST,
+            format!("cargo-llmreplay: a proxy takes {scheme}:// through CONNECT, not as an absolute URL"),
+        );
+    }
+    let provider = state.captured_provider(scheme, host, uri.port_u16());
+    let route = Route {
+        test,
+        upstream_path: uri.path().to_string(),
+        provider,
+        captured: Some(host.to_ascii_lowercase()),
+    };
+    crate::dispatch(state, route, req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_need_no_escaping_and_come_back() {
+        use providers::env::{proxy_url, test_of_token, token};
+        let id = "my-crate::chat$streams/reply ›";
+        let t = token(id);
+        assert!(t
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
+        assert_eq!(test_of_token(&t).as_deref(), Some(id));
+        let url = proxy_url("http://127.0.0.1:9/", id);
+        assert_eq!(url, format!("http://{t}:@127.0.0.1:9"));
+    }
+
+    #[test]
+    fn hosts_name_their_cassettes() {
+        assert_eq!(name_for("api.openai.com", None).as_str(), "openai");
+        assert_eq!(
+            name_for("API.Search.example", None).as_str(),
+            "api.search.example"
+        );
+        assert_eq!(name_for("127.0.0.1", Some(8443)).as_str(), "127.0.0.1_8443");
+        assert!(ProviderName::new(name_for("::1", None).as_str()).is_some());
+    }
+}
