@@ -50,6 +50,12 @@ pub struct ServeArgs {
     /// an X-Test-Id header or the test `default`.
     #[arg(long, value_name = "ID", requires = "env")]
     test_id: Option<String>,
+    /// On Linux, file each connection that names no test (no /t/<id>/, no X-Test-Id, no proxy
+    /// credentials) under the test this variable names in the connecting process's environment
+    /// (a test runner's, e.g. PYTEST_CURRENT_TEST; its ` (call)` suffix is left out), read from
+    /// the process. Same user only; when it cannot be read, the test `default`.
+    #[arg(long, value_name = "NAME")]
+    test_id_env: Option<String>,
     #[command(flatten)]
     daemon: DaemonArgs,
 }
@@ -71,6 +77,17 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         let mode = settings.mode;
         let dir = settings.cassette_dir.clone();
         let daemon = Daemon::bind(settings, args.addr).await?;
+        if let Some(var) = &args.test_id_env {
+            if !daemon::peer::Peers::supported() {
+                return Err(Error::Usage(format!(
+                    "--test-id-env reads each connection's process, which needs Linux with /proc; send the test's id in an X-Test-Id header instead (of {var})"
+                )));
+            }
+            let _ = daemon.peers().set(daemon::peer::Peers::new(
+                None,
+                daemon::peer::IdVars::Named(var.clone()),
+            ));
+        }
         let journal = daemon.journal();
         let root = format!("http://{}", daemon.local_addr());
         let first = if args.env {

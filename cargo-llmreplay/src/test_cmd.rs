@@ -53,6 +53,20 @@ pub struct TestArgs {
     /// (cargo llmreplay review): accept, reject or skip each.
     #[arg(long)]
     review: bool,
+    /// How tests are pointed at the daemon. auto: on Linux, in replay, with no target runner
+    /// of your own, one environment for the whole run and each connection's test read from its
+    /// process (no exec per test); else exec: a target runner sets each test's environment.
+    #[arg(long, value_enum, default_value = "auto")]
+    runner: RunnerChoice,
+}
+
+/// How each test is pointed at the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum RunnerChoice {
+    /// Without a runner where that works, else exec.
+    Auto,
+    /// A target runner for every test process.
+    Exec,
 }
 
 /// This command's own flags, from its clap definition: switches, and flags that take a value.
@@ -211,6 +225,11 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         ));
     }
     let (runner_key, chain) = user_runner(&root)?;
+    // Record modes keep the runner: it notes which tests passed, which a re-record needs.
+    let runner_less = args.runner == RunnerChoice::Auto
+        && mode == daemon::Mode::Replay
+        && chain.is_empty()
+        && daemon::peer::Peers::supported();
     let runner = toml::Value::Array(
         runner_command()?
             .into_iter()
@@ -250,7 +269,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         }
         None => None,
     };
-    let (journal, store) = (daemon.journal(), daemon.store());
+    let (journal, store, peers) = (daemon.journal(), daemon.store(), daemon.peers());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = runtime.spawn(daemon.run(async {
         let _ = stopped.await;
@@ -269,13 +288,36 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let ran = temp("llmreplay-ran-")?;
     let results = temp("llmreplay-results-")?;
     let mut nextest = Command::new(&cargo);
+    nextest.args(["nextest", "run"]);
+    // One environment for the whole run, without a runner; the daemon reads each
+    // connection's test from the process that opened it.
+    let run_env = match runner_less {
+        true => {
+            let capture = ca_files
+                .as_ref()
+                .map(|(ca, bundle)| (ca.to_string_lossy(), bundle.to_string_lossy()));
+            runner_plugin::daemon_env(
+                &url,
+                None,
+                Some(&gateways),
+                true,
+                capture.as_ref().map(|(c, b)| (c.as_ref(), b.as_ref())),
+            )
+        }
+        false => Vec::new(),
+    };
+    if runner_less {
+        nextest.envs(run_env.iter().map(|(k, v)| (k, v)));
+    } else {
+        nextest
+            .arg("--config")
+            .arg(format!("{runner_key}={runner}"))
+            .env(DAEMON_URL_ENV, &url)
+            .env(RAN_FILE_ENV, ran.path())
+            .env(providers::env::GATEWAYS_ENV, &gateways);
+    }
     nextest
-        .args(["nextest", "run", "--config"])
-        .arg(format!("{runner_key}={runner}"))
         .args(&nextest_args)
-        .env(DAEMON_URL_ENV, &url)
-        .env(RAN_FILE_ENV, ran.path())
-        .env(providers::env::GATEWAYS_ENV, &gateways)
         .env("LLMREPLAY_MODE", mode.as_str());
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
@@ -283,7 +325,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if mode == daemon::Mode::Record {
         nextest.env(RESULTS_FILE_ENV, results.path());
     }
-    if let Some((ca, bundle)) = &ca_files {
+    if let (Some((ca, bundle)), false) = (&ca_files, runner_less) {
         nextest
             .env(CAPTURE_CA_ENV, ca)
             .env(CAPTURE_BUNDLE_ENV, bundle);
@@ -294,9 +336,46 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if std::env::var_os("NEXTEST_LOG").is_none() {
         nextest.env("NEXTEST_LOG", "info,cargo_nextest::dispatch=warn");
     }
-    let status = nextest
-        .status()
+    let mut child = nextest
+        .spawn()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
+    if runner_less {
+        let _ = peers.set(daemon::peer::Peers::new(
+            Some(child.id()),
+            daemon::peer::IdVars::Nextest,
+        ));
+        tracing::info!(target: "cargo_llmreplay::daemon", "no target runner: each connection's test is read from its process");
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Error::io("cannot run cargo nextest", e))?;
+    let stopped_early = fail_fast && !status.success();
+    // Without a runner, nothing says which tests ran but those that called. A cassette folder
+    // of a test that did not call is the only thing that needs more (it is unused, or an
+    // orphan, or its test was filtered out), and only then is the suite listed, for the run's
+    // filter: most runs list nothing.
+    let mut judged = !runner_less;
+    if runner_less && (scope.partition.is_some() || silent_folders(&store, &journal)?) {
+        let mut env = run_env.clone();
+        env.push(("LLMREPLAY_MODE".into(), mode.as_str().into()));
+        let listed = report::spawn_list(&cargo, &nextest_args, &env)
+            .map_err(|e| Error::io("cannot run cargo nextest list", e))
+            .and_then(report::read_list);
+        match listed {
+            Ok((suite, selected)) => {
+                journal.listed_all(suite);
+                // A run that stopped early did not run every selected test.
+                for test in selected.iter().filter(|_| !stopped_early) {
+                    journal.begin(test);
+                }
+                judged = true;
+            }
+            Err(e) => render::stderr(&format!(
+                "cargo-llmreplay: warning: no unused check: {}\n",
+                render::term_lines(&e.to_string())
+            )),
+        }
+    }
     for test in std::fs::read_to_string(ran.path())
         .unwrap_or_default()
         .lines()
@@ -319,7 +398,8 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
     // (a chained runner that swallowed the list, say).
     let suite = journal.suite();
-    let listed = if scope.filtered {
+    let listed = if scope.filtered || !judged {
+        // Unlisted without a runner: every cassette folder's test called, so none is an orphan.
         None
     } else if !suite.is_empty() {
         Some(suite)
@@ -344,7 +424,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         scope: &scope,
         listed: listed.as_ref(),
         tests_passed: status.success(),
-        stopped_early: fail_fast && !status.success(),
+        stopped_early,
         recorded,
         log: Some(&log),
     })?;
@@ -356,6 +436,16 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
     }
     Ok(outcome)
+}
+
+/// Whether a cassette folder belongs to no test that called the daemon in this run.
+fn silent_folders(store: &cassettes::Store, journal: &daemon::Journal) -> Result<bool> {
+    let called: std::collections::BTreeSet<String> = journal
+        .tests()
+        .iter()
+        .map(|t| cassettes::Slug::from_test_id(&cassettes::TestId::new(t.as_str())).to_string())
+        .collect();
+    Ok(store.folders()?.iter().any(|f| !called.contains(f)))
 }
 
 /// Says what the run changed in each test's cassettes. Under `--record`, a test whose last

@@ -136,11 +136,32 @@ pub struct Capture {
     pub hosts: BTreeMap<String, String>,
 }
 
+/// Hosts always tunnelled untouched: package registries, which a build or a test's setup may
+/// reach through the proxy the run sets.
+pub const PASS_ALWAYS: &[&str] = &[
+    "crates.io",
+    "*.crates.io",
+    "static.rust-lang.org",
+    "github.com",
+    "*.github.com",
+    "*.githubusercontent.com",
+    "pypi.org",
+    "files.pythonhosted.org",
+    "registry.npmjs.org",
+];
+
 impl Default for Capture {
     fn default() -> Self {
         Capture {
             enabled: true,
-            pass: Vec::new(),
+            pass: PASS_ALWAYS
+                .iter()
+                .map(|p| {
+                    let m = cassettes::glob::glob(p, cassettes::glob::Separator::Any)
+                        .expect("built-in globs compile");
+                    (p.to_string(), m)
+                })
+                .collect(),
             hosts: BTreeMap::new(),
         }
     }

@@ -7,13 +7,14 @@
 use crate::provider::{Provider, UpstreamSource};
 use crate::respond::{self, Body};
 use crate::route::Route;
+use crate::Conn;
 use crate::State;
 use base64::Engine as _;
 use cassettes::{ProviderName, TestId};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The test a proxy request's credentials name, if they name one.
@@ -35,14 +36,18 @@ fn test_of(req: &Request<Incoming>) -> Option<TestId> {
 /// The test of a proxy request, or the answer to give it: a first request with no credentials
 /// on a connection is challenged (clients that have them send them then); one that still has
 /// none is the `default` test's, which the report names.
-fn test_or_challenge(
+async fn test_or_challenge(
+    state: &Arc<State>,
     req: &Request<Incoming>,
-    challenged: &AtomicBool,
+    conn: &Conn,
 ) -> Result<TestId, Box<Response<Body>>> {
     if let Some(test) = test_of(req) {
         return Ok(test);
     }
-    if challenged.swap(true, Ordering::Relaxed) {
+    if let Some(test) = conn.peer_test(state).await {
+        return Ok(test);
+    }
+    if conn.challenged.swap(true, Ordering::Relaxed) {
         return Ok(TestId::new(TestId::DEFAULT));
     }
     let mut answer = respond::text(
@@ -117,7 +122,7 @@ impl State {
 pub(crate) async fn connect(
     state: Arc<State>,
     req: Request<Incoming>,
-    challenged: &AtomicBool,
+    conn: &Conn,
 ) -> Response<Body> {
     let Some(ca) = state.ca.clone().filter(|_| state.settings.capture.enabled) else {
         return capture_off();
@@ -128,7 +133,7 @@ pub(crate) async fn connect(
             "cargo-llmreplay: CONNECT needs host:port".into(),
         );
     };
-    let test = match test_or_challenge(&req, challenged) {
+    let test = match test_or_challenge(&state, &req, conn).await {
         Ok(test) => test,
         Err(answer) => return *answer,
     };
@@ -212,12 +217,12 @@ fn pass_target(state: &State, host: &str, port: u16) -> String {
 pub(crate) async fn absolute(
     state: Arc<State>,
     req: Request<Incoming>,
-    challenged: &AtomicBool,
+    conn: &Conn,
 ) -> Response<Body> {
     if state.ca.is_none() || !state.settings.capture.enabled {
         return capture_off();
     }
-    let test = match test_or_challenge(&req, challenged) {
+    let test = match test_or_challenge(&state, &req, conn).await {
         Ok(test) => test,
         Err(answer) => return *answer,
     };

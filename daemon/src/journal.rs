@@ -423,6 +423,11 @@ impl Journal {
         );
     }
 
+    /// Notes the whole suite at once, as `cargo nextest list` gave it.
+    pub fn listed_all(&self, tests: std::collections::BTreeSet<String>) {
+        self.listed.lock().expect("journal lock").extend(tests);
+    }
+
     /// The suite as listed by nextest in this run, ignored tests included.
     pub fn suite(&self) -> std::collections::BTreeSet<String> {
         self.listed.lock().expect("journal lock").clone()

@@ -17,6 +17,7 @@ mod exchange;
 pub mod faults;
 mod intercept;
 pub mod journal;
+pub mod peer;
 pub mod provider;
 mod proxy;
 pub mod resend;
@@ -120,6 +121,71 @@ pub(crate) struct State {
     pub ca: Option<Arc<ca::RunCa>>,
     /// The providers of the hosts captured so far, by scheme, host and port.
     pub captured: std::sync::Mutex<std::collections::HashMap<String, Arc<provider::Provider>>>,
+    /// How to tell a connection's test from its process, once set (README, "Identifying a
+    /// connection's test").
+    pub peers: Arc<std::sync::OnceLock<peer::Peers>>,
+    /// The newest attempt seen of each test a peer named: a higher one starts its sequence
+    /// afresh, as a retry does.
+    pub attempts: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+}
+
+/// What the daemon knows of one connection.
+pub(crate) struct Conn {
+    /// Whether a proxy request on it was already challenged for credentials.
+    pub challenged: std::sync::atomic::AtomicBool,
+    peer: SocketAddr,
+    local: SocketAddr,
+    /// Its test, from its process, once asked: a connection is one test's.
+    identified: tokio::sync::OnceCell<Option<cassettes::TestId>>,
+}
+
+impl Conn {
+    /// The test of the process at the other end, when peers are identified; cached.
+    pub async fn peer_test(&self, state: &Arc<State>) -> Option<cassettes::TestId> {
+        let peers = state.peers.get()?.clone();
+        self.identified
+            .get_or_init(|| async {
+                let (peer, local) = (self.peer, self.local);
+                let started = std::time::Instant::now();
+                // A few hundred microseconds of /proc reads, once per connection: cheaper on
+                // this worker than the hop to a blocking thread and back.
+                let found = match tokio::runtime::Handle::current().runtime_flavor() {
+                    tokio::runtime::RuntimeFlavor::MultiThread => {
+                        tokio::task::block_in_place(|| peers.identify(peer, local))
+                    }
+                    _ => peers.identify(peer, local),
+                };
+                tracing::trace!(target: "cargo_llmreplay::daemon", us = started.elapsed().as_micros() as u64, "identified a connection's process");
+                match found {
+                    Ok(p) => {
+                        state.note_attempt(&p.test, p.attempt);
+                        Some(cassettes::TestId::new(p.test))
+                    }
+                    Err(why) => {
+                        tracing::warn!(target: "cargo_llmreplay::daemon", "cannot tell this connection's test from its process ({why}); its requests are filed under `default` unless they name their test");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+}
+
+impl State {
+    /// Notes that a peer's process runs `attempt` of `test`: the first attempt begins it, a
+    /// later one starts its sequence afresh.
+    fn note_attempt(&self, test: &str, attempt: u32) {
+        let mut attempts = self.attempts.lock().expect("attempts lock");
+        let last = attempts.entry(test.to_string()).or_insert(0);
+        if attempt > *last {
+            if *last > 0 {
+                self.store.reset_test(&cassettes::TestId::new(test));
+            }
+            *last = attempt;
+            self.journal.begin(test);
+        }
+    }
 }
 
 /// Counts the WebSocket sessions in flight; each holds a [`SessionGuard`].
@@ -197,8 +263,16 @@ impl Daemon {
             sessions: Sessions::default(),
             ca,
             captured: Default::default(),
+            peers: Arc::default(),
+            attempts: Default::default(),
         });
         Ok(Daemon { listener, state })
+    }
+
+    /// Where to set how a connection's test is told from its process: once the test run's
+    /// root process is known (`cargo llmreplay test`), or at start (`serve --test-id-env`).
+    pub fn peers(&self) -> Arc<std::sync::OnceLock<peer::Peers>> {
+        self.state.peers.clone()
     }
 
     /// The run's CA certificate (PEM), when the daemon is the tests' proxy.
@@ -258,11 +332,15 @@ impl Daemon {
                     // Streams are many small writes: without this they wait on delayed ACKs.
                     let _ = socket.set_nodelay(true);
                     let state = self.state.clone();
-                    // Per connection: whether a proxy request on it was already challenged.
-                    let challenged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                    let conn = Arc::new(Conn {
+                        challenged: std::sync::atomic::AtomicBool::new(false),
+                        peer: socket.peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+                        local: socket.local_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+                        identified: tokio::sync::OnceCell::new(),
+                    });
                     let service = service_fn(move |req| {
-                        let (state, challenged) = (state.clone(), challenged.clone());
-                        async move { Ok::<_, Infallible>(handle(state, req, &challenged).await) }
+                        let (state, conn) = (state.clone(), conn.clone());
+                        async move { Ok::<_, Infallible>(handle(state, req, &conn).await) }
                     });
                     // The header read timeout also ends idle kept-alive connections: its clock
                     // starts whenever the connection waits for a request head.
@@ -304,18 +382,14 @@ impl Daemon {
 
 /// The front door: a request to this daemon is a proxy's (`CONNECT`, or an absolute URL),
 /// refused (a foreign `Host`), a control route, a WebSocket session, or one HTTP exchange.
-async fn handle(
-    state: Arc<State>,
-    req: Request<Incoming>,
-    challenged: &std::sync::atomic::AtomicBool,
-) -> Response<Body> {
+async fn handle(state: Arc<State>, req: Request<Incoming>, conn: &Conn) -> Response<Body> {
     // A proxy request names the host it is for, not this daemon: before the Host check.
     // Browsers send neither form to a server, so a page cannot use them to reach the daemon.
     if req.method() == http::Method::CONNECT {
-        return intercept::connect(state, req, challenged).await;
+        return intercept::connect(state, req, conn).await;
     }
     if req.uri().scheme().is_some() {
-        return intercept::absolute(state, req, challenged).await;
+        return intercept::absolute(state, req, conn).await;
     }
     if let Some(port) = state.loopback_port {
         if !route::loopback_host(req.headers().get(http::header::HOST), port) {
@@ -344,7 +418,17 @@ async fn handle(
             )
         }
     };
-    let route = match route::resolve(req.uri().path(), test_header, &state.settings.providers) {
+    // Named by neither the path nor a header: the test of the process that sent it.
+    let from_peer = match (req.uri().path().starts_with("/t/"), test_header) {
+        (false, None) => conn.peer_test(&state).await,
+        _ => None,
+    };
+    let route = match route::resolve(
+        req.uri().path(),
+        test_header,
+        from_peer,
+        &state.settings.providers,
+    ) {
         Ok(route) => route,
         Err(e) => return respond::text(e.status(), e.message()),
     };

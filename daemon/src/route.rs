@@ -42,9 +42,12 @@ impl RouteError {
     }
 }
 
+/// `from_peer` is the test the connection's process names, used when neither the path nor
+/// the header names one.
 pub fn resolve(
     path: &str,
     test_header: Option<&str>,
+    from_peer: Option<TestId>,
     providers: &[Arc<Provider>],
 ) -> Result<Route, RouteError> {
     // A base URL that ends in `/` gives `//openai/...`: runs of slashes are one, so that no
@@ -87,6 +90,7 @@ pub fn resolve(
     };
     let test = test
         .or(from_header)
+        .or(from_peer)
         .unwrap_or_else(|| TestId::new(TestId::DEFAULT));
     // Every path from here starts with one `/` (the test id's segment included).
     let rest = if rest.starts_with('/') { rest } else { "/" };
@@ -183,6 +187,7 @@ mod tests {
         let r = resolve(
             "/t/my-crate%3A%3Achat%24streams_reply/openai/v1/chat/completions",
             None,
+            None,
             &ps,
         )
         .unwrap();
@@ -191,25 +196,40 @@ mod tests {
             (r.provider.name.as_str(), r.upstream_path.as_str()),
             ("openai", "/v1/chat/completions")
         );
-        let r = resolve("/anthropic/v1/messages", Some("suite > one"), &ps).unwrap();
+        let r = resolve("/anthropic/v1/messages", Some("suite > one"), None, &ps).unwrap();
         assert_eq!(
             (r.test.as_str(), r.provider.name.as_str()),
             ("suite > one", "anthropic")
         );
-        let r = resolve("/anthropic/v1/messages", Some("suite %E2%80%BA one"), &ps).unwrap();
+        let r = resolve(
+            "/anthropic/v1/messages",
+            Some("suite %E2%80%BA one"),
+            None,
+            &ps,
+        )
+        .unwrap();
         assert_eq!(r.test.as_str(), "suite \u{203a} one");
         assert_eq!(
-            resolve("/anthropic/v1/messages", Some("%FF"), &ps)
+            resolve("/anthropic/v1/messages", Some("%FF"), None, &ps)
                 .unwrap_err()
                 .status(),
             400
         );
-        let r = resolve("/v1beta/models/g:generateContent", None, &ps).unwrap();
+        let peer = || Some(TestId::new("from$peer"));
+        let r = resolve("/anthropic/v1/messages", None, peer(), &ps).unwrap();
+        assert_eq!(
+            r.test.as_str(),
+            "from$peer",
+            "the peer's test when nothing else names one"
+        );
+        let r = resolve("/anthropic/v1/messages", Some("header"), peer(), &ps).unwrap();
+        assert_eq!(r.test.as_str(), "header", "a header wins over the peer");
+        let r = resolve("/v1beta/models/g:generateContent", None, None, &ps).unwrap();
         assert_eq!(
             (r.test.as_str(), r.provider.name.as_str()),
             ("default", "gemini")
         );
-        let r = resolve("/t/x/api/chat", None, &ps).unwrap();
+        let r = resolve("/t/x/api/chat", None, None, &ps).unwrap();
         assert_eq!(
             (
                 r.test.as_str(),
@@ -222,7 +242,7 @@ mod tests {
             "//openai/v1/chat/completions",
             "/t/x//openai//v1/chat/completions",
         ] {
-            let r = resolve(doubled, None, &ps).unwrap();
+            let r = resolve(doubled, None, None, &ps).unwrap();
             assert_eq!(
                 (r.provider.name.as_str(), r.upstream_path.as_str()),
                 ("openai", "/v1/chat/completions"),
@@ -242,10 +262,10 @@ mod tests {
             ),
             ("/anthropic/messagesx", "/messagesx"),
         ] {
-            let r = resolve(quirk, None, &ps).unwrap();
+            let r = resolve(quirk, None, None, &ps).unwrap();
             assert_eq!(r.upstream_path, canonical, "{quirk}");
         }
-        assert!(resolve("/t/x/elsewhere", None, &ps)
+        assert!(resolve("/t/x/elsewhere", None, None, &ps)
             .unwrap_err()
             .message()
             .contains("no provider"));
@@ -254,7 +274,7 @@ mod tests {
             "/openai/./v1/x",
             "/t/x/openai/v1/%2e%2E/y",
         ] {
-            let e = resolve(dots, None, &ps).unwrap_err();
+            let e = resolve(dots, None, None, &ps).unwrap_err();
             assert_eq!(e.status(), 400, "{dots}");
         }
     }
@@ -265,7 +285,7 @@ mod tests {
         #[test]
         fn any_path_routes_or_errs(path in "/[\\PC/%.]{0,80}", header in proptest::option::of("\\PC{0,20}")) {
             let ps = providers();
-            if let Ok(r) = resolve(&path, header.as_deref(), &ps) {
+            if let Ok(r) = resolve(&path, header.as_deref(), None, &ps) {
                 let collapsed = collapse_slashes(&path);
                 // A client quirk may put the API's version in front (`/v1` + `/messages`).
                 let tail = ["/v1beta", "/v1"].iter().find_map(|v| {

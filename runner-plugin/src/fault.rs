@@ -140,12 +140,22 @@ impl Fault {
     }
 }
 
+/// The test's base URL: `LLMREPLAY_BASE_URL` as the runner sets it (`<root>/t/<id>`), or, when
+/// one base URL serves the whole run (Linux, no target runner), that root with this test's id
+/// as nextest names it.
 fn base_url() -> std::io::Result<String> {
-    std::env::var("LLMREPLAY_BASE_URL").map_err(|_| {
+    let base = std::env::var("LLMREPLAY_BASE_URL").map_err(|_| {
         std::io::Error::other(
             "LLMREPLAY_BASE_URL is not set: run the test under `cargo llmreplay test`, or use register_at with the test's base URL",
         )
-    })
+    })?;
+    if base.contains("/t/") {
+        return Ok(base);
+    }
+    match crate::nextest_test_id() {
+        Some(id) => Ok(crate::test_base_url(&base, &id)),
+        None => Ok(base),
+    }
 }
 
 /// `METHOD <base>/__llmreplay/faults` with a JSON body; the answer's body, or an error with

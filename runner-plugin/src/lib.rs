@@ -9,8 +9,8 @@ mod runner;
 
 pub use fault::{clear_faults, fault, Fault};
 pub use runner::{
-    run, CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, PLACEHOLDER_KEY,
-    RAN_FILE_ENV, RESULTS_FILE_ENV, RUNNER_FAILED,
+    daemon_env, run, CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV,
+    PLACEHOLDER_KEY, RAN_FILE_ENV, RESULTS_FILE_ENV, RUNNER_FAILED,
 };
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -32,11 +32,22 @@ pub fn test_base_url(root: &str, test_id: &str) -> String {
     )
 }
 
+/// This process's test id from the variables nextest sets in every test process.
+pub fn nextest_test_id() -> Option<String> {
+    let binary = std::env::var("NEXTEST_BINARY_ID").ok()?;
+    let name = std::env::var("NEXTEST_TEST_NAME").ok()?;
+    Some(format!("{binary}${name}"))
+}
+
 /// A test id as nextest would give it, `<binary id>$<test name>`, for the test running on this
 /// thread under plain `cargo test` (libtest names each test's thread after the test). Under
-/// nextest, `LLMREPLAY_TEST_ID` is set and wins. Use [`test_id!`] to fill in the binary id.
+/// `cargo llmreplay test`, `LLMREPLAY_TEST_ID` (set by the runner) or nextest's own variables
+/// win. Use [`test_id!`] to fill in the binary id.
 pub fn thread_test_id(binary_id: &str) -> Option<String> {
     if let Ok(id) = std::env::var("LLMREPLAY_TEST_ID") {
+        return Some(id);
+    }
+    if let Some(id) = nextest_test_id() {
         return Some(id);
     }
     let thread = std::thread::current();

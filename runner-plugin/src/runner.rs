@@ -134,32 +134,23 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
     let binary = std::env::var("NEXTEST_BINARY_ID").unwrap_or_default();
     let name = std::env::var("NEXTEST_TEST_NAME").unwrap_or_default();
     let id = format!("{binary}${name}");
-    let base = test_base_url(root, &id);
-    // Every variable a popular client reads for its base URL, for every family and gateway.
-    let routed = providers::env::routed_from(std::env::var(GATEWAYS_ENV).ok().as_deref());
-    cmd.envs(providers::env::injected(&base, &routed))
-        .env("LLMREPLAY_TEST_ID", &id)
-        .env("LLMREPLAY_BASE_URL", base)
-        .env_remove(GATEWAYS_ENV);
     let capture = match (
         std::env::var(CAPTURE_CA_ENV),
         std::env::var(CAPTURE_BUNDLE_ENV),
     ) {
-        (Ok(ca), Ok(bundle)) => {
-            let proxy = providers::env::proxy_url(root, &id);
-            cmd.envs(providers::env::capture_vars(&proxy, &ca, &bundle));
-            true
-        }
-        _ => false,
+        (Ok(ca), Ok(bundle)) => Some((ca, bundle)),
+        _ => None,
     };
-    loopback_bypasses_proxy(cmd, capture);
-    if std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay") {
-        for var in providers::env::key_vars(&routed) {
-            if std::env::var_os(&var).is_none() {
-                cmd.env(var, PLACEHOLDER_KEY);
-            }
-        }
-    }
+    let replay = std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay");
+    let gateways = std::env::var(GATEWAYS_ENV).ok();
+    cmd.envs(daemon_env(
+        root,
+        Some(&id),
+        gateways.as_deref(),
+        replay,
+        capture.as_ref().map(|(c, b)| (c.as_str(), b.as_str())),
+    ))
+    .env_remove(GATEWAYS_ENV);
     // Tells the daemon this test runs (for the unused report) and, on a retry, that its
     // sequence starts afresh. A first attempt has no cursors to reset, so a line in the ran
     // file says enough; a retry waits for the daemon's answer, or its first request could
@@ -179,35 +170,75 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
     id
 }
 
-/// Test processes reach the daemon (and anything else) on loopback directly, whatever proxy
-/// the developer's shell sets or capture injects: clients that honour `HTTPS_PROXY` (httpx,
-/// reqwest, the SDKs) would otherwise send base-URL requests through a proxy.
-fn loopback_bypasses_proxy(cmd: &mut Command, capture: bool) {
-    let proxied = capture
+/// The environment that points a test at the daemon at `root` (README, "Per-test injection"):
+/// every base-URL variable of every family and gateway, `LLMREPLAY_BASE_URL`, a placeholder for
+/// each key left unset in replay, the daemon as the proxy with the run's CA when `capture`
+/// names its files, and loopback out of any proxy. With `id` (the runner's way), the URLs and
+/// the proxy's credentials name the test; without one (one environment for the whole run),
+/// they are the root's, and the daemon tells each connection's test from its process.
+pub fn daemon_env(
+    root: &str,
+    id: Option<&str>,
+    gateways: Option<&str>,
+    replay: bool,
+    capture: Option<(&str, &str)>,
+) -> Vec<(String, String)> {
+    let base = match id {
+        Some(id) => test_base_url(root, id),
+        None => root.trim_end_matches('/').to_string(),
+    };
+    let routed = providers::env::routed_from(gateways);
+    let mut env = providers::env::injected(&base, &routed);
+    if let Some(id) = id {
+        env.push(("LLMREPLAY_TEST_ID".into(), id.to_string()));
+    }
+    env.push(("LLMREPLAY_BASE_URL".into(), base));
+    if let Some((ca, bundle)) = capture {
+        let proxy = match id {
+            Some(id) => providers::env::proxy_url(root, id),
+            None => root.trim_end_matches('/').to_string(),
+        };
+        env.extend(
+            providers::env::capture_vars(&proxy, ca, bundle)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v)),
+        );
+    }
+    // Test processes reach the daemon (and anything else) on loopback directly, whatever
+    // proxy the developer's shell sets or capture injects: clients that honour HTTPS_PROXY
+    // (httpx, reqwest, the SDKs) would otherwise send base-URL requests through a proxy.
+    let proxied = capture.is_some()
         || providers::env::PROXY_VARS
             .iter()
             .any(|v| std::env::var_os(v).is_some_and(|p| !p.is_empty()));
-    if !proxied {
-        return;
-    }
-    let current = providers::env::NO_PROXY_VARS
-        .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|h| !h.is_empty()))
-        .unwrap_or_default();
-    let mut hosts: Vec<&str> = current
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .collect();
-    for loopback in ["127.0.0.1", "localhost", "::1"] {
-        if !hosts.contains(&loopback) {
-            hosts.push(loopback);
+    if proxied {
+        let current = providers::env::NO_PROXY_VARS
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|h| !h.is_empty()))
+            .unwrap_or_default();
+        let mut hosts: Vec<&str> = current
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .collect();
+        for loopback in ["127.0.0.1", "localhost", "::1"] {
+            if !hosts.contains(&loopback) {
+                hosts.push(loopback);
+            }
+        }
+        let hosts = hosts.join(",");
+        for var in providers::env::NO_PROXY_VARS {
+            env.push((var.to_string(), hosts.clone()));
         }
     }
-    let hosts = hosts.join(",");
-    for var in providers::env::NO_PROXY_VARS {
-        cmd.env(var, &hosts);
+    if replay {
+        for var in providers::env::key_vars(&routed) {
+            if std::env::var_os(&var).is_none() {
+                env.push((var, PLACEHOLDER_KEY.to_string()));
+            }
+        }
     }
+    env
 }
 
 /// One write with O_APPEND: lines of parallel tests never interleave.

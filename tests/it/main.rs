@@ -14,6 +14,7 @@ mod daemon;
 mod faults;
 mod hostile;
 mod network;
+mod peers;
 mod rerun;
 mod review;
 mod sdk;

@@ -7,7 +7,7 @@ mod scope;
 mod summary;
 
 pub use command::{run, ReportCommand};
-pub use scope::{list_tests, RunScope};
+pub use scope::{list_tests, read_list, spawn_list, RunScope};
 
 use crate::error::{exit, Error, Outcome, Result};
 use cassettes::git::{changes_against_head, Change};

@@ -87,6 +87,107 @@ impl RunScope {
     }
 }
 
+/// Options of `cargo nextest run` that `list` does not take (they say how tests run, not
+/// which): switches, and those followed by a value.
+const RUN_ONLY: &[&str] = &[
+    "--no-fail-fast",
+    "--fail-fast",
+    "--no-capture",
+    "--nocapture",
+    "--hide-progress-bar",
+];
+const RUN_ONLY_WITH_VALUE: &[&str] = &[
+    "--retries",
+    "--max-fail",
+    "--test-threads",
+    "-j",
+    "--jobs",
+    "--failure-output",
+    "--success-output",
+    "--status-level",
+    "--final-status-level",
+    "--no-tests",
+    "--message-format",
+    "--message-format-version",
+    "--stress-count",
+    "--stress-duration",
+    "--show-progress",
+    "--max-progress-running",
+];
+
+/// `cargo nextest list` of the tests a run with these arguments selects. `env` is the run's:
+/// a build that reads a variable the run sets would otherwise be built again.
+pub fn spawn_list(
+    cargo: &OsStr,
+    run_args: &[OsString],
+    env: &[(String, String)],
+) -> std::io::Result<std::process::Child> {
+    let mut args: Vec<OsString> = Vec::new();
+    let mut it = run_args.iter();
+    while let Some(arg) = it.next() {
+        let s = arg.to_string_lossy();
+        if s == "--" {
+            args.push(arg.clone());
+            args.extend(it.by_ref().cloned());
+            break;
+        }
+        let flag = s.split('=').next().unwrap_or_default();
+        if RUN_ONLY.contains(&flag) {
+            continue;
+        }
+        if RUN_ONLY_WITH_VALUE.contains(&flag) {
+            if !s.contains('=') {
+                it.next();
+            }
+            continue;
+        }
+        args.push(arg.clone());
+    }
+    Command::new(cargo)
+        .args([
+            "nextest",
+            "list",
+            "--message-format",
+            "json",
+            "--cargo-quiet",
+        ])
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+}
+
+/// What a `spawn_list` printed: every test id of the suite, and those the run selected.
+pub fn read_list(child: std::process::Child) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+    let out = child
+        .wait_with_output()
+        .map_err(|e| Error::io("cannot run cargo nextest list", e))?;
+    if !out.status.success() {
+        return Err(Error::Precondition(format!(
+            "cargo nextest list failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let list: nextest_metadata::TestListSummary =
+        serde_json::from_slice(&out.stdout).map_err(|e| {
+            Error::Precondition(format!(
+                "cargo nextest list printed what this version cannot read: {e}"
+            ))
+        })?;
+    let (mut suite, mut selected) = (BTreeSet::new(), BTreeSet::new());
+    for (binary, s) in &list.rust_suites {
+        for (name, case) in &s.test_cases {
+            let id = format!("{}${}", binary.as_str(), name.as_str());
+            if matches!(case.filter_match, nextest_metadata::FilterMatch::Matches) {
+                selected.insert(id.clone());
+            }
+            suite.insert(id);
+        }
+    }
+    Ok((suite, selected))
+}
+
 /// Every test id of the suite, from `cargo nextest list` (run after the tests, so it builds
 /// nothing new).
 pub fn list_tests(cargo: &OsStr, scope: &RunScope) -> Result<BTreeSet<String>> {

@@ -1,0 +1,81 @@
+//! The cost of telling a connection's test from its process (Linux): 16 test processes, each
+//! holding a connection to a listener, as 16 parallel tests would; every connection is
+//! identified over and over, and the median and 99th percentile per identification printed.
+//!
+//!   cargo bench -p llmreplay-daemon --bench peer
+
+#[cfg(target_os = "linux")]
+fn main() {
+    use llmreplay_daemon::peer::{IdVars, Peers};
+    use std::time::Instant;
+
+    const PROCESSES: usize = 16;
+    const ROUNDS: usize = 200;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut children = Vec::new();
+    let mut conns = Vec::new();
+    for i in 0..PROCESSES {
+        // Each child opens its connection, then waits on it; its environment names its test.
+        let child = std::process::Command::new("bash")
+            .args([
+                "-c",
+                &format!("exec 3<>/dev/tcp/127.0.0.1/{port}; read -t 120 <&3"),
+            ])
+            .env("NEXTEST_BINARY_ID", "bench::many")
+            .env("NEXTEST_TEST_NAME", format!("t{i}"))
+            .env("NEXTEST_ATTEMPT", "1")
+            .spawn()
+            .unwrap();
+        children.push(child);
+        conns.push(listener.accept().unwrap());
+    }
+    let peers = Peers::new(Some(std::process::id()), IdVars::Nextest);
+    // A process's first connection walks the run's process tree; its next ones (a test opens
+    // several, one after another) are found among the processes seen last.
+    let (mut first, mut next) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let fresh = Peers::new(Some(std::process::id()), IdVars::Nextest);
+        for (stream, peer) in &conns {
+            let local = stream.local_addr().unwrap();
+            let t = Instant::now();
+            let found = fresh.identify(*peer, local).expect("identified");
+            first.push(t.elapsed().as_secs_f64() * 1e6);
+            let t = Instant::now();
+            let again = fresh.identify(*peer, local).expect("identified");
+            next.push(t.elapsed().as_secs_f64() * 1e6);
+            assert!(found.test.starts_with("bench::many$t") && again == found);
+        }
+    }
+    // Each connection named its own process's test.
+    for (i, child) in children.iter().enumerate() {
+        let (stream, peer) = &conns[i];
+        let found = peers.identify(*peer, stream.local_addr().unwrap()).unwrap();
+        let want = format!("bench::many$t{i}");
+        assert_eq!(found.test, want, "child {}", child.id());
+    }
+    for (what, mut times) in [
+        ("a process's first connection", first),
+        ("its next connection", next),
+    ] {
+        times.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize];
+        println!(
+            "{what}, among {PROCESSES} test processes: median {:.0} µs, p99 {:.0} µs, min {:.0} µs ({} identifications)",
+            at(0.5),
+            at(0.99),
+            times[0],
+            times.len()
+        );
+    }
+    drop(conns);
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn main() {
+    println!("identifying a connection's process needs Linux");
+}
