@@ -49,7 +49,9 @@ def main():
     nextest = ["cargo", "nextest", "run", "--cargo-quiet"]
     runner_only = nextest + ["--config", f"target.'cfg(all())'.runner=['{a.runner}']"]
     lr = [a.llmreplay, "llmreplay", "test", "--cargo-quiet"]
-    lr_static = [a.llmreplay_static, "llmreplay", "test", "--cargo-quiet"] if a.llmreplay_static else None
+    # On Linux, replay runs without a target runner by default; --runner exec (with the static
+    # runner) is the design it replaces, measured beside it.
+    lr_static = [a.llmreplay_static, "llmreplay", "test", "--cargo-quiet", "--runner", "exec"] if a.llmreplay_static else None
     try:
         workspace(os.path.join(tmp, "quiet"), "quiet",
                   "".join(f"#[test]\nfn t{i}() {{ assert_eq!({i} + 1, {i + 1}); }}\n" for i in range(200)), a.client)
@@ -77,7 +79,7 @@ def main():
             + ([("static", lr_static + ["--deny", "unused"], dict(env, CI="true"))] if lr_static else []))
         ms = lambda v: f"{statistics.median(v) * 1000:.0f} ms"
         print(f"\n{a.runs} rounds after 2 warm-up rounds, commands in turn, builds warm; medians:\n")
-        print("| workspace | plain cargo nextest run | nextest + our runner only | cargo llmreplay test | overhead | of which the runner | with the static runner | overhead |")
+        print("| workspace | plain cargo nextest run | nextest + our runner only | cargo llmreplay test | overhead | runner alone | --runner exec, static runner | overhead |")
         print("|---|---|---|---|---|---|---|---|")
         for name, t in results.items():
             base = statistics.median(t["nextest"])
@@ -86,7 +88,8 @@ def main():
             print(f"| {name} | {ms(t['nextest'])} | {ms(t['runner'])} | {ms(t['llmreplay'])} | {pct('llmreplay'):+.1f}% | {pct('runner'):+.1f}% | {static} |")
         print("\n(50 x 4: the baseline's tests call the floor server directly; llmreplay replays the same answers"
               " from cassettes, with CI=true and --deny unused. 'our runner only' runs nextest with the target"
-              " runner and no daemon, so the runner just execs each test.)")
+              " runner and no daemon, so the runner just execs each test. On Linux `cargo llmreplay test`"
+              " replays with no runner: each connection's test is read from its process.)")
     finally:
         floor.kill()
         shutil.rmtree(tmp, ignore_errors=True)
