@@ -484,26 +484,12 @@ fn count(old: &[Interaction], new: &[Interaction], change: &mut Change) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::interaction;
+    use crate::testing::{commit_all, interaction};
     fn write(path: &Path, interactions: Vec<Interaction>) {
         let mut c = Cassette::new("t", "openai");
         c.interactions = interactions;
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, c.to_bytes()).unwrap();
-    }
-
-    fn commit_all(repo: &git2::Repository) {
-        let mut index = repo.index().unwrap();
-        index
-            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
-            .unwrap();
-        index.write().unwrap();
-        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
-        let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        let parent = repo.head().ok().and_then(|h| h.peel_to_commit().ok());
-        let parents: Vec<&git2::Commit> = parent.iter().collect();
-        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &parents)
-            .unwrap();
     }
 
     #[test]

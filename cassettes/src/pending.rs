@@ -166,19 +166,7 @@ pub fn reject(diff: &Diff, cassette_dir: &Path, rejected: &[&Pending]) -> Result
 mod tests {
     use super::*;
     use crate::format::{Cassette, RecordedResponse};
-    use crate::testing::interaction;
-
-    fn commit_all(repo: &git2::Repository) {
-        let mut index = repo.index().unwrap();
-        index
-            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
-            .unwrap();
-        index.write().unwrap();
-        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
-        let sig = git2::Signature::now("t", "t@example.com").unwrap();
-        repo.commit(Some("HEAD"), &sig, &sig, "cassettes", &tree, &[])
-            .unwrap();
-    }
+    use crate::testing::{commit_all, interaction};
 
     /// A changed, a removed (its answer in a blob) and an added interaction: their ids, and
     /// rejecting all three gives back HEAD's file and blob, byte for byte.

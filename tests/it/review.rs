@@ -2,7 +2,9 @@
 //! as the real binary on a sample workspace in a temp git repository, after real
 //! `cargo llmreplay test` runs against the loopback fake provider.
 
-use crate::support::{all_files, read_json, FakeProvider, Sample};
+use crate::support::{
+    all_files, edit_sample_tests, prompts, read_json, refs, FakeProvider, Sample,
+};
 use serde_json::Value;
 use std::path::Path;
 
@@ -24,24 +26,6 @@ fn upstreams(fake: &FakeProvider, args: &[&str]) -> Vec<String> {
     out
 }
 
-fn refs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
-}
-
-fn prompts(cassette: &Value) -> Vec<String> {
-    cassette["interactions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            x["request"]["body"]["messages"][0]["content"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
-}
-
 /// An orphan: a copy of a real cassette in a folder no test has.
 fn add_orphan(sample: &Sample) {
     let orphan = sample
@@ -53,12 +37,6 @@ fn add_orphan(sample: &Sample) {
         orphan.join("openai.json"),
     )
     .unwrap();
-}
-
-fn edit_sample_tests(sample: &Sample, edit: impl Fn(String) -> String) {
-    let path = sample.root.join("tests/chat.rs");
-    let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(&path, edit(text)).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

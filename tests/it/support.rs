@@ -1102,7 +1102,8 @@ pub fn commit_all(dir: &Path) {
         .unwrap();
 }
 
-fn rand_suffix() -> u128 {
+/// A number this process has not handed out before, for names that must not collide.
+pub fn rand_suffix() -> u128 {
     static N: AtomicUsize = AtomicUsize::new(0);
     N.fetch_add(1, Ordering::SeqCst) as u128
 }
@@ -1665,4 +1666,33 @@ async fn gemini_live(mut ws: FakeSocket, n: usize) {
             send_json(&mut ws, json!({"serverContent": {"turnComplete": true}, "usageMetadata": {"totalTokenCount": 9}, "responseId": format!("r{n}")})).await;
         }
     }
+}
+
+/// `&str`s of owned arguments, for `Sample::run`.
+pub fn refs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The first user message of each interaction of a chat cassette.
+pub fn prompts(cassette: &Value) -> Vec<String> {
+    cassette["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            x["request"]["body"]["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Edits the sample's tests/chat.rs.
+pub fn edit_sample_tests(sample: &Sample, edit: impl Fn(String) -> String) {
+    let path = sample.root.join("tests/chat.rs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = edit(text.clone());
+    assert_ne!(edited, text, "the edit changed nothing");
+    std::fs::write(&path, edited).unwrap();
 }

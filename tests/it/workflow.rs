@@ -3,7 +3,10 @@
 //! and its twins do the same for scripts, and our flags are checked before nextest sees them.
 //! Real `cargo llmreplay test` runs with real nextest on sample workspaces, in real git.
 
-use crate::support::{binary, read_json, upstream_args, FakeProvider, Output, Sample};
+use crate::support::{
+    binary, edit_sample_tests, prompts, read_json, refs, upstream_args, FakeProvider, Output,
+    Sample,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,32 +17,6 @@ fn with_upstreams(fake: &FakeProvider, args: &[&str]) -> Vec<String> {
     let mut out: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     out.extend(upstream_args(fake));
     out
-}
-
-fn refs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
-}
-
-fn edit_tests(sample: &Sample, edit: impl Fn(String) -> String) {
-    let path = sample.root.join("tests/chat.rs");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let edited = edit(text.clone());
-    assert_ne!(edited, text, "the edit changed nothing");
-    std::fs::write(&path, edited).unwrap();
-}
-
-fn prompts(cassette: &Path) -> Vec<String> {
-    read_json(cassette)["interactions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| {
-            x["request"]["body"]["messages"][0]["content"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
 }
 
 /// The file at `path` in HEAD, as bytes.
@@ -68,9 +45,9 @@ async fn recording_a_test_again_leaves_exactly_what_it_calls_in_one_command() {
     sample.record_all(&fake);
     sample.commit_all();
     let twice = sample.cassette("sample--chat--answers_twice", "openai");
-    assert_eq!(prompts(&twice), ["First", "Second"]);
+    assert_eq!(prompts(&read_json(&twice)), ["First", "Second"]);
 
-    edit_tests(&sample, |t| t.replace("\"Second\"", "\"Second again\""));
+    edit_sample_tests(&sample, |t| t.replace("\"Second\"", "\"Second again\""));
     let miss = sample.run(&["-E", "test(=answers_twice)"], &[("CI", "true")]);
     assert_ne!(miss.code, Some(0), "{}", miss.stderr);
     assert!(
@@ -91,7 +68,7 @@ async fn recording_a_test_again_leaves_exactly_what_it_calls_in_one_command() {
     let run = sample.run(&refs(&args), &[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(
-        prompts(&twice),
+        prompts(&read_json(&twice)),
         ["First", "Second again"],
         "the old answer is gone"
     );
@@ -113,14 +90,14 @@ async fn recording_a_test_again_leaves_exactly_what_it_calls_in_one_command() {
     assert_eq!(full.report["unused"], serde_json::json!([]));
 
     // --record-missing keeps appending.
-    edit_tests(&sample, |t| {
+    edit_sample_tests(&sample, |t| {
         t.replace("\"Second again\"", "\"Second once more\"")
     });
     let args = with_upstreams(&fake, &["--record-missing", "-E", "test(=answers_twice)"]);
     let run = sample.run(&refs(&args), &[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert_eq!(
-        prompts(&twice),
+        prompts(&read_json(&twice)),
         ["First", "Second again", "Second once more"]
     );
     assert_eq!(run.report["recorded"][0]["added"], 1);
@@ -144,7 +121,7 @@ async fn a_renamed_test_keeps_its_recordings() {
         std::fs::read(&claude).unwrap(),
     );
 
-    edit_tests(&sample, |t| {
+    edit_sample_tests(&sample, |t| {
         t.replace("fn answers_hello()", "fn says_hello()")
             .replace("fn asks_claude()", "fn asks_anthropic()")
     });
@@ -377,7 +354,11 @@ impl Tmux {
             eprintln!("SKIPPED: tmux is not installed");
             return None;
         }
-        let socket = format!("llmreplay-test-{}-{}", std::process::id(), rand_suffix());
+        let socket = format!(
+            "llmreplay-test-{}-{}",
+            std::process::id(),
+            crate::support::rand_suffix()
+        );
         let tmux = Tmux { socket };
         let status = tmux
             .cmd()
@@ -445,13 +426,6 @@ impl Drop for Tmux {
     fn drop(&mut self) {
         let _ = self.cmd().arg("kill-server").status();
     }
-}
-
-fn rand_suffix() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u128
 }
 
 /// `cargo llmreplay review` in a real terminal: the first change accepted with `a`, the second

@@ -160,9 +160,36 @@ pub fn spawn_list(
 
 /// What a `spawn_list` printed: every test id of the suite, and those the run selected.
 pub fn read_list(child: std::process::Child) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
-    let out = child
-        .wait_with_output()
+    parse_list(
+        child
+            .wait_with_output()
+            .map_err(|e| Error::io("cannot run cargo nextest list", e))?,
+    )
+}
+
+/// Every test id of the suite, from `cargo nextest list` (run after the tests, so it builds
+/// nothing new).
+pub fn list_tests(cargo: &OsStr, scope: &RunScope) -> Result<BTreeSet<String>> {
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "nextest",
+        "list",
+        "--message-format",
+        "json",
+        "--cargo-quiet",
+    ]);
+    if scope.workspace {
+        cmd.arg("--workspace");
+    }
+    let out = cmd
+        .output()
         .map_err(|e| Error::io("cannot run cargo nextest list", e))?;
+    parse_list(out).map(|(suite, _)| suite)
+}
+
+/// The test ids a `cargo nextest list --message-format json` printed, and those its filter
+/// selected.
+fn parse_list(out: std::process::Output) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
     if !out.status.success() {
         return Err(Error::Precondition(format!(
             "cargo nextest list failed: {}",
@@ -186,47 +213,6 @@ pub fn read_list(child: std::process::Child) -> Result<(BTreeSet<String>, BTreeS
         }
     }
     Ok((suite, selected))
-}
-
-/// Every test id of the suite, from `cargo nextest list` (run after the tests, so it builds
-/// nothing new).
-pub fn list_tests(cargo: &OsStr, scope: &RunScope) -> Result<BTreeSet<String>> {
-    let mut cmd = Command::new(cargo);
-    cmd.args([
-        "nextest",
-        "list",
-        "--message-format",
-        "json",
-        "--cargo-quiet",
-    ]);
-    if scope.workspace {
-        cmd.arg("--workspace");
-    }
-    let out = cmd
-        .output()
-        .map_err(|e| Error::io("cannot run cargo nextest list", e))?;
-    if !out.status.success() {
-        return Err(Error::Precondition(format!(
-            "cargo nextest list failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    let list: nextest_metadata::TestListSummary =
-        serde_json::from_slice(&out.stdout).map_err(|e| {
-            Error::Precondition(format!(
-                "cargo nextest list printed what this version cannot read: {e}"
-            ))
-        })?;
-    Ok(list
-        .rust_suites
-        .iter()
-        .flat_map(|(binary, suite)| {
-            suite
-                .test_cases
-                .keys()
-                .map(move |name| format!("{}${}", binary.as_str(), name.as_str()))
-        })
-        .collect())
 }
 
 #[cfg(test)]
