@@ -332,10 +332,20 @@ impl Daemon {
                     // Streams are many small writes: without this they wait on delayed ACKs.
                     let _ = socket.set_nodelay(true);
                     let state = self.state.clone();
+                    // Addresses only when a connection's process may be asked for its test:
+                    // two system calls the replay path otherwise does without.
+                    let unknown: SocketAddr = ([0, 0, 0, 0], 0).into();
+                    let (peer, local) = match self.state.peers.get() {
+                        Some(_) => (
+                            socket.peer_addr().unwrap_or(unknown),
+                            socket.local_addr().unwrap_or(unknown),
+                        ),
+                        None => (unknown, unknown),
+                    };
                     let conn = Arc::new(Conn {
                         challenged: std::sync::atomic::AtomicBool::new(false),
-                        peer: socket.peer_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
-                        local: socket.local_addr().unwrap_or(([0, 0, 0, 0], 0).into()),
+                        peer,
+                        local,
                         identified: tokio::sync::OnceCell::new(),
                     });
                     let service = service_fn(move |req| {
