@@ -683,7 +683,13 @@ mod tests {
     #[test]
     fn typos_of_ours_are_refused_and_nextest_flags_pass() {
         let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
-        for flag in ["--retries", "--release", "--run-ignored", "--color", "--target-dir"] {
+        for flag in [
+            "--retries",
+            "--release",
+            "--run-ignored",
+            "--color",
+            "--target-dir",
+        ] {
             assert!(check_typos(&args(&[flag, "x"])).is_ok(), "{flag}");
         }
         let e = check_typos(&args(&["--recrod"])).unwrap_err().to_string();
