@@ -147,19 +147,6 @@ pub fn test_changes(t: &cassettes::TestChanges) -> String {
     out
 }
 
-/// A JSON value on one short line, `(absent)` for none.
-pub fn short_json(value: Option<&serde_json::Value>) -> String {
-    let Some(value) = value else {
-        return "(absent)".into();
-    };
-    let text = value.to_string();
-    let mut short: String = text.chars().take(80).collect();
-    if short.len() < text.len() {
-        short.push('…');
-    }
-    short
-}
-
 /// A word diff as text: one copy of the answer, removed words as `[-...-]` and added ones as
 /// `{+...+}` (git's word-diff markers, readable without colour), coloured when `styles` say so.
 /// Unless `full`, only the lines that changed and one line around each are shown. Every

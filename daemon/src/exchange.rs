@@ -238,8 +238,8 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
             for (field, (was, now)) in c.differing.iter().zip(&c.values).take(8) {
                 message.push_str(&format!(
                     "    {field}: {} -> {}\n",
-                    shown_value(was.as_ref()),
-                    shown_value(now.as_ref())
+                    crate::short_json(was.as_ref(), 120),
+                    crate::short_json(now.as_ref(), 120)
                 ));
             }
             if c.differing.len() > 8 {
@@ -295,19 +295,6 @@ fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> R
         "llmreplay_missing_recording",
         &message,
     )
-}
-
-/// A field's value in a miss message: compact JSON, cut to a length a terminal line holds.
-fn shown_value(value: Option<&serde_json::Value>) -> String {
-    let Some(value) = value else {
-        return "(absent)".into();
-    };
-    let text = value.to_string();
-    let mut short: String = text.chars().take(120).collect();
-    if short.len() < text.len() {
-        short.push('…');
-    }
-    short
 }
 
 /// The command that records a missing request, and the daemon's own way for other clients.

@@ -117,6 +117,20 @@ pub struct Detail {
     pub message: Option<String>,
 }
 
+/// A field's value on one line: compact JSON cut at `max_chars`, `(absent)` for none, as a
+/// miss message and the summary show a differing field.
+pub fn short_json(value: Option<&serde_json::Value>, max_chars: usize) -> String {
+    let Some(value) = value else {
+        return "(absent)".into();
+    };
+    let text = value.to_string();
+    let mut short: String = text.chars().take(max_chars).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short
+}
+
 /// A request field that differs from the closest recording.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FieldValues {

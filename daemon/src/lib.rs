@@ -28,7 +28,7 @@ mod sigv4;
 pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
-pub use journal::{ErrorAnswer, FieldValues, Journal, Miss, Outcome, Stats};
+pub use journal::{short_json, ErrorAnswer, FieldValues, Journal, Miss, Outcome, Stats};
 
 /// The command that records a test's missing requests: a filter on the test under nextest,
 /// else the daemon's record-missing mode for clients naming tests themselves. The filter is

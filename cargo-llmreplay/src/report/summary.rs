@@ -82,8 +82,8 @@ impl Report {
                                 out,
                                 "      {}: {} -> {}",
                                 term(&v.field),
-                                term(&render::short_json(v.recorded.as_ref())),
-                                term(&render::short_json(v.now.as_ref()))
+                                term(&daemon::short_json(v.recorded.as_ref(), 80)),
+                                term(&daemon::short_json(v.now.as_ref(), 80))
                             );
                         }
                         if fields.len() > 4 {
