@@ -326,6 +326,13 @@ impl Store {
                 trim = false;
             }
         }
+        // Nothing written and nothing to trim: nothing changed, and no file need be read.
+        let wrote = entries
+            .iter()
+            .any(|e| e.state.lock().expect("entry lock").run.before.is_some());
+        if !trim && !wrote {
+            return Ok(changes);
+        }
         let mut files = json_files(&folder)?;
         for entry in &entries {
             if !files.contains(&entry.path) {
