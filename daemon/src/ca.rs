@@ -106,7 +106,7 @@ pub fn bundle(ca_pem: &str) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let own = std::env::var_os("SSL_CERT_FILE").and_then(|f| std::fs::read_to_string(f).ok());
-    match own {
+    match own.or_else(system_file) {
         Some(text) => out.push_str(&text),
         None => {
             for cert in rustls_native_certs::load_native_certs().certs {
@@ -119,6 +119,16 @@ pub fn bundle(ca_pem: &str) -> String {
     }
     out.push_str(ca_pem);
     out
+}
+
+/// The system's bundle file as it is, where it has one and `SSL_CERT_DIR` adds none: the
+/// same roots as the store loaded one by one (whose folder mostly links to them again),
+/// copied in a tenth of the time, at the start of every run.
+fn system_file() -> Option<String> {
+    if std::env::var_os("SSL_CERT_DIR").is_some() {
+        return None;
+    }
+    std::fs::read_to_string(openssl_probe::probe().cert_file?).ok()
 }
 
 /// DER as PEM, 64 base64 characters a line.

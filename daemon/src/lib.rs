@@ -113,7 +113,9 @@ pub(crate) struct State {
     pub loopback_port: Option<u16>,
     pub store: Arc<Store>,
     pub journal: Arc<Journal>,
-    pub client: upstream::Client,
+    /// Made on first use when the mode never goes upstream: loading the system's roots is
+    /// most of a replay run's start.
+    client: std::sync::OnceLock<Result<upstream::Client, String>>,
     /// WebSocket sessions still open: shutdown waits for them, so that a session that just
     /// closed is saved.
     pub sessions: Sessions,
@@ -142,18 +144,24 @@ pub(crate) struct Conn {
 impl Conn {
     /// The test of the process at the other end, when peers are identified; cached.
     pub async fn peer_test(&self, state: &Arc<State>) -> Option<cassettes::TestId> {
-        let peers = state.peers.get()?.clone();
+        let peers = state.peers.get()?;
         self.identified
             .get_or_init(|| async {
                 let (peer, local) = (self.peer, self.local);
                 let started = std::time::Instant::now();
-                // A few hundred microseconds of /proc reads, once per connection: cheaper on
-                // this worker than the hop to a blocking thread and back.
-                let found = match tokio::runtime::Handle::current().runtime_flavor() {
-                    tokio::runtime::RuntimeFlavor::MultiThread => {
-                        tokio::task::block_in_place(|| peers.identify(peer, local))
+                // Tens of microseconds for a process seen before or a new test: on this
+                // worker. The walk of the whole tree, rarer and slower, blocks a thread.
+                let found = match peers.quick(peer, local) {
+                    Ok(peer::Quick::Found(test)) => Ok(test),
+                    Ok(peer::Quick::Walk(pending)) => {
+                        match tokio::runtime::Handle::current().runtime_flavor() {
+                            tokio::runtime::RuntimeFlavor::MultiThread => {
+                                tokio::task::block_in_place(|| peers.walk(pending))
+                            }
+                            _ => peers.walk(pending),
+                        }
                     }
-                    _ => peers.identify(peer, local),
+                    Err(e) => Err(e),
                 };
                 tracing::trace!(target: "cargo_llmreplay::daemon", us = started.elapsed().as_micros() as u64, "identified a connection's process");
                 match found {
@@ -173,6 +181,17 @@ impl Conn {
 }
 
 impl State {
+    /// The client that reaches providers, made now if it was not at start.
+    pub fn client(&self) -> Result<&upstream::Client, &str> {
+        self.client
+            .get_or_init(|| {
+                upstream::client(self.settings.limits.connect_timeout, &self.settings.network)
+                    .map_err(|e| format!("could not set up the upstream client: {e}"))
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
     /// Notes that a peer's process runs `attempt` of `test`: the first attempt begins it, a
     /// later one starts its sequence afresh.
     fn note_attempt(&self, test: &str, attempt: u32) {
@@ -239,8 +258,12 @@ impl Daemon {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| DaemonError::Bind { addr, source })?;
-        let client = upstream::client(settings.limits.connect_timeout, &settings.network)
-            .map_err(DaemonError::Upstream)?;
+        let client = std::sync::OnceLock::new();
+        if settings.mode.goes_upstream() {
+            let made = upstream::client(settings.limits.connect_timeout, &settings.network)
+                .map_err(DaemonError::Upstream)?;
+            let _ = client.set(Ok(made));
+        }
         let local = listener
             .local_addr()
             .map_err(|source| DaemonError::Bind { addr, source })?;
@@ -459,7 +482,8 @@ pub(crate) async fn dispatch(
     } else {
         tracing::info_span!(target: "cargo_llmreplay::request", "request", test = ?route.test.as_str(), provider = %route.provider.name, method = %req.method(), path = %route.upstream_path)
     };
-    if tracing::enabled!(target: "cargo_llmreplay::request", tracing::Level::DEBUG) {
+    // Request heads have a target of their own, which the log file of `test` leaves out.
+    if tracing::enabled!(target: "cargo_llmreplay::head", tracing::Level::DEBUG) {
         span.in_scope(|| log_head(&req));
     }
     if session {
@@ -482,7 +506,7 @@ fn log_head(req: &Request<Incoming>) {
             )
         })
         .collect();
-    tracing::debug!(target: "cargo_llmreplay::request", query = query.as_deref(), headers = ?headers, "head");
+    tracing::debug!(target: "cargo_llmreplay::head", query = query.as_deref(), headers = ?headers, "head");
 }
 
 #[cfg(test)]

@@ -26,9 +26,13 @@ pub struct PeerTest {
     pub attempt: u32,
 }
 
-/// Processes found holding a connection lately, newest first: a test opens most of its
-/// connections from one process, so they are looked at before the whole tree is walked.
-const RECENT: usize = 64;
+/// Processes remembered after holding a connection: a test opens most of its connections from
+/// one process, so they are looked at first.
+const KNOWN: usize = 64;
+
+/// Processes whose children are looked at before the whole tree: a test's spawner (nextest)
+/// starts the next test there.
+const SPAWNERS: usize = 16;
 
 /// Finds the test of a connection's peer process.
 #[derive(Clone, Debug)]
@@ -37,7 +41,25 @@ pub struct Peers {
     pub within: Option<u32>,
     /// What names the test.
     pub vars: IdVars,
-    recent: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<u32>>>,
+    #[cfg(target_os = "linux")]
+    memory: std::sync::Arc<linux::Memory>,
+}
+
+/// What [`Peers::quick`] found: the test, or the socket still to look for in the whole tree.
+#[derive(Debug)]
+pub enum Quick {
+    /// The connection's test.
+    Found(PeerTest),
+    /// Not held by a process seen before nor by a new child of one of their parents:
+    /// [`Peers::walk`] searches the whole tree.
+    Walk(Pending),
+}
+
+/// A socket not found by [`Peers::quick`], with the processes already looked at.
+#[derive(Debug)]
+pub struct Pending {
+    #[cfg(target_os = "linux")]
+    socket: linux::Socket,
 }
 
 impl Peers {
@@ -47,7 +69,8 @@ impl Peers {
         Peers {
             within,
             vars,
-            recent: Default::default(),
+            #[cfg(target_os = "linux")]
+            memory: Default::default(),
         }
     }
 
@@ -61,13 +84,37 @@ impl Peers {
     /// The test of the process that holds the other end of the connection from `peer` to
     /// `local` (as this daemon sees them).
     pub fn identify(&self, peer: SocketAddr, local: SocketAddr) -> Result<PeerTest, String> {
+        match self.quick(peer, local)? {
+            Quick::Found(test) => Ok(test),
+            Quick::Walk(pending) => self.walk(pending),
+        }
+    }
+
+    /// The cheap part of [`Peers::identify`], a few tens of microseconds: the processes that
+    /// held a connection before (each at the descriptor its last one had), then the new
+    /// children of their parents.
+    pub fn quick(&self, peer: SocketAddr, local: SocketAddr) -> Result<Quick, String> {
         #[cfg(target_os = "linux")]
         {
-            linux::identify(self, peer, local)
+            linux::quick(self, peer, local)
         }
         #[cfg(not(target_os = "linux"))]
         {
             let _ = (peer, local);
+            Err("finding a connection's process needs Linux".into())
+        }
+    }
+
+    /// The rest of [`Peers::identify`]: every process of the tree, which takes a few hundred
+    /// microseconds and more on a busy machine.
+    pub fn walk(&self, pending: Pending) -> Result<PeerTest, String> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::walk(self, pending.socket)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = pending;
             Err("finding a connection's process needs Linux".into())
         }
     }
@@ -108,90 +155,395 @@ fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
 
 #[cfg(target_os = "linux")]
 mod linux {
-    use super::{from_environ, PeerTest, Peers};
+    use super::{from_environ, PeerTest, Peers, Pending, Quick};
     use std::collections::VecDeque;
+    use std::ffi::CString;
+    use std::io::Read;
     use std::net::{IpAddr, SocketAddr};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::fs::MetadataExt;
+    use std::sync::atomic::{AtomicI32, Ordering};
+    use std::sync::{Arc, Mutex};
 
-    pub fn identify(
-        peers: &Peers,
+    /// What the daemon learnt from the connections it identified.
+    #[derive(Debug, Default)]
+    pub struct Memory {
+        uid: std::sync::OnceLock<u32>,
+        /// Newest first.
+        known: Mutex<VecDeque<Arc<Known>>>,
+        /// Parents of known processes, inside the tree searched.
+        spawners: Mutex<Vec<Spawner>>,
+    }
+
+    /// A process that held a connection, with its test.
+    #[derive(Debug)]
+    struct Known {
+        pid: u32,
+        /// Its `/proc/<pid>`, opened: what is read through it is this process's even once its
+        /// pid is another's (a pid is reused once its process is gone).
+        dir: ProcDir,
+        /// The descriptor its last connection had: a client that closes a connection and
+        /// opens the next gets the same number back.
+        fd: AtomicI32,
+        test: PeerTest,
+    }
+
+    /// A process that starts the processes that connect (nextest), and its thread that
+    /// started the last of them: the next is most likely among that thread's children.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct Spawner {
+        pid: u32,
+        task: Option<u32>,
+    }
+
+    /// Where a process found holding a socket came from.
+    enum Parent<'a> {
+        /// Among the children of `task` of the spawner `pid`.
+        Spawner { pid: u32, task: u32 },
+        /// Found in the tree (these processes), its parent yet to read.
+        Tree(&'a [u32]),
+    }
+
+    /// An open `/proc/<pid>` directory.
+    #[derive(Debug)]
+    struct ProcDir(OwnedFd);
+
+    impl ProcDir {
+        fn open(pid: u32) -> Option<ProcDir> {
+            let path = CString::new(format!("/proc/{pid}")).ok()?;
+            // SAFETY: a NUL-terminated path; a descriptor returned is new and owned here.
+            let fd = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            (fd >= 0).then(|| ProcDir(unsafe { OwnedFd::from_raw_fd(fd) }))
+        }
+
+        /// Whether the process's descriptor `fd` is `link` (`socket:[inode]`): one readlinkat,
+        /// which fails once the process is gone.
+        fn holds(&self, fd: i32, link: &str) -> bool {
+            let Ok(name) = CString::new(format!("fd/{fd}")) else {
+                return false;
+            };
+            let mut buf = [0u8; 64];
+            // SAFETY: the buffer outlives the call and its length is its own.
+            let n = unsafe {
+                libc::readlinkat(
+                    self.0.as_raw_fd(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            };
+            n >= 0 && &buf[..n as usize] == link.as_bytes()
+        }
+
+        /// One of its files (`environ`, `stat`), read whole.
+        fn read(&self, name: &str) -> std::io::Result<Vec<u8>> {
+            let cname = CString::new(name).map_err(std::io::Error::other)?;
+            // SAFETY: a NUL-terminated name relative to a directory this value owns; a
+            // descriptor returned is new and owned here.
+            let fd = unsafe {
+                libc::openat(
+                    self.0.as_raw_fd(),
+                    cname.as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut out = Vec::new();
+            std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }).read_to_end(&mut out)?;
+            Ok(out)
+        }
+
+        /// The user that owns the process.
+        fn owner(&self) -> Option<u32> {
+            std::fs::File::from(self.0.try_clone().ok()?)
+                .metadata()
+                .ok()
+                .map(|m| m.uid())
+        }
+
+        /// Whether the process is still there (its `fd` directory goes with it).
+        fn alive(&self) -> bool {
+            // SAFETY: a NUL-terminated name relative to a directory this value owns.
+            unsafe { libc::faccessat(self.0.as_raw_fd(), c"fd".as_ptr(), libc::F_OK, 0) == 0 }
+        }
+    }
+
+    /// The socket looked for, and the processes already searched for it.
+    #[derive(Debug)]
+    pub struct Socket {
         peer: SocketAddr,
-        local: SocketAddr,
-    ) -> Result<PeerTest, String> {
-        let uid = std::fs::metadata("/proc/self")
-            .map_err(|e| format!("/proc/self: {e}"))?
-            .uid();
+        inode: u64,
+        link: String,
+        uid: u32,
+        searched: Vec<u32>,
+    }
+
+    pub fn quick(peers: &Peers, peer: SocketAddr, local: SocketAddr) -> Result<Quick, String> {
+        let memory = &peers.memory;
+        let uid = match memory.uid.get() {
+            Some(uid) => *uid,
+            None => {
+                let uid = std::fs::metadata("/proc/self")
+                    .map_err(|e| format!("/proc/self: {e}"))?
+                    .uid();
+                *memory.uid.get_or_init(|| uid)
+            }
+        };
         let inode = socket_inode(peer, local, uid)?;
-        let target = format!("socket:[{inode}]");
-        let recent: Vec<u32> = peers
-            .recent
+        let mut socket = Socket {
+            peer,
+            inode,
+            link: format!("socket:[{inode}]"),
+            uid,
+            searched: Vec::new(),
+        };
+        let known: Vec<Arc<Known>> = memory
+            .known
             .lock()
             .expect("peers lock")
             .iter()
-            .copied()
+            .cloned()
             .collect();
-        // A process that holds the socket now is its owner, whatever it was before: a
-        // recent one that still does needs no walk of the tree (and no check of its place
-        // in it: it was found there, and a process never leaves its ancestors' tree but by
-        // their exit, after which the socket would be elsewhere).
-        if let Some(found) = find(&recent, &target, uid, peers)? {
-            return Ok(found);
+        // A known process at its last connection's descriptor: one readlinkat.
+        for k in &known {
+            if k.dir.holds(k.fd.load(Ordering::Relaxed), &socket.link) {
+                memory.touch(k);
+                return Ok(Quick::Found(k.test.clone()));
+            }
+            if !k.dir.alive() {
+                memory.forget(k);
+            }
         }
+        // A new process: nextest's next test, most often, a child of the parent of another,
+        // started by the same thread.
+        let spawners = memory.spawners.lock().expect("peers lock").clone();
+        let is_new = |pid: &u32| known.iter().all(|k| k.pid != *pid);
+        for spawner in spawners {
+            // The thread that started the last one, alone: one file.
+            if let Some(task) = spawner.task {
+                let mut new: Vec<u32> = task_children(spawner.pid, task)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(is_new)
+                    .collect();
+                new.sort_unstable();
+                for pid in new.into_iter().rev() {
+                    let parent = Parent::Spawner {
+                        pid: spawner.pid,
+                        task,
+                    };
+                    if let Some(found) = search(peers, pid, &mut socket, parent)? {
+                        return Ok(Quick::Found(found));
+                    }
+                }
+            }
+            let Some(children) = children(spawner.pid) else {
+                memory
+                    .spawners
+                    .lock()
+                    .expect("peers lock")
+                    .retain(|s| s.pid != spawner.pid);
+                continue;
+            };
+            let mut new: Vec<(u32, u32)> = children
+                .into_iter()
+                .filter(|(_, pid)| is_new(pid) && !socket.searched.contains(pid))
+                .collect();
+            new.sort_unstable_by_key(|&(_, pid)| pid);
+            for (task, pid) in new.into_iter().rev() {
+                let parent = Parent::Spawner {
+                    pid: spawner.pid,
+                    task,
+                };
+                if let Some(found) = search(peers, pid, &mut socket, parent)? {
+                    return Ok(Quick::Found(found));
+                }
+            }
+        }
+        // A known process holding it at another descriptor (two connections at once).
+        for k in &known {
+            socket.searched.push(k.pid);
+            if let Some(fd) = held_at(k.pid, &k.dir, &socket.link) {
+                k.fd.store(fd, Ordering::Relaxed);
+                memory.touch(k);
+                return Ok(Quick::Found(k.test.clone()));
+            }
+        }
+        Ok(Quick::Walk(Pending { socket }))
+    }
+
+    pub fn walk(peers: &Peers, mut socket: Socket) -> Result<PeerTest, String> {
         let pids = match peers.within {
             Some(root) => descendants(root),
             None => every_process(),
         };
-        if let Some(found) = find(&pids, &target, uid, peers)? {
-            return Ok(found);
+        let unsearched: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| !socket.searched.contains(p))
+            .collect();
+        for pid in unsearched {
+            if let Some(found) = search(peers, pid, &mut socket, Parent::Tree(&pids))? {
+                return Ok(found);
+            }
         }
         Err(format!(
-            "no process of the run holds the connection from {peer} (socket {inode})"
+            "no process of the run holds the connection from {} (socket {})",
+            socket.peer, socket.inode
         ))
     }
 
-    /// The test of the first of `pids` that holds `target`, noting it as recent.
-    fn find(
-        pids: &[u32],
-        target: &str,
-        uid: u32,
+    impl Memory {
+        fn touch(&self, k: &Arc<Known>) {
+            let mut known = self.known.lock().expect("peers lock");
+            if known.front().is_some_and(|f| Arc::ptr_eq(f, k)) {
+                return;
+            }
+            known.retain(|o| !Arc::ptr_eq(o, k));
+            known.push_front(k.clone());
+        }
+
+        fn forget(&self, k: &Arc<Known>) {
+            self.known
+                .lock()
+                .expect("peers lock")
+                .retain(|o| !Arc::ptr_eq(o, k));
+        }
+    }
+
+    /// The test of `pid`, when it is this user's and holds the socket; it is remembered, and
+    /// so is its parent as a spawner.
+    fn search(
         peers: &Peers,
+        pid: u32,
+        socket: &mut Socket,
+        parent: Parent<'_>,
     ) -> Result<Option<PeerTest>, String> {
-        for &pid in pids {
-            let dir = format!("/proc/{pid}");
-            // Same user only: another user's process is none of ours to read. One that is
-            // gone leaves the recent list.
-            match std::fs::metadata(&dir).map(|m| m.uid()) {
-                Ok(owner) if owner == uid => {}
-                Ok(_) => continue,
-                Err(_) => {
-                    peers
-                        .recent
-                        .lock()
-                        .expect("peers lock")
-                        .retain(|p| *p != pid);
-                    continue;
+        socket.searched.push(pid);
+        // Opened first: what is read through it is that process's own, even if the pid is
+        // another's by then.
+        let Some(dir) = ProcDir::open(pid) else {
+            return Ok(None);
+        };
+        // Same user only: another user's process is none of ours to read.
+        if dir.owner() != Some(socket.uid) {
+            return Ok(None);
+        }
+        let Some(fd) = held_at(pid, &dir, &socket.link) else {
+            return Ok(None);
+        };
+        adopt(peers, pid, dir, fd, parent).map(Some)
+    }
+
+    /// Reads the test of `pid`, found holding the socket at `fd`, and remembers it.
+    fn adopt(
+        peers: &Peers,
+        pid: u32,
+        dir: ProcDir,
+        fd: i32,
+        parent: Parent<'_>,
+    ) -> Result<PeerTest, String> {
+        let environ = dir
+            .read("environ")
+            .map_err(|e| format!("/proc/{pid}/environ: {e}"))?;
+        let test = from_environ(&environ, &peers.vars).ok_or_else(|| {
+            format!("process {pid} holds the connection but its environment names no test")
+        })?;
+        let spawner = match parent {
+            Parent::Spawner { pid, task } => Some(Spawner {
+                pid,
+                task: Some(task),
+            }),
+            // Pid 1 adopts orphans and starts no test.
+            Parent::Tree(tree) => dir
+                .read("stat")
+                .ok()
+                .and_then(|stat| parent_in(&stat))
+                .filter(|p| *p > 1 && tree.contains(p))
+                .map(|pid| Spawner { pid, task: None }),
+        };
+        let memory = &peers.memory;
+        {
+            let mut list = memory.known.lock().expect("peers lock");
+            list.retain(|k| k.pid != pid);
+            list.push_front(Arc::new(Known {
+                pid,
+                dir,
+                fd: fd.into(),
+                test: test.clone(),
+            }));
+            list.truncate(super::KNOWN);
+        }
+        if let Some(spawner) = spawner {
+            let mut spawners = memory.spawners.lock().expect("peers lock");
+            match spawners.iter_mut().find(|s| s.pid == spawner.pid) {
+                Some(s) => s.task = spawner.task.or(s.task),
+                None => {
+                    spawners.insert(0, spawner);
+                    spawners.truncate(super::SPAWNERS);
                 }
             }
-            let Ok(fds) = std::fs::read_dir(format!("{dir}/fd")) else {
+        }
+        Ok(test)
+    }
+
+    /// The descriptor at which the process of `dir` holds the socket, the newest (highest)
+    /// first: a connection just opened is most often the process's last descriptor.
+    fn held_at(pid: u32, dir: &ProcDir, link: &str) -> Option<i32> {
+        let mut fds: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .ok()?
+            .filter_map(|fd| fd.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        fds.sort_unstable();
+        fds.into_iter().rev().find(|fd| dir.holds(*fd, link))
+    }
+
+    /// The parent in a `stat` file: the field after the command's closing parenthesis and
+    /// the state.
+    fn parent_in(stat: &[u8]) -> Option<u32> {
+        let stat = std::str::from_utf8(&stat[stat.iter().rposition(|b| *b == b')')? + 1..]).ok()?;
+        stat.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    fn parent(pid: u32) -> Option<u32> {
+        parent_in(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// The children that `pid`'s thread `task` started; `None` when it is gone.
+    fn task_children(pid: u32, task: u32) -> Option<Vec<u32>> {
+        let list = std::fs::read_to_string(format!("/proc/{pid}/task/{task}/children")).ok()?;
+        Some(
+            list.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect(),
+        )
+    }
+
+    /// `pid`'s children with the task (thread) that started each, from each task's
+    /// `children` file; `None` when it is gone.
+    fn children(pid: u32) -> Option<Vec<(u32, u32)>> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let mut out = Vec::new();
+        for task in tasks.filter_map(Result::ok) {
+            let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
                 continue;
             };
-            let holds = fds
-                .filter_map(Result::ok)
-                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target));
-            if holds {
-                let environ = std::fs::read(format!("{dir}/environ"))
-                    .map_err(|e| format!("{dir}/environ: {e}"))?;
-                let found = from_environ(&environ, &peers.vars).ok_or_else(|| {
-                    format!("process {pid} holds the connection but its environment names no test")
-                })?;
-                let mut recent = peers.recent.lock().expect("peers lock");
-                recent.retain(|p| *p != pid);
-                recent.push_front(pid);
-                recent.truncate(super::RECENT);
-                return Ok(Some(found));
+            if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok())
+                        .map(|c| (tid, c)),
+                );
             }
         }
-        Ok(None)
+        Some(out)
     }
 
     /// The inode of the socket whose local end is `peer` and remote end `local`, owned by
@@ -251,6 +603,7 @@ mod linux {
     /// interface (`inet_diag_req_v2` with an exact id, not a dump).
     mod diag {
         use std::net::{IpAddr, SocketAddr};
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
         const SOCK_DIAG_BY_FAMILY: u16 = 20;
         const NLMSG_ERROR: u16 = 2;
@@ -287,49 +640,75 @@ mod linux {
             r[12..28].copy_from_slice(&addr(src));
             r[28..44].copy_from_slice(&addr(dst));
             r[48..56].copy_from_slice(&[0xff; 8]); // no cookie
-                                                   // SAFETY: plain syscalls on a socket this function owns and closes; the buffers
-                                                   // outlive the calls and their lengths are theirs.
-            unsafe {
-                let fd = libc::socket(
+                                                   // One socket per thread, kept: opening one per connection costs as much as the
+                                                   // question. Each question is answered before the next is asked, and a socket that
+                                                   // failed midway is closed, so no answer is ever read for another question.
+            thread_local! {
+                static SOCKET: std::cell::RefCell<Option<std::os::fd::OwnedFd>> =
+                    const { std::cell::RefCell::new(None) };
+            }
+            let mut buf = [0u8; 512];
+            let got = SOCKET.with(|cell| {
+                let mut cell = cell.borrow_mut();
+                let socket = match cell.take() {
+                    Some(socket) => socket,
+                    None => open()?,
+                };
+                let got = ask(&socket, &msg, &mut buf)?;
+                *cell = Some(socket);
+                Ok::<usize, String>(got)
+            })?;
+            if got < HEADER {
+                return Err("sock_diag answered nothing".into());
+            }
+            let kind = u16::from_ne_bytes([buf[4], buf[5]]);
+            if kind == NLMSG_ERROR || kind != SOCK_DIAG_BY_FAMILY || got < HEADER + 72 {
+                return Err("sock_diag found no such socket".into());
+            }
+            let m = &buf[HEADER..];
+            let uid = u32::from_ne_bytes([m[64], m[65], m[66], m[67]]);
+            let inode = u32::from_ne_bytes([m[68], m[69], m[70], m[71]]);
+            Ok((uid, inode as u64))
+        }
+
+        fn open() -> Result<OwnedFd, String> {
+            // SAFETY: a plain system call; a descriptor it returns is new and owned here.
+            let fd = unsafe {
+                libc::socket(
                     libc::AF_NETLINK,
                     libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
                     libc::NETLINK_SOCK_DIAG,
-                );
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error().to_string());
-                }
+                )
+            };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error().to_string());
+            }
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        }
+
+        /// Sends `msg` to the kernel and reads its answer into `buf`.
+        fn ask(socket: &OwnedFd, msg: &[u8], buf: &mut [u8]) -> Result<usize, String> {
+            // SAFETY: plain system calls on a socket the caller owns; the buffers outlive the
+            // calls and their lengths are theirs.
+            unsafe {
                 let mut to: libc::sockaddr_nl = std::mem::zeroed();
                 to.nl_family = libc::AF_NETLINK as u16;
                 let sent = libc::sendto(
-                    fd,
+                    socket.as_raw_fd(),
                     msg.as_ptr().cast(),
                     msg.len(),
                     0,
                     (&to as *const libc::sockaddr_nl).cast(),
                     std::mem::size_of::<libc::sockaddr_nl>() as u32,
                 );
-                let mut buf = [0u8; 512];
-                let got = if sent < 0 {
-                    -1
-                } else {
-                    libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0)
-                };
-                let error = std::io::Error::last_os_error();
-                libc::close(fd);
-                if got < (HEADER as isize) {
-                    return Err(error.to_string());
+                if sent < 0 {
+                    return Err(std::io::Error::last_os_error().to_string());
                 }
-                let kind = u16::from_ne_bytes([buf[4], buf[5]]);
-                if kind == NLMSG_ERROR
-                    || kind != SOCK_DIAG_BY_FAMILY
-                    || (got as usize) < HEADER + 72
-                {
-                    return Err("sock_diag found no such socket".into());
+                let got = libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0);
+                if got < 0 {
+                    return Err(std::io::Error::last_os_error().to_string());
                 }
-                let m = &buf[HEADER..];
-                let uid = u32::from_ne_bytes([m[64], m[65], m[66], m[67]]);
-                let inode = u32::from_ne_bytes([m[68], m[69], m[70], m[71]]);
-                Ok((uid, inode as u64))
+                Ok(got as usize)
             }
         }
     }
@@ -344,19 +723,12 @@ mod linux {
         let mut queue = VecDeque::from([root]);
         while let Some(pid) = queue.pop_front() {
             out.push(pid);
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-                continue;
-            };
-            for task in tasks.filter_map(Result::ok) {
-                let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
-                    continue;
-                };
-                queue.extend(
-                    children
-                        .split_whitespace()
-                        .filter_map(|c| c.parse::<u32>().ok()),
-                );
-            }
+            queue.extend(
+                children(pid)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(_, c)| c),
+            );
         }
         // Test processes are the leaves: look there first.
         out.reverse();
@@ -366,13 +738,7 @@ mod linux {
     fn by_parent(root: u32) -> Vec<u32> {
         let parents: Vec<(u32, u32)> = every_process()
             .into_iter()
-            .filter_map(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                // The field after the command's closing parenthesis, then the state.
-                let after = &stat[stat.rfind(')')? + 2..];
-                let ppid = after.split_whitespace().nth(1)?.parse().ok()?;
-                Some((pid, ppid))
-            })
+            .filter_map(|pid| Some((pid, parent(pid)?)))
             .collect();
         let mut out = vec![root];
         let mut i = 0;
@@ -448,6 +814,56 @@ mod linux {
             let _ = child.wait();
             assert_eq!(found.unwrap().test, "pkg::bin$case");
             assert_eq!(everyone.unwrap().test, "pkg::bin$case");
+        }
+
+        /// After the first child, the next is found among its parent's children; a process's
+        /// second connection, open beside its first, is found at its own descriptor.
+        #[test]
+        fn the_next_child_and_a_second_connection() {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let vars = super::super::IdVars::Named("LLMREPLAY_PEER_TEST".into());
+            let peers = Peers::new(Some(std::process::id()), vars);
+            let mut children = Vec::new();
+            let mut found = Vec::new();
+            for (name, connections) in [("first", 1), ("second", 1), ("third", 2)] {
+                let opens: String = (0..connections)
+                    .map(|i| format!("exec {}<>/dev/tcp/127.0.0.1/{port}; ", 3 + i))
+                    .collect();
+                children.push(
+                    std::process::Command::new("bash")
+                        .args(["-c", &format!("{opens}read -t 30 <&3")])
+                        .env("LLMREPLAY_PEER_TEST", name)
+                        .spawn()
+                        .unwrap(),
+                );
+                for _ in 0..connections {
+                    let (accepted, peer) = listener.accept().unwrap();
+                    let quick = peers.quick(peer, accepted.local_addr().unwrap());
+                    let test = match quick {
+                        Ok(Quick::Found(t)) => Ok(("quick", t.test)),
+                        Ok(Quick::Walk(pending)) => peers.walk(pending).map(|t| ("walk", t.test)),
+                        Err(e) => Err(e),
+                    };
+                    found.push(test);
+                    drop(accepted);
+                }
+            }
+            for mut child in children {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            let found: Vec<(&str, String)> = found.into_iter().map(Result::unwrap).collect();
+            let at = |how: &'static str, test: &str| (how, test.to_string());
+            assert_eq!(
+                found,
+                [
+                    at("walk", "first"),
+                    at("quick", "second"),
+                    at("quick", "third"),
+                    at("quick", "third")
+                ]
+            );
         }
     }
 }

@@ -85,10 +85,17 @@ pub(crate) async fn forward(
             )
         })?;
     }
+    let client = state.client().map_err(|m| {
+        Failed::new(
+            StatusCode::BAD_GATEWAY,
+            "llmreplay_upstream_unreachable",
+            format!("cargo-llmreplay: {m}"),
+        )
+    })?;
     let started = Instant::now();
     let idle = state.settings.limits.idle_timeout;
     let name = &provider.name;
-    match tokio::time::timeout(idle, state.client.request(upstream)).await {
+    match tokio::time::timeout(idle, client.request(upstream)).await {
         Ok(Ok(answer)) => Ok(Forwarded {
             answer,
             started,
@@ -111,7 +118,7 @@ pub(crate) async fn forward(
             ),
         )),
         Ok(Err(e)) => {
-            let message = match state.client.explain(&url, &e) {
+            let message = match client.explain(&url, &e) {
                 Some(why) => format!(
                     "cargo-llmreplay: could not reach the {name} upstream at {root}: {why}"
                 ),

@@ -412,9 +412,9 @@ async fn record(
         }
     }
     let connect = async {
-        let io = state.client.open(&host, port, tls).await.map_err(|e| {
-            state
-                .client
+        let client = state.client().map_err(str::to_string)?;
+        let io = client.open(&host, port, tls).await.map_err(|e| {
+            client
                 .explain(&url, e.as_ref())
                 .unwrap_or_else(|| e.to_string())
         })?;
