@@ -2,14 +2,63 @@
 //! log"), on stderr as `-v` asks, and for `test` always in a file beside the report.
 
 use crate::error::{Error, Result};
-use std::io::IsTerminal;
+use std::io::{BufWriter, IsTerminal, Write};
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// What the log file keeps: every request, with the message of each miss and error.
-const FILE_FILTER: &str = "warn,cargo_llmreplay=debug";
+/// What the log file keeps: every request, with the message of each miss and error. Not the
+/// request heads (`-vv` shows them): formatting them was a tenth of the daemon's work on a
+/// replay.
+const FILE_FILTER: &str = "warn,cargo_llmreplay=debug,cargo_llmreplay::head=off";
+
+/// How often the log file's buffer is written out while the command runs.
+const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The log file, buffered: a line per request would be hundreds of small writes a run, each
+/// on the request's way. It is written out every [`FLUSH_EVERY`] and by [`flush`].
+#[derive(Clone)]
+struct Buffered(Arc<Mutex<BufWriter<std::fs::File>>>);
+
+static FILE: OnceLock<Buffered> = OnceLock::new();
+
+impl Buffered {
+    fn lock(&self) -> MutexGuard<'_, BufWriter<std::fs::File>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One line, written into the buffer under its lock.
+struct Line<'a>(MutexGuard<'a, BufWriter<std::fs::File>>);
+
+impl Write for Line<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buffered {
+    type Writer = Line<'a>;
+
+    fn make_writer(&'a self) -> Line<'a> {
+        Line(self.lock())
+    }
+}
+
+/// Writes out what the log file holds; the command calls it before it exits.
+pub fn flush() {
+    if let Some(file) = FILE.get() {
+        let _ = file.lock().flush();
+    }
+}
 
 /// The filter for stderr: `LLMREPLAY_LOG`, else `RUST_LOG`, else warnings, with a line per
 /// request from `-v` and their heads (secrets masked) from `-vv`.
@@ -42,9 +91,16 @@ pub fn init(verbose: u8, file: Option<&Path>) -> Result<()> {
             }
             let f = std::fs::File::create(path)
                 .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+            let file = Buffered(Arc::new(Mutex::new(BufWriter::new(f))));
+            if FILE.set(file.clone()).is_ok() {
+                std::thread::spawn(|| loop {
+                    std::thread::sleep(FLUSH_EVERY);
+                    flush();
+                });
+            }
             Some(
                 tracing_subscriber::fmt::layer()
-                    .with_writer(std::sync::Mutex::new(f))
+                    .with_writer(file)
                     .with_ansi(false)
                     .with_target(false)
                     .with_filter(EnvFilter::new(FILE_FILTER)),

@@ -97,6 +97,7 @@ fn main() -> ExitCode {
         Command::Rerun(args) => rerun::run(args),
         Command::Report(cmd) => report::run(cmd),
     };
+    log::flush();
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {
