@@ -439,6 +439,17 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if std::env::var_os("NEXTEST_LOG").is_none() {
         nextest.env("NEXTEST_LOG", "info,cargo_nextest::dispatch=warn");
     }
+    // While nextest builds and lists, on a core it mostly leaves idle: what git says of the
+    // cassettes, in a run that writes none, and every cassette a whole-suite replay will
+    // read, parsed before the first test asks.
+    let git_changes = (!mode.writes()).then(|| {
+        let dir = cassette_dir.clone();
+        std::thread::spawn(move || cassettes::git::changes_against_head(&dir))
+    });
+    if mode == daemon::Mode::Replay && scope.whole_suite() {
+        let store = store.clone();
+        std::thread::spawn(move || store.preload());
+    }
     let mut child = nextest
         .spawn()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
@@ -530,6 +541,8 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         stopped_early,
         recorded,
         log: Some(&log),
+        changes: git_changes
+            .map(|read| read.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
     })?;
     report.write(&report_path)?;
     render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));

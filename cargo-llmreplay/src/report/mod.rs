@@ -129,6 +129,9 @@ pub struct Inputs<'a> {
     pub recorded: Vec<cassettes::TestChanges>,
     /// Where the daemon's log is.
     pub log: Option<&'a Path>,
+    /// What git says of the cassettes, when read already: a run that writes none reads it
+    /// while the tests run.
+    pub changes: Option<Result<Option<Vec<Change>>, cassettes::Error>>,
 }
 
 impl Report {
@@ -171,7 +174,10 @@ impl Report {
             }
             _ => {}
         }
-        let changes = changes_against_head(inputs.cassette_dir)?;
+        let changes = match inputs.changes {
+            Some(read) => read?,
+            None => changes_against_head(inputs.cassette_dir)?,
+        };
         Ok(Report {
             llmreplay_report: 1,
             mode: inputs.mode,
