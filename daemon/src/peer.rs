@@ -324,24 +324,15 @@ mod linux {
         // A new process: nextest's next test, most often, a child of the parent of another,
         // started by the same thread.
         let spawners = memory.spawners.lock().expect("peers lock").clone();
-        let is_new = |pid: &u32| known.iter().all(|k| k.pid != *pid);
         for spawner in spawners {
-            // The thread that started the last one, alone: one file.
-            if let Some(task) = spawner.task {
-                let mut new: Vec<u32> = task_children(spawner.pid, task)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(is_new)
-                    .collect();
-                new.sort_unstable();
-                for pid in new.into_iter().rev() {
-                    let parent = Parent::Spawner {
-                        pid: spawner.pid,
-                        task,
-                    };
-                    if let Some(found) = search(peers, pid, &mut socket, parent)? {
-                        return Ok(Quick::Found(found));
-                    }
+            // The thread that started the last one, alone: one file. Then all its threads.
+            let last = spawner
+                .task
+                .and_then(|task| Some((task, task_children(spawner.pid, task)?)));
+            if let Some((task, pids)) = last {
+                let listed = pids.into_iter().map(|pid| (task, pid)).collect();
+                if let Some(found) = search_new(peers, spawner.pid, listed, &known, &mut socket)? {
+                    return Ok(Quick::Found(found));
                 }
             }
             let Some(children) = children(spawner.pid) else {
@@ -352,19 +343,8 @@ mod linux {
                     .retain(|s| s.pid != spawner.pid);
                 continue;
             };
-            let mut new: Vec<(u32, u32)> = children
-                .into_iter()
-                .filter(|(_, pid)| is_new(pid) && !socket.searched.contains(pid))
-                .collect();
-            new.sort_unstable_by_key(|&(_, pid)| pid);
-            for (task, pid) in new.into_iter().rev() {
-                let parent = Parent::Spawner {
-                    pid: spawner.pid,
-                    task,
-                };
-                if let Some(found) = search(peers, pid, &mut socket, parent)? {
-                    return Ok(Quick::Found(found));
-                }
+            if let Some(found) = search_new(peers, spawner.pid, children, &known, &mut socket)? {
+                return Ok(Quick::Found(found));
             }
         }
         // A known process holding it at another descriptor (two connections at once).
@@ -416,6 +396,28 @@ mod linux {
                 .expect("peers lock")
                 .retain(|o| !Arc::ptr_eq(o, k));
         }
+    }
+
+    /// The test of the first of a spawner's `children` (task, pid), newest first, that is not
+    /// known nor searched yet and holds the socket.
+    fn search_new(
+        peers: &Peers,
+        spawner: u32,
+        mut children: Vec<(u32, u32)>,
+        known: &[Arc<Known>],
+        socket: &mut Socket,
+    ) -> Result<Option<PeerTest>, String> {
+        children.retain(|(_, pid)| {
+            known.iter().all(|k| k.pid != *pid) && !socket.searched.contains(pid)
+        });
+        children.sort_unstable_by_key(|&(_, pid)| std::cmp::Reverse(pid));
+        for (task, pid) in children {
+            let parent = Parent::Spawner { pid: spawner, task };
+            if let Some(found) = search(peers, pid, socket, parent)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
     }
 
     /// The test of `pid`, when it is this user's and holds the socket; it is remembered, and
