@@ -122,11 +122,12 @@ impl Peers {
 
 /// Reads a test id and attempt from a process's environment block (NUL-separated `K=V`).
 fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
+    // Compared as bytes: a test process's environment is a hundred variables, and only
+    // the value looked for need be text.
     let get = |name: &str| -> Option<String> {
         environ.split(|b| *b == 0).find_map(|kv| {
-            let kv = std::str::from_utf8(kv).ok()?;
-            let (k, v) = kv.split_once('=')?;
-            (k == name).then(|| v.to_string())
+            let value = kv.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+            String::from_utf8(value.to_vec()).ok()
         })
     };
     match vars {
@@ -194,6 +195,10 @@ mod linux {
     struct Spawner {
         pid: u32,
         task: Option<u32>,
+        /// The descriptor at which the last child found held its connection: the children
+        /// of one test binary open their first connection at the same number, so one
+        /// readlinkat most often finds it before the child's descriptors are listed.
+        fd: Option<i32>,
     }
 
     /// Where a process found holding a socket came from.
@@ -255,7 +260,9 @@ mod linux {
             if fd < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            let mut out = Vec::new();
+            // Room for a whole environment at once: each read of another process's memory
+            // looks its pages up again.
+            let mut out = Vec::with_capacity(32 * 1024);
             std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }).read_to_end(&mut out)?;
             Ok(out)
         }
@@ -331,7 +338,7 @@ mod linux {
                 .and_then(|task| Some((task, task_children(spawner.pid, task)?)));
             if let Some((task, pids)) = last {
                 let listed = pids.into_iter().map(|pid| (task, pid)).collect();
-                if let Some(found) = search_new(peers, spawner.pid, listed, &known, &mut socket)? {
+                if let Some(found) = search_new(peers, spawner, listed, &known, &mut socket)? {
                     return Ok(Quick::Found(found));
                 }
             }
@@ -343,7 +350,7 @@ mod linux {
                     .retain(|s| s.pid != spawner.pid);
                 continue;
             };
-            if let Some(found) = search_new(peers, spawner.pid, children, &known, &mut socket)? {
+            if let Some(found) = search_new(peers, spawner, children, &known, &mut socket)? {
                 return Ok(Quick::Found(found));
             }
         }
@@ -399,10 +406,12 @@ mod linux {
     }
 
     /// The test of the first of a spawner's `children` (task, pid), newest first, that is not
-    /// known nor searched yet and holds the socket.
+    /// known nor searched yet and holds the socket. Each is first asked for the descriptor
+    /// the spawner's last child held its connection at (one readlinkat), and only then are
+    /// their descriptors listed.
     fn search_new(
         peers: &Peers,
-        spawner: u32,
+        spawner: Spawner,
         mut children: Vec<(u32, u32)>,
         known: &[Arc<Known>],
         socket: &mut Socket,
@@ -411,13 +420,34 @@ mod linux {
             known.iter().all(|k| k.pid != *pid) && !socket.searched.contains(pid)
         });
         children.sort_unstable_by_key(|&(_, pid)| std::cmp::Reverse(pid));
+        let mut opened = Vec::with_capacity(children.len());
         for (task, pid) in children {
-            let parent = Parent::Spawner { pid: spawner, task };
-            if let Some(found) = search(peers, pid, socket, parent)? {
-                return Ok(Some(found));
+            socket.searched.push(pid);
+            let Some(dir) = open_own(pid, socket.uid) else {
+                continue;
+            };
+            let parent = Parent::Spawner {
+                pid: spawner.pid,
+                task,
+            };
+            match spawner.fd.filter(|fd| dir.holds(*fd, &socket.link)) {
+                Some(fd) => return adopt(peers, pid, dir, fd, parent).map(Some),
+                None => opened.push((pid, dir, parent)),
+            }
+        }
+        for (pid, dir, parent) in opened {
+            if let Some(fd) = held_at(pid, &dir, &socket.link) {
+                return adopt(peers, pid, dir, fd, parent).map(Some);
             }
         }
         Ok(None)
+    }
+
+    /// `/proc/<pid>`, opened, when the process is this user's: another user's process is
+    /// none of ours to read. What is read through it is that process's own, even once the
+    /// pid is another's.
+    fn open_own(pid: u32, uid: u32) -> Option<ProcDir> {
+        ProcDir::open(pid).filter(|dir| dir.owner() == Some(uid))
     }
 
     /// The test of `pid`, when it is this user's and holds the socket; it is remembered, and
@@ -429,15 +459,9 @@ mod linux {
         parent: Parent<'_>,
     ) -> Result<Option<PeerTest>, String> {
         socket.searched.push(pid);
-        // Opened first: what is read through it is that process's own, even if the pid is
-        // another's by then.
-        let Some(dir) = ProcDir::open(pid) else {
+        let Some(dir) = open_own(pid, socket.uid) else {
             return Ok(None);
         };
-        // Same user only: another user's process is none of ours to read.
-        if dir.owner() != Some(socket.uid) {
-            return Ok(None);
-        }
         let Some(fd) = held_at(pid, &dir, &socket.link) else {
             return Ok(None);
         };
@@ -462,6 +486,7 @@ mod linux {
             Parent::Spawner { pid, task } => Some(Spawner {
                 pid,
                 task: Some(task),
+                fd: Some(fd),
             }),
             // Pid 1 adopts orphans and starts no test.
             Parent::Tree(tree) => dir
@@ -469,7 +494,11 @@ mod linux {
                 .ok()
                 .and_then(|stat| parent_in(&stat))
                 .filter(|p| *p > 1 && tree.contains(p))
-                .map(|pid| Spawner { pid, task: None }),
+                .map(|pid| Spawner {
+                    pid,
+                    task: None,
+                    fd: Some(fd),
+                }),
         };
         let memory = &peers.memory;
         {
@@ -486,7 +515,10 @@ mod linux {
         if let Some(spawner) = spawner {
             let mut spawners = memory.spawners.lock().expect("peers lock");
             match spawners.iter_mut().find(|s| s.pid == spawner.pid) {
-                Some(s) => s.task = spawner.task.or(s.task),
+                Some(s) => {
+                    s.task = spawner.task.or(s.task);
+                    s.fd = spawner.fd;
+                }
                 None => {
                     spawners.insert(0, spawner);
                     spawners.truncate(super::SPAWNERS);
