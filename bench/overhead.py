@@ -48,10 +48,16 @@ def main():
     floor, floor_url = start_floor(a.floor)
     nextest = ["cargo", "nextest", "run", "--cargo-quiet"]
     runner_only = nextest + ["--config", f"target.'cfg(all())'.runner=['{a.runner}']"]
-    lr = [a.llmreplay, "llmreplay", "test", "--cargo-quiet"]
+    # Both run as a user types them, through cargo: `cargo nextest run` and `cargo llmreplay
+    # test`, with the cargo-llmreplay measured first on PATH.
+    def on_path(binary, e):
+        return dict(e, PATH=os.path.dirname(os.path.abspath(binary)) + os.pathsep + e.get("PATH", ""))
+    lr = ["cargo", "llmreplay", "test", "--cargo-quiet"]
+    lr_env = on_path(a.llmreplay, env)
     # On Linux, replay runs without a target runner by default; --runner exec (with the static
     # runner) is the design it replaces, measured beside it.
-    lr_static = [a.llmreplay_static, "llmreplay", "test", "--cargo-quiet", "--runner", "exec"] if a.llmreplay_static else None
+    lr_static = lr + ["--runner", "exec"] if a.llmreplay_static else None
+    static_env = on_path(a.llmreplay_static, env) if a.llmreplay_static else None
     try:
         workspace(os.path.join(tmp, "quiet"), "quiet",
                   "".join(f"#[test]\nfn t{i}() {{ assert_eq!({i} + 1, {i + 1}); }}\n" for i in range(200)), a.client)
@@ -65,18 +71,18 @@ def main():
         q = os.path.join(tmp, "quiet")
         subprocess.run(nextest, cwd=q, env=env, check=True, capture_output=True)
         results["200 tests, no LLM call"] = interleaved(q, a.runs, [
-            ("nextest", nextest, env), ("runner", runner_only, env), ("llmreplay", lr, env)]
-            + ([("static", lr_static, env)] if lr_static else []))
+            ("nextest", nextest, env), ("runner", runner_only, env), ("llmreplay", lr, lr_env)]
+            + ([("static", lr_static, static_env)] if lr_static else []))
         # 50 tests x 4 recordings: record once against the floor, then time replay.
         l = os.path.join(tmp, "llm")
         rec = subprocess.run(lr + ["--record", "--upstream", f"openai={floor_url}"],
-                             cwd=l, env=env, capture_output=True, text=True)
+                             cwd=l, env=lr_env, capture_output=True, text=True)
         assert rec.returncode == 0, rec.stderr[-2000:]
         direct = dict(env, OPENAI_BASE_URL=f"{floor_url}/v1", OPENAI_API_KEY="x")
         results["50 tests x 4 recordings"] = interleaved(l, a.runs, [
             ("nextest", nextest, direct), ("runner", runner_only, direct),
-            ("llmreplay", lr + ["--deny", "unused"], dict(env, CI="true"))]
-            + ([("static", lr_static + ["--deny", "unused"], dict(env, CI="true"))] if lr_static else []))
+            ("llmreplay", lr + ["--deny", "unused"], dict(lr_env, CI="true"))]
+            + ([("static", lr_static + ["--deny", "unused"], dict(static_env, CI="true"))] if lr_static else []))
         ms = lambda v: f"{statistics.median(v) * 1000:.0f} ms"
         print(f"\n{a.runs} rounds after 2 warm-up rounds, commands in turn, builds warm; medians:\n")
         print("| workspace | plain cargo nextest run | nextest + our runner only | cargo llmreplay test | overhead | runner alone | --runner exec, static runner | overhead |")
@@ -86,7 +92,8 @@ def main():
             pct = lambda k: (statistics.median(t[k]) / base - 1) * 100
             static = f"{ms(t['static'])} | {pct('static'):+.1f}%" if "static" in t else "- | -"
             print(f"| {name} | {ms(t['nextest'])} | {ms(t['runner'])} | {ms(t['llmreplay'])} | {pct('llmreplay'):+.1f}% | {pct('runner'):+.1f}% | {static} |")
-        print("\n(50 x 4: the baseline's tests call the floor server directly; llmreplay replays the same answers"
+        print("\n(Both commands run through cargo, as typed: `cargo nextest run`, `cargo llmreplay test`."
+              " 50 x 4: the baseline's tests call the floor server directly; llmreplay replays the same answers"
               " from cassettes, with CI=true and --deny unused. 'our runner only' runs nextest with the target"
               " runner and no daemon, so the runner just execs each test. On Linux `cargo llmreplay test`"
               " replays with no runner: each connection's test is read from its process.)")

@@ -101,6 +101,7 @@ fn root_from_manifests(start: &Path) -> Option<PathBuf> {
 /// not ask again until nextest changes.
 pub fn check_nextest(target_dir: &Path) -> Result<()> {
     let stamp = nextest_binary().and_then(|bin| {
+        let bin = bin.canonicalize().ok()?;
         let meta = std::fs::metadata(&bin).ok()?;
         let modified = meta
             .modified()
@@ -122,8 +123,7 @@ pub fn check_nextest(target_dir: &Path) -> Result<()> {
             return Ok(());
         }
     }
-    let out = Command::new(cargo())
-        .args(["nextest", "--version"])
+    let out = nextest(["--version"])
         .output()
         .map_err(|e| Error::io("cannot run cargo", e))?;
     check_version(&out)?;
@@ -135,23 +135,90 @@ pub fn check_nextest(target_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The `cargo-nextest` that `cargo nextest` runs: the first on PATH, as cargo looks for it.
-fn nextest_binary() -> Option<PathBuf> {
-    let name = format!("cargo-nextest{}", std::env::consts::EXE_SUFFIX);
+/// A command that runs `cargo nextest` with `args`, as cargo would. Under cargo (`cargo
+/// llmreplay ...` sets `CARGO`), it starts the `cargo-nextest` that cargo would find, with
+/// the arguments and the `CARGO` variable cargo gives it: going through cargo again would be
+/// a second cargo start, about 10 ms, on every run. Otherwise, and whenever a cargo alias may
+/// redefine `nextest`, cargo runs it.
+pub fn nextest<I, S>(args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let direct = std::env::var_os("CARGO")
+        .filter(|_| !nextest_aliased())
+        .and_then(|cargo| Some((cargo, nextest_binary()?)));
+    let mut cmd = match direct {
+        Some((cargo, bin)) => {
+            let mut cmd = Command::new(bin);
+            cmd.env("CARGO", cargo);
+            cmd
+        }
+        None => Command::new(cargo()),
+    };
+    cmd.arg("nextest").args(args);
+    cmd
+}
+
+/// Where cargo looks for `cargo-<name>`: `$CARGO_HOME/bin` first unless PATH lists it, then
+/// PATH.
+fn subcommand_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
-    // cargo searches $CARGO_HOME/bin (by default ~/.cargo/bin) before PATH.
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
-    if let Some(home) = home {
-        dirs.insert(0, home.join("bin"));
+    if let Some(bin) = cargo_home().map(|home| home.join("bin")) {
+        if !dirs.contains(&bin) {
+            dirs.insert(0, bin);
+        }
     }
-    dirs.into_iter()
+    dirs
+}
+
+fn cargo_home() -> Option<PathBuf> {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
+}
+
+/// The `cargo-nextest` that `cargo nextest` runs, as cargo looks for it.
+fn nextest_binary() -> Option<PathBuf> {
+    let name = format!("cargo-nextest{}", std::env::consts::EXE_SUFFIX);
+    subcommand_dirs()
+        .into_iter()
         .map(|d| d.join(&name))
-        .find(|p| p.is_file())
-        .and_then(|p| p.canonicalize().ok())
+        .find(|p| is_executable(p))
+}
+
+#[cfg(unix)]
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+#[cfg(not(unix))]
+fn is_executable(path: &Path) -> bool {
+    path.is_file()
+}
+
+/// Whether a cargo alias named `nextest` may exist (`CARGO_ALIAS_NEXTEST`, or `[alias]` in
+/// a cargo config file cargo would read from here), which cargo would run instead of
+/// cargo-nextest. A config file that names nextest but cannot be read counts as one.
+fn nextest_aliased() -> bool {
+    if std::env::var_os("CARGO_ALIAS_NEXTEST").is_some() {
+        return true;
+    }
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let dirs = cwd
+        .ancestors()
+        .map(|d| d.join(".cargo"))
+        .chain(cargo_home());
+    dirs.flat_map(|d| [d.join("config.toml"), d.join("config")])
+        .filter_map(|file| std::fs::read_to_string(file).ok())
+        .filter(|text| text.contains("nextest"))
+        .any(|text| match toml::from_str::<toml::Table>(&text) {
+            Ok(config) => config.get("alias").and_then(|a| a.get("nextest")).is_some(),
+            Err(_) => true,
+        })
 }
 
 fn check_version(out: &std::process::Output) -> Result<()> {

@@ -2,7 +2,7 @@
 //! against HEAD, folders of no test (from `cargo nextest list`), files that do not parse or
 //! whose summary disagrees with their answer. `--check` makes any of these fail, for CI.
 
-use crate::args::{cargo, CassetteDirArg, Resolved};
+use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, term};
 use crate::report::{list_tests, orphan_folders, RunScope};
@@ -106,7 +106,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     let mut orphans = Vec::new();
     let mut listed = false;
     if !args.no_list {
-        let suite = list_tests(&cargo(), &RunScope::whole_workspace()).map_err(|e| {
+        let suite = list_tests(&RunScope::whole_workspace()).map_err(|e| {
             Error::Precondition(format!("{e}; so cassette folders cannot be matched with tests (--no-list skips this check)"))
         })?;
         let folders: BTreeSet<String> = cassettes::Store::new(cassette_dir)

@@ -1,7 +1,7 @@
 //! `cargo llmreplay test`: starts the daemon in this process, runs `cargo nextest run` with the
 //! target runner that points every test at it, then reports what is missing, unused and changed.
 
-use crate::args::{cargo, DaemonArgs, Resolved};
+use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, Styles};
 use crate::report::{self, Deny, RunScope};
@@ -263,8 +263,7 @@ fn check_typos(nextest_args: &[OsString]) -> std::result::Result<(), clap::Error
         }
         // Asked only for a near miss: a flag of nextest's own close to ours goes through.
         let help = nextest_help.get_or_insert_with(|| {
-            Command::new(cargo())
-                .args(["nextest", "run", "--help"])
+            crate::locate::nextest(["run", "--help"])
                 .output()
                 .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
                 .unwrap_or_default()
@@ -381,7 +380,6 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     // then stops the daemon and reports, instead of dying with its child still running.
     runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
 
-    let cargo = cargo();
     let temp = |prefix: &str| {
         tempfile::Builder::new()
             .prefix(prefix)
@@ -390,8 +388,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     };
     let ran = temp("llmreplay-ran-")?;
     let results = temp("llmreplay-results-")?;
-    let mut nextest = Command::new(&cargo);
-    nextest.args(["nextest", "run"]);
+    let mut nextest = crate::locate::nextest(["run"]);
     // One environment for the whole run, without a runner; the daemon reads each
     // connection's test from the process that opened it.
     let run_env = match runner_less {
@@ -472,7 +469,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if runner_less && (scope.partition.is_some() || silent_folders(&store, &journal)?) {
         let mut env = run_env.clone();
         env.push(("LLMREPLAY_MODE".into(), mode.as_str().into()));
-        let listed = report::spawn_list(&cargo, &nextest_args, &env)
+        let listed = report::spawn_list(&nextest_args, &env)
             .map_err(|e| Error::io("cannot run cargo nextest list", e))
             .and_then(report::read_list);
         match listed {
@@ -518,7 +515,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     } else if !suite.is_empty() {
         Some(suite)
     } else {
-        match report::list_tests(&cargo, &scope) {
+        match report::list_tests(&scope) {
             Ok(tests) => Some(tests),
             Err(e) => {
                 render::stderr(&format!(

@@ -386,19 +386,29 @@ async fn preconditions_fail_with_clear_errors() {
         run.stderr
     );
 
-    // A cargo whose nextest is missing: a stand-in `cargo` that knows no subcommand.
-    let fake_cargo = sample.root.join("fake-cargo.sh");
-    std::fs::write(
-        &fake_cargo,
-        "#!/bin/sh\necho 'error: no such command: nextest' >&2\nexit 101\n",
-    )
-    .unwrap();
-    std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&fake_cargo)
-        .status()
-        .unwrap();
-    let run = sample.run(&[], &[("CARGO", fake_cargo.to_str().unwrap())]);
+    // No cargo-nextest where cargo looks (an empty PATH and cargo home): cargo is asked, and
+    // says it knows no such command (a stand-in `cargo` here).
+    let script = |name: &str, text: String| {
+        let path = sample.root.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        path
+    };
+    let fake_cargo = script(
+        "fake-cargo.sh",
+        "#!/bin/sh\necho 'error: no such command: nextest' >&2\nexit 101\n".into(),
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let empty = empty.path().to_str().unwrap();
+    let run = sample.run(
+        &[],
+        &[
+            ("CARGO", fake_cargo.to_str().unwrap()),
+            ("PATH", empty),
+            ("CARGO_HOME", empty),
+        ],
+    );
     assert_eq!(run.code, Some(2));
     assert!(
         run.stderr.contains("cargo-nextest is not installed")
@@ -407,23 +417,58 @@ async fn preconditions_fail_with_clear_errors() {
         run.stderr
     );
 
-    // A nextest older than 0.9.116: everything else goes to the real cargo.
-    let real = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let old_cargo = sample.root.join("old-cargo.sh");
-    std::fs::write(
-        &old_cargo,
-        format!("#!/bin/sh\nif [ \"$1 $2\" = \"nextest --version\" ]; then echo 'cargo-nextest 0.9.100 (abc 2025-06-01)'; exit 0; fi\nexec '{real}' \"$@\"\n"),
-    )
-    .unwrap();
-    std::process::Command::new("chmod")
-        .arg("+x")
-        .arg(&old_cargo)
-        .status()
+    // A nextest older than 0.9.116, first on PATH: run directly, as cargo would run it.
+    let bin = tempfile::tempdir().unwrap();
+    let real_nextest = std::process::Command::new("sh")
+        .args(["-c", "command -v cargo-nextest"])
+        .output()
         .unwrap();
-    let run = sample.run(&[], &[("CARGO", old_cargo.to_str().unwrap())]);
-    assert_eq!(run.code, Some(2));
+    let real_nextest = String::from_utf8_lossy(&real_nextest.stdout)
+        .trim()
+        .to_string();
+    let old = |dir: &std::path::Path| {
+        std::fs::write(
+            dir.join("cargo-nextest"),
+            format!("#!/bin/sh\nif [ \"$1 $2\" = \"nextest --version\" ]; then echo 'cargo-nextest 0.9.100 (abc 2025-06-01)'; exit 0; fi\nexec '{real_nextest}' \"$@\"\n"),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            dir.join("cargo-nextest"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+    };
+    old(bin.path());
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap()
+    );
+    let run = sample.run(&[], &[("PATH", &path), ("CARGO_HOME", empty)]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr.contains("cargo-nextest 0.9.100 is too old") && run.stderr.contains("0.9.116"),
+        "{}",
+        run.stderr
+    );
+
+    // A cargo alias named nextest: cargo runs it, here a cargo that answers for an old
+    // nextest and passes the rest to the real one.
+    let real = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let old_cargo = script(
+        "old-cargo.sh",
+        format!("#!/bin/sh\nif [ \"$1 $2\" = \"nextest --version\" ]; then echo 'cargo-nextest 0.9.101 (abc 2025-06-01)'; exit 0; fi\nexec '{real}' \"$@\"\n"),
+    );
+    let run = sample.run(
+        &[],
+        &[
+            ("CARGO", old_cargo.to_str().unwrap()),
+            ("CARGO_ALIAS_NEXTEST", "nextest"),
+        ],
+    );
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cargo-nextest 0.9.101 is too old"),
         "{}",
         run.stderr
     );

@@ -4,8 +4,7 @@
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::ffi::{OsStr, OsString};
-use std::process::Command;
+use std::ffi::OsString;
 
 /// nextest flags that change how tests run but not which: a run with only these covers the
 /// whole suite, so cassette folders of no test can be called unused.
@@ -118,7 +117,6 @@ const RUN_ONLY_WITH_VALUE: &[&str] = &[
 /// `cargo nextest list` of the tests a run with these arguments selects. `env` is the run's:
 /// a build that reads a variable the run sets would otherwise be built again.
 pub fn spawn_list(
-    cargo: &OsStr,
     run_args: &[OsString],
     env: &[(String, String)],
 ) -> std::io::Result<std::process::Child> {
@@ -143,14 +141,7 @@ pub fn spawn_list(
         }
         args.push(arg.clone());
     }
-    Command::new(cargo)
-        .args([
-            "nextest",
-            "list",
-            "--message-format",
-            "json",
-            "--cargo-quiet",
-        ])
+    crate::locate::nextest(["list", "--message-format", "json", "--cargo-quiet"])
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(std::process::Stdio::piped())
@@ -169,15 +160,8 @@ pub fn read_list(child: std::process::Child) -> Result<(BTreeSet<String>, BTreeS
 
 /// Every test id of the suite, from `cargo nextest list` (run after the tests, so it builds
 /// nothing new).
-pub fn list_tests(cargo: &OsStr, scope: &RunScope) -> Result<BTreeSet<String>> {
-    let mut cmd = Command::new(cargo);
-    cmd.args([
-        "nextest",
-        "list",
-        "--message-format",
-        "json",
-        "--cargo-quiet",
-    ]);
+pub fn list_tests(scope: &RunScope) -> Result<BTreeSet<String>> {
+    let mut cmd = crate::locate::nextest(["list", "--message-format", "json", "--cargo-quiet"]);
     if scope.workspace {
         cmd.arg("--workspace");
     }
