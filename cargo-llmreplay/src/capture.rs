@@ -5,14 +5,21 @@
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 
-/// The CA's certificate and the bundle, written beside `stem` (`<stem>.pem` and
-/// `<stem>-bundle.pem`); returns their paths.
-pub fn write_ca(stem: &Path, ca_pem: &str) -> Result<(PathBuf, PathBuf)> {
+/// Where [`write_ca`] writes the CA's certificate and the bundle: `<stem>.pem` and
+/// `<stem>-bundle.pem`.
+pub fn ca_paths(stem: &Path) -> (PathBuf, PathBuf) {
     let ca = stem.with_extension("pem");
     let bundle = stem.with_file_name(format!(
         "{}-bundle.pem",
         stem.file_name().unwrap_or_default().to_string_lossy()
     ));
+    (ca, bundle)
+}
+
+/// The CA's certificate and the bundle, written beside `stem` (see [`ca_paths`]); returns
+/// their paths.
+pub fn write_ca(stem: &Path, ca_pem: &str) -> Result<(PathBuf, PathBuf)> {
+    let (ca, bundle) = ca_paths(stem);
     if let Some(dir) = ca.parent() {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("cannot make {}", dir.display()), e))?;
@@ -21,7 +28,7 @@ pub fn write_ca(stem: &Path, ca_pem: &str) -> Result<(PathBuf, PathBuf)> {
         (&ca, ca_pem.to_string()),
         (&bundle, daemon::ca::bundle(ca_pem)),
     ] {
-        std::fs::write(path, text)
+        crate::files::write_anew(path, text)
             .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     }
     Ok((ca, bundle))

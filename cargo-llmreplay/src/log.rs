@@ -89,7 +89,7 @@ pub fn init(verbose: u8, file: Option<&Path>) -> Result<()> {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| Error::io(format!("cannot make {}", dir.display()), e))?;
             }
-            let f = std::fs::File::create(path)
+            let f = crate::files::create_anew(path)
                 .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
             let file = Buffered(Arc::new(Mutex::new(BufWriter::new(f))));
             if FILE.set(file.clone()).is_ok() {

@@ -5,6 +5,7 @@ mod args;
 mod capture;
 mod diff_cmd;
 mod error;
+mod files;
 mod locate;
 mod log;
 mod mv_cmd;

@@ -305,6 +305,30 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let root = preconditions()?;
     let resolved = Resolved::daemon(root, None, &args.daemon)?;
     let root = resolved.root.clone();
+    // The run's CA, and its files written while the daemon starts: the bundle, a copy of
+    // the system's roots, is the largest write of a run's start. Runs that keep their
+    // reports apart keep their CAs apart too.
+    let ca = resolved.settings.capture.enabled.then(|| {
+        let stem = match &args.report {
+            Some(report) => report.with_extension("ca"),
+            None => resolved.target_dir().join("llmreplay/ca"),
+        };
+        let paths = crate::capture::ca_paths(&stem);
+        let (made, ca) = std::sync::mpsc::sync_channel(1);
+        let written = std::thread::spawn(move || match daemon::ca::RunCa::new() {
+            Ok(ca) => {
+                let ca = std::sync::Arc::new(ca);
+                let pem = ca.pem().to_string();
+                let _ = made.send(Ok(ca));
+                crate::capture::write_ca(&stem, &pem).map(|_| ())
+            }
+            Err(e) => {
+                let _ = made.send(Err(e));
+                Ok(())
+            }
+        });
+        (ca, paths, written)
+    });
     // Beside the report: runs that keep their reports apart keep their logs apart too.
     let log = match &args.report {
         Some(report) => report.with_extension("log"),
@@ -355,22 +379,22 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    let daemon = runtime.block_on(Daemon::bind(
+    let (ca, ca_files, ca_written) = match ca {
+        Some((ca, paths, written)) => {
+            let ca = ca
+                .recv()
+                .expect("the CA thread sends its CA or its error")
+                .map_err(daemon::DaemonError::from)?;
+            (Some(ca), Some(paths), Some(written))
+        }
+        None => (None, None, None),
+    };
+    let daemon = runtime.block_on(Daemon::bind_with_ca(
         settings,
         "127.0.0.1:0".parse().expect("a literal address"),
+        ca,
     ))?;
     let url = format!("http://{}", daemon.local_addr());
-    // Runs that keep their reports apart keep their CAs apart too.
-    let ca_files = match daemon.ca_pem() {
-        Some(pem) => {
-            let stem = match &args.report {
-                Some(report) => report.with_extension("ca"),
-                None => target_dir.join("llmreplay/ca"),
-            };
-            Some(crate::capture::write_ca(&stem, &pem)?)
-        }
-        None => None,
-    };
     let (journal, store, peers) = (daemon.journal(), daemon.store(), daemon.peers());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = runtime.spawn(daemon.run(async {
@@ -436,16 +460,11 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if std::env::var_os("NEXTEST_LOG").is_none() {
         nextest.env("NEXTEST_LOG", "info,cargo_nextest::dispatch=warn");
     }
-    // While nextest builds and lists, on a core it mostly leaves idle: what git says of the
-    // cassettes, in a run that writes none, and every cassette a whole-suite replay will
-    // read, parsed before the first test asks.
-    let git_changes = (!mode.writes()).then(|| {
-        let dir = cassette_dir.clone();
-        std::thread::spawn(move || cassettes::git::changes_against_head(&dir))
-    });
-    if mode == daemon::Mode::Replay && scope.whole_suite() {
-        let store = store.clone();
-        std::thread::spawn(move || store.preload());
+    // The tests trust the CA's files: written before any can read them.
+    if let Some(written) = ca_written {
+        written
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))?;
     }
     let mut child = nextest
         .spawn()
@@ -456,6 +475,24 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             daemon::peer::IdVars::Nextest,
         ));
         tracing::info!(target: "cargo_llmreplay::daemon", "no target runner: each connection's test is read from its process");
+    }
+    // While nextest builds and lists, on a core it mostly leaves idle: what git says of the
+    // cassettes, in a run that writes none, and every cassette a whole-suite replay will
+    // read, parsed before the first test asks. Started after nextest, so as not to slow
+    // this command's own start.
+    let git_changes = (!mode.writes()).then(|| {
+        let dir = cassette_dir.clone();
+        std::thread::spawn(move || {
+            in_background();
+            cassettes::git::changes_against_head(&dir)
+        })
+    });
+    if mode == daemon::Mode::Replay && scope.whole_suite() {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            in_background();
+            store.preload()
+        });
     }
     let status = child
         .wait()
@@ -548,7 +585,22 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if args.review && mode.goes_upstream() {
         crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
     }
+    // The command ends here: the runtime's threads and the cassettes read go with the
+    // process, rather than each being joined or freed first.
+    runtime.shutdown_background();
+    std::mem::forget(store);
     Ok(outcome)
+}
+
+/// Lowers the calling thread's priority, for work done while nextest builds and lists: it
+/// takes what cargo and nextest leave of the cores, not a share of theirs. On Linux a nice
+/// value is the thread's own.
+fn in_background() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: no pointers; `who` 0 is the calling thread.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
+    }
 }
 
 /// Whether a cassette folder belongs to no test that called the daemon in this run.

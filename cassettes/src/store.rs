@@ -448,11 +448,15 @@ impl Store {
                 let Ok(entry) = self.entry(&test, &provider) else {
                     continue;
                 };
+                // Checked before the lock is taken: a request for this entry never waits on
+                // this thread, which runs at a low priority.
+                let Ok(cassette) = entry.check(cassette) else {
+                    continue;
+                };
+                let loaded = Loaded::new(cassette);
                 let mut state = entry.state.lock().expect("entry lock");
                 if state.loaded.is_none() {
-                    if let Ok(cassette) = entry.check(cassette) {
-                        state.loaded = Some(Loaded::new(cassette));
-                    }
+                    state.loaded = Some(loaded);
                 }
             }
         }
@@ -467,7 +471,7 @@ impl Store {
         };
         let mut out: Vec<String> = read
             .filter_map(Result::ok)
-            .filter(|e| e.path().is_dir())
+            .filter(is_dir)
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         out.sort();
@@ -1141,6 +1145,16 @@ pub fn remove_folder(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(left)
 }
 
+/// Whether a directory entry is a folder, or a link to one: from the listing itself (no
+/// stat per entry) unless it is a link.
+fn is_dir(entry: &std::fs::DirEntry) -> bool {
+    match entry.file_type() {
+        Ok(t) if t.is_symlink() => entry.path().is_dir(),
+        Ok(t) => t.is_dir(),
+        Err(_) => entry.path().is_dir(),
+    }
+}
+
 fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let read = match std::fs::read_dir(folder) {
         Ok(read) => read,
@@ -1164,10 +1178,8 @@ pub fn cassette_files(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         Err(e) => return Err(Error::io(dir, e)),
     };
     let mut files = Vec::new();
-    for folder in read.filter_map(Result::ok).map(|e| e.path()) {
-        if folder.is_dir() {
-            files.extend(json_files(&folder)?);
-        }
+    for folder in read.filter_map(Result::ok).filter(is_dir).map(|e| e.path()) {
+        files.extend(json_files(&folder)?);
     }
     files.sort();
     Ok(files)

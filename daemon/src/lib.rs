@@ -255,6 +255,16 @@ pub struct Daemon {
 impl Daemon {
     /// Binds `addr` and makes the upstream client; serves nothing until [`Daemon::run`].
     pub async fn bind(settings: Settings, addr: SocketAddr) -> Result<Daemon, DaemonError> {
+        Daemon::bind_with_ca(settings, addr, None).await
+    }
+
+    /// [`Daemon::bind`], with the run's CA made beforehand (its files written while the
+    /// daemon starts); with `None`, one is made here when `[capture]` is on.
+    pub async fn bind_with_ca(
+        settings: Settings,
+        addr: SocketAddr,
+        ca: Option<Arc<ca::RunCa>>,
+    ) -> Result<Daemon, DaemonError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| DaemonError::Bind { addr, source })?;
@@ -269,9 +279,10 @@ impl Daemon {
             .map_err(|source| DaemonError::Bind { addr, source })?;
         let mut settings = settings;
         let declared = std::mem::take(&mut settings.declared_faults);
-        let ca = match settings.capture.enabled {
-            true => Some(Arc::new(ca::RunCa::new()?)),
-            false => None,
+        let ca = match (settings.capture.enabled, ca) {
+            (true, Some(ca)) => Some(ca),
+            (true, None) => Some(Arc::new(ca::RunCa::new()?)),
+            (false, _) => None,
         };
         let state = Arc::new(State {
             store: Arc::new(

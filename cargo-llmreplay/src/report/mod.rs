@@ -295,7 +295,7 @@ impl Report {
             .map_err(std::io::Error::other)
             .map_err(failed)?;
         json.push(b'\n');
-        std::fs::write(path, json).map_err(failed)
+        crate::files::write_anew(path, json).map_err(failed)
     }
 
     /// nextest's own status when tests failed; else 1 when anything is missing, or unused or
