@@ -82,12 +82,20 @@ fn main() -> ExitCode {
         render::stderr(&format!("cargo-llmreplay __runner: {error}\n"));
         return ExitCode::from(runner_plugin::RUNNER_FAILED);
     }
-    let cli = Cli::parse_from(args);
+    // `test` takes every argument after it as its own (its flags and nextest's), as the
+    // parser below would give them: building that parser, every command's flags and help,
+    // would be a few hundred microseconds of every test run.
+    let command = match args.get(1).is_some_and(|a| a == "test") {
+        true => Command::Test {
+            args: args.split_off(2),
+        },
+        false => Cli::parse_from(args).command,
+    };
     // `test` and `serve` set up their own log: a file beside the report, `-v`.
-    if !matches!(cli.command, Command::Test { .. } | Command::Serve(_)) {
+    if !matches!(command, Command::Test { .. } | Command::Serve(_)) {
         let _ = log::init(0, None);
     }
-    let result = match cli.command {
+    let result = match command {
         Command::Test { args } => test_cmd::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => status::run(args),
