@@ -375,34 +375,21 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         None => mode != daemon::Mode::Replay,
     };
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    // The daemon's address goes to nextest before the daemon is made, which happens while
+    // nextest starts: connections wait in the listener's backlog until it serves.
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|source| daemon::DaemonError::Bind { addr, source })?;
+    let url = format!(
+        "http://{}",
+        listener
+            .local_addr()
+            .map_err(|source| daemon::DaemonError::Bind { addr, source })?
+    );
     let (ca, ca_files, ca_written) = match ca {
-        Some((ca, paths, written)) => {
-            let ca = ca
-                .recv()
-                .expect("the CA thread sends its CA or its error")
-                .map_err(daemon::DaemonError::from)?;
-            (Some(ca), Some(paths), Some(written))
-        }
+        Some((ca, paths, written)) => (Some(ca), Some(paths), Some(written)),
         None => (None, None, None),
     };
-    let daemon = runtime.block_on(Daemon::bind_with_ca(
-        settings,
-        "127.0.0.1:0".parse().expect("a literal address"),
-        ca,
-    ))?;
-    let url = format!("http://{}", daemon.local_addr());
-    let (journal, store, peers) = (daemon.journal(), daemon.store(), daemon.peers());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = runtime.spawn(daemon.run(async {
-        let _ = stopped.await;
-    }));
-    // Ctrl-C reaches nextest too (same process group); this process waits for it to finish,
-    // then stops the daemon and reports, instead of dying with its child still running.
-    runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
 
     let temp = |prefix: &str| {
         tempfile::Builder::new()
@@ -469,6 +456,15 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let mut child = nextest
         .spawn()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
+    let (runtime, daemon) = match start_daemon(settings, listener, ca) {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
+    let (journal, store, peers) = (daemon.journal(), daemon.store(), daemon.peers());
     if runner_less {
         let _ = peers.set(daemon::peer::Peers::new(
             Some(child.id()),
@@ -476,6 +472,10 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         ));
         tracing::info!(target: "cargo_llmreplay::daemon", "no target runner: each connection's test is read from its process");
     }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = runtime.spawn(daemon.run(async {
+        let _ = stopped.await;
+    }));
     // While nextest builds and lists, on a core it mostly leaves idle: what git says of the
     // cassettes, in a run that writes none, and every cassette a whole-suite replay will
     // read, parsed before the first test asks. Started after nextest, so as not to slow
@@ -590,6 +590,39 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     runtime.shutdown_background();
     std::mem::forget(store);
     Ok(outcome)
+}
+
+/// The async runtime, with Ctrl-C caught, and the daemon on `listener` with the run's CA
+/// (from its thread).
+fn start_daemon(
+    settings: daemon::Settings,
+    listener: std::net::TcpListener,
+    ca: Option<
+        std::sync::mpsc::Receiver<
+            std::result::Result<std::sync::Arc<daemon::ca::RunCa>, daemon::ca::CaError>,
+        >,
+    >,
+) -> Result<(tokio::runtime::Runtime, Daemon)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the async runtime", e))?;
+    // Ctrl-C reaches nextest too (same process group); this process waits for it to finish,
+    // then stops the daemon and reports, instead of dying with its child still running.
+    runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
+    let ca = match ca {
+        Some(ca) => Some(
+            ca.recv()
+                .expect("the CA thread sends its CA or its error")
+                .map_err(daemon::DaemonError::from)?,
+        ),
+        None => None,
+    };
+    let daemon = {
+        let _entered = runtime.enter();
+        Daemon::on_listener(settings, listener, ca)?
+    };
+    Ok((runtime, daemon))
 }
 
 /// Lowers the calling thread's priority, for work done while nextest builds and lists: it

@@ -258,8 +258,8 @@ impl Daemon {
         Daemon::bind_with_ca(settings, addr, None).await
     }
 
-    /// [`Daemon::bind`], with the run's CA made beforehand (its files written while the
-    /// daemon starts); with `None`, one is made here when `[capture]` is on.
+    /// [`Daemon::bind`], with the run's CA made beforehand; with `None`, one is made here
+    /// when `[capture]` is on.
     pub async fn bind_with_ca(
         settings: Settings,
         addr: SocketAddr,
@@ -268,6 +268,33 @@ impl Daemon {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| DaemonError::Bind { addr, source })?;
+        Daemon::with_listener(settings, listener, addr, ca)
+    }
+
+    /// [`Daemon::bind_with_ca`] on a listener bound beforehand, whose address could be handed
+    /// out before the daemon was made: connections wait in its backlog until
+    /// [`Daemon::run`]. Called within a tokio runtime.
+    pub fn on_listener(
+        settings: Settings,
+        listener: std::net::TcpListener,
+        ca: Option<Arc<ca::RunCa>>,
+    ) -> Result<Daemon, DaemonError> {
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let listener = listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(listener))
+            .map_err(|source| DaemonError::Bind { addr, source })?;
+        Daemon::with_listener(settings, listener, addr, ca)
+    }
+
+    fn with_listener(
+        settings: Settings,
+        listener: TcpListener,
+        addr: SocketAddr,
+        ca: Option<Arc<ca::RunCa>>,
+    ) -> Result<Daemon, DaemonError> {
         let client = std::sync::OnceLock::new();
         if settings.mode.goes_upstream() {
             let made = upstream::client(settings.limits.connect_timeout, &settings.network)
