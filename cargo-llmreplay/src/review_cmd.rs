@@ -1,8 +1,8 @@
 //! `cargo llmreplay review`: every recorded interaction that differs from git HEAD (or
 //! `--base`), one at a time, as cargo-insta's review walks pending snapshots: accept keeps the
 //! new recording, reject restores the base's under the folder's lock, skip leaves it pending.
-//! Accepted ones are noted by fingerprint in `<target>/llmreplay/review.json`, so they are
-//! not shown again until they change or are committed. `--list`, `--show`, `--accept` and
+//! Accepted ones are noted by fingerprint in `<target>/llmreplay/review-<folder hash>.json`,
+//! so they are not shown again until they change or are committed. `--list`, `--show`, `--accept` and
 //! `--reject` do the same for scripts and coding agents.
 
 use crate::args::{CassetteDirArg, Resolved};
@@ -85,7 +85,7 @@ impl Session {
     fn open(cassette_dir: &Path, target_dir: &Path, base: Option<&str>) -> Result<Session> {
         let diff = diff_against(cassette_dir, Some(base.unwrap_or("HEAD")), &[])?;
         let pending = pending(&diff);
-        let accepted_path = target_dir.join("llmreplay/review.json");
+        let accepted_path = accepted_file(target_dir, cassette_dir);
         let accepted = std::fs::read(&accepted_path)
             .ok()
             .and_then(|b| serde_json::from_slice::<AcceptedFile>(&b).ok())
@@ -140,6 +140,21 @@ impl Session {
         json.push(b'\n');
         std::fs::write(&self.accepted_path, json).map_err(failed)
     }
+}
+
+/// Where the fingerprints accepted in `cassette_dir` are noted: a file per cassette folder,
+/// named by a hash of its path, so that checkouts sharing a target dir (worktrees, a global
+/// `CARGO_TARGET_DIR`) neither hide each other's changes nor overwrite each other's file.
+fn accepted_file(target_dir: &Path, cassette_dir: &Path) -> PathBuf {
+    use sha2::Digest as _;
+    let dir = cassette_dir
+        .canonicalize()
+        .unwrap_or_else(|_| cassette_dir.to_path_buf());
+    let hash = format!(
+        "{:x}",
+        sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes())
+    );
+    target_dir.join(format!("llmreplay/review-{}.json", &hash[..12]))
 }
 
 /// A filter matches an ID or a test id: as a glob when it has one of `*?[`, else as a part.
@@ -439,4 +454,28 @@ fn list_json(diff: &Diff, items: &[&Pending]) -> String {
     .expect("serialises");
     s.push('\n');
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accepted_file;
+
+    #[test]
+    fn each_cassette_folder_has_its_own_accepted_file() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let target = std::path::Path::new("/shared/target");
+        let (fa, fb) = (
+            accepted_file(target, a.path()),
+            accepted_file(target, b.path()),
+        );
+        assert_ne!(fa, fb);
+        assert!(fa.starts_with("/shared/target/llmreplay"));
+        assert_eq!(
+            fa,
+            accepted_file(
+                target,
+                &a.path().join("../").join(a.path().file_name().unwrap())
+            )
+        );
+    }
 }
