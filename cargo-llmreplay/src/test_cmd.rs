@@ -282,6 +282,26 @@ fn check_typos(nextest_args: &[OsString]) -> std::result::Result<(), clap::Error
 }
 
 pub fn run(args: Vec<OsString>) -> Result<Outcome> {
+    // The run's CA, begun before anything else on its own thread: its key, then its files
+    // once their place is known, are what nextest's start waits for.
+    let (place, placed) = std::sync::mpsc::sync_channel::<PathBuf>(1);
+    let (made, ca) = std::sync::mpsc::sync_channel(1);
+    let ca_thread = std::thread::spawn(move || -> Result<()> {
+        let run_ca = match daemon::ca::RunCa::new() {
+            Ok(run_ca) => std::sync::Arc::new(run_ca),
+            Err(e) => {
+                let _ = made.send(Err(e));
+                return Ok(());
+            }
+        };
+        let pem = run_ca.pem().to_string();
+        let _ = made.send(Ok(run_ca));
+        // No place: the run captures nothing, or ended first.
+        match placed.recv() {
+            Ok(stem) => crate::capture::write_ca(&stem, &pem).map(|_| ()),
+            Err(_) => Ok(()),
+        }
+    });
     let (own, mut nextest_args) = split_args(args);
     if let Err(e) = check_typos(&nextest_args) {
         let _ = e.print();
@@ -305,30 +325,24 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let root = preconditions()?;
     let resolved = Resolved::daemon(root, None, &args.daemon)?;
     let root = resolved.root.clone();
-    // The run's CA, and its files written while the daemon starts: the bundle, a copy of
-    // the system's roots, is the largest write of a run's start. Runs that keep their
-    // reports apart keep their CAs apart too.
-    let ca = resolved.settings.capture.enabled.then(|| {
-        let stem = match &args.report {
-            Some(report) => report.with_extension("ca"),
-            None => resolved.target_dir().join("llmreplay/ca"),
-        };
-        let paths = crate::capture::ca_paths(&stem);
-        let (made, ca) = std::sync::mpsc::sync_channel(1);
-        let written = std::thread::spawn(move || match daemon::ca::RunCa::new() {
-            Ok(ca) => {
-                let ca = std::sync::Arc::new(ca);
-                let pem = ca.pem().to_string();
-                let _ = made.send(Ok(ca));
-                crate::capture::write_ca(&stem, &pem).map(|_| ())
-            }
-            Err(e) => {
-                let _ = made.send(Err(e));
-                Ok(())
-            }
-        });
-        (ca, paths, written)
-    });
+    // The CA's files, written while the rest starts: the bundle, a copy of the system's
+    // roots, is the largest write of a run's start. Runs that keep their reports apart keep
+    // their CAs apart too.
+    let ca = match resolved.settings.capture.enabled {
+        true => {
+            let stem = match &args.report {
+                Some(report) => report.with_extension("ca"),
+                None => resolved.target_dir().join("llmreplay/ca"),
+            };
+            let paths = crate::capture::ca_paths(&stem);
+            let _ = place.send(stem);
+            Some((ca, paths, ca_thread))
+        }
+        false => {
+            drop(place);
+            None
+        }
+    };
     // Beside the report: runs that keep their reports apart keep their logs apart too.
     let log = match &args.report {
         Some(report) => report.with_extension("log"),
