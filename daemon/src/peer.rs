@@ -674,9 +674,10 @@ mod linux {
             r[12..28].copy_from_slice(&addr(src));
             r[28..44].copy_from_slice(&addr(dst));
             r[48..56].copy_from_slice(&[0xff; 8]); // no cookie
-                                                   // One socket per thread, kept: opening one per connection costs as much as the
-                                                   // question. Each question is answered before the next is asked, and a socket that
-                                                   // failed midway is closed, so no answer is ever read for another question.
+
+            // One socket per thread, kept: opening one per connection costs as much as the
+            // question. Each question is answered before the next is asked, and a socket that
+            // failed midway is closed, so no answer is ever read for another question.
             thread_local! {
                 static SOCKET: std::cell::RefCell<Option<std::os::fd::OwnedFd>> =
                     const { std::cell::RefCell::new(None) };
