@@ -388,15 +388,14 @@ async fn preconditions_fail_with_clear_errors() {
 
     // No cargo-nextest where cargo looks (an empty PATH and cargo home): cargo is asked, and
     // says it knows no such command (a stand-in `cargo` here).
-    let script = |name: &str, text: String| {
-        let path = sample.root.join(name);
+    let script = |path: std::path::PathBuf, text: String| {
         std::fs::write(&path, text).unwrap();
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         path
     };
     let fake_cargo = script(
-        "fake-cargo.sh",
+        sample.root.join("fake-cargo.sh"),
         "#!/bin/sh\necho 'error: no such command: nextest' >&2\nexit 101\n".into(),
     );
     let empty = tempfile::tempdir().unwrap();
@@ -426,25 +425,20 @@ async fn preconditions_fail_with_clear_errors() {
     let real_nextest = String::from_utf8_lossy(&real_nextest.stdout)
         .trim()
         .to_string();
-    let old = |dir: &std::path::Path| {
-        std::fs::write(
-            dir.join("cargo-nextest"),
-            format!("#!/bin/sh\nif [ \"$1 $2\" = \"nextest --version\" ]; then echo 'cargo-nextest 0.9.100 (abc 2025-06-01)'; exit 0; fi\nexec '{real_nextest}' \"$@\"\n"),
-        )
-        .unwrap();
-        std::fs::set_permissions(
-            dir.join("cargo-nextest"),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
-    };
-    old(bin.path());
+    script(
+        bin.path().join("cargo-nextest"),
+        format!("#!/bin/sh\nif [ \"$1 $2\" = \"nextest --version\" ]; then echo 'cargo-nextest 0.9.100 (abc 2025-06-01)'; exit 0; fi\nexec '{real_nextest}' \"$@\"\n"),
+    );
     let path = format!(
         "{}:{}",
         bin.path().display(),
         std::env::var("PATH").unwrap()
     );
-    let run = sample.run(&[], &[("PATH", &path), ("CARGO_HOME", empty)]);
+    let real = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let run = sample.run(
+        &[],
+        &[("PATH", &path), ("CARGO_HOME", empty), ("CARGO", &real)],
+    );
     assert_eq!(run.code, Some(2), "{}", run.stderr);
     assert!(
         run.stderr.contains("cargo-nextest 0.9.100 is too old") && run.stderr.contains("0.9.116"),
@@ -454,9 +448,8 @@ async fn preconditions_fail_with_clear_errors() {
 
     // A cargo alias named nextest: cargo runs it, here a cargo that answers for an old
     // nextest and passes the rest to the real one.
-    let real = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let old_cargo = script(
-        "old-cargo.sh",
+        sample.root.join("old-cargo.sh"),
         format!("#!/bin/sh\nif [ \"$1 $2\" = \"nextest --version\" ]; then echo 'cargo-nextest 0.9.101 (abc 2025-06-01)'; exit 0; fi\nexec '{real}' \"$@\"\n"),
     );
     let run = sample.run(
