@@ -202,7 +202,7 @@ fn is_executable(path: &Path) -> bool {
 
 /// Whether a cargo alias named `nextest` may exist (`CARGO_ALIAS_NEXTEST`, or `[alias]` in
 /// a cargo config file cargo would read from here), which cargo would run instead of
-/// cargo-nextest. A config file that names nextest but cannot be read counts as one.
+/// cargo-nextest. A config file that names nextest but is no valid TOML counts as one.
 fn nextest_aliased() -> bool {
     if std::env::var_os("CARGO_ALIAS_NEXTEST").is_some() {
         return true;
