@@ -255,25 +255,16 @@ pub struct Daemon {
 impl Daemon {
     /// Binds `addr` and makes the upstream client; serves nothing until [`Daemon::run`].
     pub async fn bind(settings: Settings, addr: SocketAddr) -> Result<Daemon, DaemonError> {
-        Daemon::bind_with_ca(settings, addr, None).await
-    }
-
-    /// [`Daemon::bind`], with the run's CA made beforehand; with `None`, one is made here
-    /// when `[capture]` is on.
-    pub async fn bind_with_ca(
-        settings: Settings,
-        addr: SocketAddr,
-        ca: Option<Arc<ca::RunCa>>,
-    ) -> Result<Daemon, DaemonError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| DaemonError::Bind { addr, source })?;
-        Daemon::with_listener(settings, listener, addr, ca)
+        Daemon::with_listener(settings, listener, addr, None)
     }
 
-    /// [`Daemon::bind_with_ca`] on a listener bound beforehand, whose address could be handed
-    /// out before the daemon was made: connections wait in its backlog until
-    /// [`Daemon::run`]. Called within a tokio runtime.
+    /// [`Daemon::bind`] on a listener bound beforehand, whose address could be handed out
+    /// before the daemon was made: connections wait in its backlog until [`Daemon::run`].
+    /// `ca` is the run's CA when it was made beforehand; with `None`, one is made here when
+    /// `[capture]` is on. Called within a tokio runtime.
     pub fn on_listener(
         settings: Settings,
         listener: std::net::TcpListener,
