@@ -27,6 +27,9 @@ pub struct Store {
     /// A test's entries, one per provider it called: a handful, so a short list.
     entries: RwLock<HashMap<TestId, Vec<Arc<Entry>>>>,
     slugs: Mutex<HashMap<Slug, TestId>>,
+    /// Each folder's cassette files as [`Store::preload`] listed them: the end of a replay
+    /// run reports unused recordings from these rather than listing every folder again.
+    listed: Mutex<HashMap<String, Vec<PathBuf>>>,
 }
 
 /// One test's cassette for one provider, and this run's sequence cursors over it.
@@ -208,6 +211,7 @@ impl Store {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             entries: RwLock::default(),
             slugs: Mutex::default(),
+            listed: Mutex::default(),
         }
     }
 
@@ -380,9 +384,19 @@ impl Store {
     /// Every recording in `test`'s folder, for every provider, that this run did not replay:
     /// also those of providers the test no longer calls.
     pub fn unused_in(&self, test: &TestId) -> Result<Vec<Unused>, Error> {
-        let folder = self.dir.join(Slug::from_test_id(test).as_str());
+        let slug = Slug::from_test_id(test);
+        let preloaded = self
+            .listed
+            .lock()
+            .expect("store lock")
+            .get(slug.as_str())
+            .cloned();
+        let files = match preloaded {
+            Some(files) => files,
+            None => json_files(&self.dir.join(slug.as_str()))?,
+        };
         let mut out = Vec::new();
-        for path in json_files(&folder)? {
+        for path in files {
             let stem = path.file_stem().unwrap_or_default().to_string_lossy();
             // A file no provider is named for is no cassette of ours: never reported, so
             // never pruned.
@@ -423,14 +437,22 @@ impl Store {
     /// Loads every cassette under the directory whose folder is its test's, as a whole-suite
     /// replay's first requests would, but before them: run beside the build, it takes the
     /// parsing off the tests' way. A file that fails here is left to the request that needs
-    /// it, which says what is wrong.
+    /// it, which says what is wrong. For a run that writes no cassette: each folder's files
+    /// are kept as listed here, and [`Store::unused_in`] reports from them.
     pub fn preload(&self) {
         for folder in self.folders().unwrap_or_default() {
             let dir = self.dir.join(&folder);
             if confined(&self.dir, &dir).is_err() {
                 continue;
             }
-            for path in json_files(&dir).unwrap_or_default() {
+            let Ok(files) = json_files(&dir) else {
+                continue;
+            };
+            self.listed
+                .lock()
+                .expect("store lock")
+                .insert(folder.clone(), files.clone());
+            for path in files {
                 let stem = path.file_stem().unwrap_or_default().to_string_lossy();
                 let Some(provider) = ProviderName::new(&stem) else {
                     continue;
@@ -1323,6 +1345,41 @@ mod tests {
             elsewhere.next_recorded(&key, false),
             Err(Error::MovedByHand { .. })
         ));
+    }
+
+    /// A replay's unused recordings come from the files preloading listed: those of a
+    /// provider the test no longer calls too, and not a file that appeared after.
+    #[test]
+    fn unused_after_preload_are_the_files_it_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, p) = ids();
+        let a = interaction("a", r#"{"id":"1"}"#);
+        let key = a.key.clone();
+        let writer = Store::new(dir.path());
+        writer.entry(&t, &p).unwrap().record(0, a).unwrap();
+        let other = ProviderName::new("anthropic").unwrap();
+        let dropped = writer.entry(&t, &other).unwrap();
+        dropped
+            .record(0, interaction("b", r#"{"id":"2"}"#))
+            .unwrap();
+
+        let store = Store::new(dir.path());
+        store.preload();
+        std::fs::copy(&dropped.path, dropped.path.with_file_name("gemini.json")).unwrap();
+        let entry = store.find(t.as_str(), &p).unwrap();
+        assert!(entry.next_recorded(&key, false).unwrap().hit.is_some());
+        let unused = store.unused_in(&t).unwrap();
+        let providers: Vec<&str> = unused.iter().map(|u| u.provider.as_str()).collect();
+        assert_eq!(providers, ["anthropic"]);
+        // Without preloading, the folder is read when asked.
+        let fresh = Store::new(dir.path());
+        let providers: Vec<String> = fresh
+            .unused_in(&t)
+            .unwrap()
+            .iter()
+            .map(|u| u.provider.as_str().to_string())
+            .collect();
+        assert_eq!(providers, ["anthropic", "gemini", "openai"]);
     }
 
     #[test]
