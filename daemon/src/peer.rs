@@ -122,13 +122,8 @@ impl Peers {
 
 /// Reads a test id and attempt from a process's environment block (NUL-separated `K=V`).
 fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
-    // Compared as bytes: a test process's environment is a hundred variables, and only
-    // the value looked for need be text.
     let get = |name: &str| -> Option<String> {
-        environ.split(|b| *b == 0).find_map(|kv| {
-            let value = kv.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
-            String::from_utf8(value.to_vec()).ok()
-        })
+        String::from_utf8(environ_var(environ, name)?.to_vec()).ok()
     };
     match vars {
         IdVars::Nextest => {
@@ -152,6 +147,27 @@ fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
             (!test.is_empty()).then_some(PeerTest { test, attempt: 1 })
         }
     }
+}
+
+/// The value of `name` in an environment block, the first one as `getenv` would find it.
+/// Searched as bytes: a test process's environment is a hundred variables, and only the
+/// value looked for need be text.
+#[cfg(target_os = "linux")]
+fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let entry = [b"\0", name.as_bytes(), b"="].concat();
+    let start = match environ.starts_with(&entry[1..]) {
+        true => entry.len() - 1,
+        false => memchr::memmem::find(environ, &entry)? + entry.len(),
+    };
+    let len = memchr::memchr(0, &environ[start..]).unwrap_or(environ.len() - start);
+    Some(&environ[start..start + len])
+}
+
+#[cfg(not(target_os = "linux"))]
+fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    environ
+        .split(|b| *b == 0)
+        .find_map(|kv| kv.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
 }
 
 #[cfg(target_os = "linux")]
@@ -261,9 +277,15 @@ mod linux {
                 return Err(std::io::Error::last_os_error());
             }
             // Room for a whole environment at once: each read of another process's memory
-            // looks its pages up again.
-            let mut out = Vec::with_capacity(32 * 1024);
-            std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) }).read_to_end(&mut out)?;
+            // looks its pages up again. A read that leaves room over has it all (`environ`
+            // is copied until the buffer or the block ends; `stat` is one short line).
+            let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            let mut out = vec![0; 32 * 1024];
+            let n = file.read(&mut out)?;
+            out.truncate(n);
+            if n == 32 * 1024 {
+                file.read_to_end(&mut out)?;
+            }
             Ok(out)
         }
 
@@ -926,5 +948,18 @@ mod tests {
             "tests/test_a.py::test_b"
         );
         assert_eq!(from_environ(b"B=2\0", &IdVars::Nextest), None);
+    }
+
+    /// The whole name, at the block's start or after a NUL, the first of two, to the next
+    /// NUL or the end.
+    #[test]
+    fn a_variable_is_found_as_getenv_finds_it() {
+        let env = b"X_ID=no\0ID=first\0ID_2=no\0ID=second\0LAST=end";
+        assert_eq!(environ_var(env, "ID"), Some(&b"first"[..]));
+        assert_eq!(environ_var(env, "X_ID"), Some(&b"no"[..]));
+        assert_eq!(environ_var(env, "LAST"), Some(&b"end"[..]));
+        assert_eq!(environ_var(b"ID=\0", "ID"), Some(&b""[..]));
+        assert_eq!(environ_var(env, "D"), None);
+        assert_eq!(environ_var(b"", "ID"), None);
     }
 }
