@@ -24,12 +24,9 @@ pub fn write_ca(stem: &Path, ca_pem: &str) -> Result<(PathBuf, PathBuf)> {
         std::fs::create_dir_all(dir)
             .map_err(|e| Error::io(format!("cannot make {}", dir.display()), e))?;
     }
-    for (path, text) in [
-        (&ca, ca_pem.to_string()),
-        (&bundle, daemon::ca::bundle(ca_pem)),
-    ] {
-        crate::files::write_anew(path, text)
-            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
-    }
+    let failed = |path: &Path, e| Error::io(format!("cannot write {}", path.display()), e);
+    crate::files::write_anew(&ca, ca_pem).map_err(|e| failed(&ca, e))?;
+    daemon::ca::write_bundle(ca_pem, || crate::files::create_anew(&bundle))
+        .map_err(|e| failed(&bundle, e))?;
     Ok((ca, bundle))
 }

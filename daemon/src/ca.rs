@@ -99,36 +99,68 @@ impl RunCa {
     }
 }
 
-/// A bundle for clients whose variable replaces their trust store (`SSL_CERT_FILE`,
-/// `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`): the roots they trusted before, then the run's CA.
-/// The roots are the user's `SSL_CERT_FILE` when set, else the system's store.
-pub fn bundle(ca_pem: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let own = std::env::var_os("SSL_CERT_FILE").and_then(|f| std::fs::read_to_string(f).ok());
-    match own.or_else(system_file) {
-        Some(text) => out.push_str(&text),
-        None => {
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = write!(out, "{}", pem("CERTIFICATE", cert.as_ref()));
+/// Writes the bundle for clients whose variable replaces their trust store (`SSL_CERT_FILE`,
+/// `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`) into the file `create` makes: the roots they
+/// trusted before, then the run's CA. The roots are the user's `SSL_CERT_FILE` when set, else the system's store; they
+/// are opened before `create` makes the bundle, which that variable may name.
+pub fn write_bundle(
+    ca_pem: &str,
+    create: impl FnOnce() -> std::io::Result<std::fs::File>,
+) -> std::io::Result<()> {
+    let own = std::env::var_os("SSL_CERT_FILE").and_then(|f| readable_file(f.as_ref()));
+    let roots = own.or_else(system_file);
+    roots_then(roots, &mut create()?, ca_pem)
+}
+
+/// `roots` (else the system's store, loaded), a newline where they lack their last, then
+/// `ca_pem`.
+fn roots_then(
+    roots: Option<std::fs::File>,
+    out: &mut std::fs::File,
+    ca_pem: &str,
+) -> std::io::Result<()> {
+    use std::io::{Read, Seek, Write};
+    let ends_in_newline = match roots {
+        // Copied file to file, by the kernel where it can: read in and written out again,
+        // the roots were a third of the run's start before nextest.
+        Some(mut roots) => match std::io::copy(&mut roots, out)? {
+            0 => true,
+            _ => {
+                let mut last = [0];
+                roots.seek(std::io::SeekFrom::End(-1))?;
+                roots.read_exact(&mut last)?;
+                last == *b"\n"
             }
+        },
+        None => {
+            let mut text = String::new();
+            for cert in rustls_native_certs::load_native_certs().certs {
+                text.push_str(&pem("CERTIFICATE", cert.as_ref()));
+            }
+            out.write_all(text.as_bytes())?;
+            true
         }
+    };
+    if !ends_in_newline {
+        out.write_all(b"\n")?;
     }
-    if !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
-    }
-    out.push_str(ca_pem);
-    out
+    out.write_all(ca_pem.as_bytes())
+}
+
+/// `path` opened, when it is a file that can be read.
+fn readable_file(path: &std::path::Path) -> Option<std::fs::File> {
+    let file = std::fs::File::open(path).ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
 }
 
 /// The system's bundle file as it is, where it has one and `SSL_CERT_DIR` adds none: the
 /// same roots as the store loaded one by one (whose folder mostly links to them again),
 /// copied in a tenth of the time, at the start of every run.
-fn system_file() -> Option<String> {
+fn system_file() -> Option<std::fs::File> {
     if std::env::var_os("SSL_CERT_DIR").is_some() {
         return None;
     }
-    std::fs::read_to_string(openssl_probe::probe().cert_file?).ok()
+    readable_file(&openssl_probe::probe().cert_file?)
 }
 
 /// DER as PEM, 64 base64 characters a line.
@@ -142,4 +174,32 @@ fn pem(label: &str, der: &[u8]) -> String {
     }
     out.push_str(&format!("-----END {label}-----\n"));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The roots copied as they are, a newline added only where their last line lacks one,
+    /// then the run's CA.
+    #[test]
+    fn the_bundle_is_the_roots_then_the_ca() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n";
+        for (roots, bundle) in [("A\nB", "A\nB\n"), ("A\nB\n", "A\nB\n"), ("", "")] {
+            let path = dir.path().join("roots.pem");
+            std::fs::write(&path, roots).unwrap();
+            let out = dir.path().join("bundle.pem");
+            roots_then(
+                Some(std::fs::File::open(&path).unwrap()),
+                &mut std::fs::File::create(&out).unwrap(),
+                ca,
+            )
+            .unwrap();
+            assert_eq!(
+                std::fs::read_to_string(&out).unwrap(),
+                format!("{bundle}{ca}")
+            );
+        }
+    }
 }
