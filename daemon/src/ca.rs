@@ -101,8 +101,9 @@ impl RunCa {
 
 /// Writes the bundle for clients whose variable replaces their trust store (`SSL_CERT_FILE`,
 /// `REQUESTS_CA_BUNDLE`, `CURL_CA_BUNDLE`) into the file `create` makes: the roots they
-/// trusted before, then the run's CA. The roots are the user's `SSL_CERT_FILE` when set, else the system's store; they
-/// are opened before `create` makes the bundle, which that variable may name.
+/// trusted before, then the run's CA. The roots are the user's `SSL_CERT_FILE` when set, else
+/// the system's store; they are opened before `create` makes the bundle, which that variable
+/// may name.
 pub fn write_bundle(
     ca_pem: &str,
     create: impl FnOnce() -> std::io::Result<std::fs::File>,
