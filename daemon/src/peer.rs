@@ -883,6 +883,9 @@ mod linux {
             let peers = Peers::new(Some(std::process::id()), vars);
             let mut children = Vec::new();
             let mut found = Vec::new();
+            // Kept open until the children are gone: a child whose first connection closed
+            // stops reading and exits, closing its second before it is looked up.
+            let mut accepted_all = Vec::new();
             for (name, connections) in [("first", 1), ("second", 1), ("third", 2)] {
                 let opens: String = (0..connections)
                     .map(|i| format!("exec {}<>/dev/tcp/127.0.0.1/{port}; ", 3 + i))
@@ -903,7 +906,7 @@ mod linux {
                         Err(e) => Err(e),
                     };
                     found.push(test);
-                    drop(accepted);
+                    accepted_all.push(accepted);
                 }
             }
             for mut child in children {
