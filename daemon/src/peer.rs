@@ -152,7 +152,6 @@ fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
 /// The value of `name` in an environment block, the first one as `getenv` would find it.
 /// Searched as bytes: a test process's environment is a hundred variables, and only the
 /// value looked for need be text.
-#[cfg(target_os = "linux")]
 fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a [u8]> {
     let entry = [b"\0", name.as_bytes(), b"="].concat();
     let start = match environ.starts_with(&entry[1..]) {
@@ -161,13 +160,6 @@ fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a [u8]> {
     };
     let len = memchr::memchr(0, &environ[start..]).unwrap_or(environ.len() - start);
     Some(&environ[start..start + len])
-}
-
-#[cfg(not(target_os = "linux"))]
-fn environ_var<'a>(environ: &'a [u8], name: &str) -> Option<&'a [u8]> {
-    environ
-        .split(|b| *b == 0)
-        .find_map(|kv| kv.strip_prefix(name.as_bytes())?.strip_prefix(b"="))
 }
 
 #[cfg(target_os = "linux")]
