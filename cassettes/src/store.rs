@@ -448,19 +448,15 @@ impl Store {
             let Ok(files) = json_files(&dir) else {
                 continue;
             };
-            self.listed
-                .lock()
-                .expect("store lock")
-                .insert(folder.clone(), files.clone());
-            for path in files {
+            for path in &files {
                 let stem = path.file_stem().unwrap_or_default().to_string_lossy();
                 let Some(provider) = ProviderName::new(&stem) else {
                     continue;
                 };
-                let Ok(text) = std::fs::read_to_string(&path) else {
+                let Ok(text) = std::fs::read_to_string(path) else {
                     continue;
                 };
-                let Ok(cassette) = Cassette::parse(&path, &text) else {
+                let Ok(cassette) = Cassette::parse(path, &text) else {
                     continue;
                 };
                 let test = TestId::new(cassette.test.as_str());
@@ -481,6 +477,10 @@ impl Store {
                     state.loaded = Some(loaded);
                 }
             }
+            self.listed
+                .lock()
+                .expect("store lock")
+                .insert(folder, files);
         }
     }
 
@@ -1320,16 +1320,23 @@ mod tests {
         (TestId::new("crate$t"), ProviderName::new("openai").unwrap())
     }
 
+    /// The test of [`ids`] with one recording, in a cassette under `dir`; and its key.
+    fn one_recording(dir: &Path) -> (Arc<Entry>, Key) {
+        let (t, p) = ids();
+        let a = interaction("a", r#"{"id":"1"}"#);
+        let key = a.key.clone();
+        let entry = Store::new(dir).entry(&t, &p).unwrap();
+        entry.record(0, a).unwrap();
+        (entry, key)
+    }
+
     /// Preloading parses each test's own cassettes ahead of its requests, which then replay
     /// from them; a folder moved by hand is left to the request, which names it.
     #[test]
     fn preloaded_cassettes_replay_and_a_moved_folder_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
         let (t, p) = ids();
-        let a = interaction("a", r#"{"id":"1"}"#);
-        let key = a.key.clone();
-        let recorded = Store::new(dir.path()).entry(&t, &p).unwrap();
-        recorded.record(0, a).unwrap();
+        let (recorded, key) = one_recording(dir.path());
         let moved = dir.path().join("crate--moved");
         std::fs::create_dir(&moved).unwrap();
         std::fs::copy(&recorded.path, moved.join("openai.json")).unwrap();
@@ -1353,12 +1360,9 @@ mod tests {
     fn unused_after_preload_are_the_files_it_listed() {
         let dir = tempfile::tempdir().unwrap();
         let (t, p) = ids();
-        let a = interaction("a", r#"{"id":"1"}"#);
-        let key = a.key.clone();
-        let writer = Store::new(dir.path());
-        writer.entry(&t, &p).unwrap().record(0, a).unwrap();
+        let (_, key) = one_recording(dir.path());
         let other = ProviderName::new("anthropic").unwrap();
-        let dropped = writer.entry(&t, &other).unwrap();
+        let dropped = Store::new(dir.path()).entry(&t, &other).unwrap();
         dropped
             .record(0, interaction("b", r#"{"id":"2"}"#))
             .unwrap();
