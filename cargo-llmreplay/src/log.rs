@@ -9,10 +9,11 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-/// What the log file keeps: every request, with the message of each miss and error. Not the
-/// request heads (`-vv` shows them): formatting them was a tenth of the daemon's work on a
-/// replay.
-const FILE_FILTER: &str = "warn,cargo_llmreplay=debug,cargo_llmreplay::head=off";
+/// What the log file keeps through tracing: warnings, and this tool's messages to `-vv`'s
+/// level. Not the request heads (`-vv` shows them): formatting them was a tenth of the daemon's
+/// work on a replay. Nor the requests: the daemon writes their lines itself (`request_log`).
+const FILE_FILTER: &str =
+    "warn,cargo_llmreplay=debug,cargo_llmreplay::head=off,cargo_llmreplay::request=off";
 
 /// How often the log file's buffer is written out while the command runs.
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
@@ -92,6 +93,10 @@ pub fn init(verbose: u8, file: Option<&Path>) -> Result<()> {
             let f = crate::files::create_anew(path)
                 .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
             let file = Buffered(Arc::new(Mutex::new(BufWriter::new(f))));
+            let lines = file.clone();
+            daemon::request_log::write_to(move |line| {
+                let _ = lines.lock().write_all(line.as_bytes());
+            });
             if FILE.set(file.clone()).is_ok() {
                 std::thread::spawn(|| loop {
                     std::thread::sleep(FLUSH_EVERY);

@@ -120,6 +120,7 @@ pub(crate) fn call_for(
         ordinal: 0,
         started: Instant::now(),
         bytes: None,
+        session: false,
     })
 }
 
@@ -354,6 +355,8 @@ async fn record(
             Unsaved::Passed => (Outcome::Passthrough, None),
             Unsaved::Refused { message, .. } => {
                 tracing::warn!(target: "cargo_llmreplay::request", "{message}");
+                let call = &recording.call;
+                crate::request_log::line(tracing::Level::WARN, call, format_args!("{message}"));
                 (Outcome::Refused, Some(Detail::message(message.clone())))
             }
         };
@@ -484,6 +487,7 @@ pub(crate) async fn save(
             Err(e) => format!("cargo-llmreplay: recording task failed: {e}"),
         };
     tracing::error!(target: "cargo_llmreplay::request", "{failure}");
+    crate::request_log::line(tracing::Level::ERROR, &call, format_args!("{failure}"));
     state.journal.log(
         call,
         Outcome::Error,

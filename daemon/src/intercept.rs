@@ -145,13 +145,13 @@ pub(crate) async fn connect(
     let port = authority.port_u16().unwrap_or(443);
     if state.settings.capture.passes(&host) {
         let target = pass_target(&state, &host, port);
-        tracing::info!(target: "cargo_llmreplay::request", test = ?test.as_str(), host = %host, "tunnelled ([capture] pass)");
+        tracing::info!(target: "cargo_llmreplay::capture", test = ?test.as_str(), host = %host, "tunnelled ([capture] pass)");
         tokio::spawn(async move {
             let Ok(upgraded) = hyper::upgrade::on(req).await else {
                 return;
             };
             let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
-                tracing::warn!(target: "cargo_llmreplay::request", host = %target, "could not reach a [capture] pass host");
+                tracing::warn!(target: "cargo_llmreplay::capture", host = %target, "could not reach a [capture] pass host");
                 return;
             };
             let mut client = TokioIo::new(upgraded);
@@ -173,7 +173,7 @@ pub(crate) async fn connect(
         // A client that does not trust the run's CA ends the handshake here; its own error
         // names the certificate.
         let Ok(tls) = acceptor.accept(TokioIo::new(upgraded)).await else {
-            tracing::debug!(target: "cargo_llmreplay::request", host = %host, "a client refused the run's certificate (is SSL_CERT_FILE, or NODE_EXTRA_CA_CERTS, read?)");
+            tracing::debug!(target: "cargo_llmreplay::capture", host = %host, "a client refused the run's certificate (is SSL_CERT_FILE, or NODE_EXTRA_CA_CERTS, read?)");
             return;
         };
         let service = hyper::service::service_fn(move |inner: Request<Incoming>| {

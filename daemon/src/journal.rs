@@ -86,6 +86,9 @@ pub struct Call {
     /// The answer's size, where it is known when the outcome is (a replayed or recorded
     /// body, a session's frames).
     pub bytes: Option<u64>,
+    /// A WebSocket session rather than one HTTP exchange: its log lines are headed
+    /// `session{…}`, without the method.
+    pub session: bool,
 }
 
 /// Why a request missed or failed, for the report.
@@ -323,18 +326,31 @@ impl Journal {
     /// Logs what became of `call`: a line of the daemon's log (in the request's span, which
     /// names its test, provider, method and path) and a record for the report.
     pub fn log(&self, call: Call, outcome: Outcome, status: u16, detail: Option<Detail>) {
+        let ms = call.started.elapsed().as_millis() as u64;
+        let key = call.key.as_str().get(..12).unwrap_or(call.key.as_str());
         tracing::info!(
             target: "cargo_llmreplay::request",
             status,
             bytes = call.bytes,
-            ms = call.started.elapsed().as_millis() as u64,
-            key = %call.key.as_str().get(..12).unwrap_or(call.key.as_str()),
+            ms,
+            key = %key,
             ordinal = call.ordinal,
             "{}",
             outcome.as_str()
         );
+        crate::request_log::line(
+            tracing::Level::INFO,
+            &call,
+            format_args!(
+                "{} status={status}{} ms={ms} key={key} ordinal={}",
+                outcome.as_str(),
+                crate::request_log::Optional("bytes", &call.bytes),
+                call.ordinal
+            ),
+        );
         if let Some(message) = detail.as_ref().and_then(|d| d.message.as_deref()) {
             tracing::debug!(target: "cargo_llmreplay::request", "{message}");
+            crate::request_log::line(tracing::Level::DEBUG, &call, format_args!("{message}"));
         }
         if matches!(
             outcome,
@@ -555,6 +571,7 @@ mod tests {
                 ordinal: i,
                 started: std::time::Instant::now(),
                 bytes: None,
+                session: false,
             };
             journal.log(
                 call,

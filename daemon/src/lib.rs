@@ -20,6 +20,7 @@ pub mod journal;
 pub mod peer;
 pub mod provider;
 mod proxy;
+pub mod request_log;
 pub mod resend;
 mod respond;
 mod route;
@@ -505,12 +506,13 @@ pub(crate) async fn dispatch(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let session = session::is_upgrade(&req);
-    // One span per request or session: every line of the log about it names them.
-    let span = if session {
-        tracing::info_span!(target: "cargo_llmreplay::request", "session", test = ?route.test.as_str(), provider = %route.provider.name, path = %route.upstream_path)
-    } else {
-        tracing::info_span!(target: "cargo_llmreplay::request", "request", test = ?route.test.as_str(), provider = %route.provider.name, method = %req.method(), path = %route.upstream_path)
-    };
+    let method = (!session).then(|| req.method());
+    let span = request_span(
+        &route.test,
+        &route.provider.name,
+        method,
+        &route.upstream_path,
+    );
     // Request heads have a target of their own, which the log file of `test` leaves out.
     if tracing::enabled!(target: "cargo_llmreplay::head", tracing::Level::DEBUG) {
         span.in_scope(|| log_head(&req));
@@ -519,6 +521,25 @@ pub(crate) async fn dispatch(
         return session::handle(state, route, req).instrument(span).await;
     }
     exchange::http(state, route, req).instrument(span).await
+}
+
+/// One span per request, or per session (no method): every line of the log about it names
+/// them. Disabled, and nearly free, unless a tracing layer wants requests (`-v`, `RUST_LOG`);
+/// the log file of `test` gets its lines from `request_log`.
+fn request_span(
+    test: &cassettes::TestId,
+    provider: &cassettes::ProviderName,
+    method: Option<&http::Method>,
+    path: &str,
+) -> tracing::Span {
+    match method {
+        None => {
+            tracing::info_span!(target: "cargo_llmreplay::request", "session", test = ?test.as_str(), provider = %provider, path = %path)
+        }
+        Some(method) => {
+            tracing::info_span!(target: "cargo_llmreplay::request", "request", test = ?test.as_str(), provider = %provider, method = %method, path = %path)
+        }
+    }
 }
 
 /// The request's query and headers, for `-vv`: secrets masked, as everywhere else.

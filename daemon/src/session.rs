@@ -82,7 +82,10 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
     );
     let key = Key::of(&request);
     let call = match crate::exchange::call_for(&state, &route, http::Method::GET, key) {
-        Ok(call) => call,
+        Ok(call) => crate::journal::Call {
+            session: true,
+            ..call
+        },
         Err(refused) => return *refused,
     };
     let protocol = req
