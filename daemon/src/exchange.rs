@@ -354,9 +354,7 @@ async fn record(
         let (outcome, detail) = match &unsaved {
             Unsaved::Passed => (Outcome::Passthrough, None),
             Unsaved::Refused { message, .. } => {
-                tracing::warn!(target: "cargo_llmreplay::request", "{message}");
-                let call = &recording.call;
-                crate::request_log::line(tracing::Level::WARN, call, format_args!("{message}"));
+                crate::request_log::message(tracing::Level::WARN, &recording.call, message);
                 (Outcome::Refused, Some(Detail::message(message.clone())))
             }
         };
@@ -486,8 +484,7 @@ pub(crate) async fn save(
             Ok(Err(e)) => format!("cargo-llmreplay: the recording was not saved: {e}"),
             Err(e) => format!("cargo-llmreplay: recording task failed: {e}"),
         };
-    tracing::error!(target: "cargo_llmreplay::request", "{failure}");
-    crate::request_log::line(tracing::Level::ERROR, &call, format_args!("{failure}"));
+    crate::request_log::message(tracing::Level::ERROR, &call, &failure);
     state.journal.log(
         call,
         Outcome::Error,

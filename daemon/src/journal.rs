@@ -349,8 +349,7 @@ impl Journal {
             ),
         );
         if let Some(message) = detail.as_ref().and_then(|d| d.message.as_deref()) {
-            tracing::debug!(target: "cargo_llmreplay::request", "{message}");
-            crate::request_log::line(tracing::Level::DEBUG, &call, format_args!("{message}"));
+            crate::request_log::message(tracing::Level::DEBUG, &call, message);
         }
         if matches!(
             outcome,

@@ -35,6 +35,20 @@ pub(crate) fn line(level: Level, call: &Call, what: fmt::Arguments<'_>) {
     sink(&line);
 }
 
+/// A message about `call`'s request (a miss's detail, a refusal, a failed save): an event in
+/// its span for tracing, and a line in the log file.
+pub(crate) fn message(level: Level, call: &Call, message: &str) {
+    const TARGET: &str = "cargo_llmreplay::request";
+    match level {
+        Level::ERROR => tracing::error!(target: TARGET, "{message}"),
+        Level::WARN => tracing::warn!(target: TARGET, "{message}"),
+        Level::INFO => tracing::info!(target: TARGET, "{message}"),
+        Level::DEBUG => tracing::debug!(target: TARGET, "{message}"),
+        Level::TRACE => tracing::trace!(target: TARGET, "{message}"),
+    }
+    line(level, call, format_args!("{message}"));
+}
+
 /// `request{test="…" provider=… method=… path=…}`, or `session{…}` without the method: the
 /// name and fields of the span `dispatch` makes, as `fmt` writes them.
 struct Heading<'a>(&'a Call);
