@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use cassettes::glob::{glob, Separator};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 /// The oldest nextest that sets every variable the runner reads.
 const MIN_NEXTEST: (u64, u64, u64) = (0, 9, 116);
@@ -180,13 +181,19 @@ fn cargo_home() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))
 }
 
-/// The `cargo-nextest` that `cargo nextest` runs, as cargo looks for it.
-fn nextest_binary() -> Option<PathBuf> {
-    let name = format!("cargo-nextest{}", std::env::consts::EXE_SUFFIX);
-    subcommand_dirs()
-        .into_iter()
-        .map(|d| d.join(&name))
-        .find(|p| is_executable(p))
+/// The `cargo-nextest` that `cargo nextest` runs, as cargo looks for it. Looked for once: a
+/// run's start asks for it twice (to check its version, then to start it).
+fn nextest_binary() -> Option<&'static Path> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            let name = format!("cargo-nextest{}", std::env::consts::EXE_SUFFIX);
+            subcommand_dirs()
+                .into_iter()
+                .map(|d| d.join(&name))
+                .find(|p| is_executable(p))
+        })
+        .as_deref()
 }
 
 #[cfg(unix)]
@@ -202,8 +209,14 @@ fn is_executable(path: &Path) -> bool {
 
 /// Whether a cargo alias named `nextest` may exist (`CARGO_ALIAS_NEXTEST`, or `[alias]` in
 /// a cargo config file cargo would read from here), which cargo would run instead of
-/// cargo-nextest. A config file that names nextest but is no valid TOML counts as one.
+/// cargo-nextest. A config file that names nextest but is no valid TOML counts as one. Read
+/// once: the run starts nextest, and may list its tests after.
 fn nextest_aliased() -> bool {
+    static ALIASED: OnceLock<bool> = OnceLock::new();
+    *ALIASED.get_or_init(alias_defined)
+}
+
+fn alias_defined() -> bool {
     if std::env::var_os("CARGO_ALIAS_NEXTEST").is_some() {
         return true;
     }
