@@ -360,14 +360,15 @@ impl Daemon {
         let (done, mut all_done) = tokio::sync::mpsc::channel::<()>(1);
         tokio::pin!(shutdown);
         let header_read_timeout = self.state.settings.limits.header_read_timeout;
+        let listening = self.listener.local_addr().ok();
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {
-                    let socket = match accepted {
-                        Ok((socket, _)) => {
+                    let (socket, from) = match accepted {
+                        Ok(accepted) => {
                             backoff = ACCEPT_BACKOFF_MIN;
-                            socket
+                            accepted
                         }
                         // Out of file descriptors, say: the same error comes back at once, so
                         // wait before the next accept instead of spinning, and keep serving
@@ -385,16 +386,16 @@ impl Daemon {
                     // Streams are many small writes: without this they wait on delayed ACKs.
                     let _ = socket.set_nodelay(true);
                     let state = self.state.clone();
-                    // Addresses only when a connection's process may be asked for its test:
-                    // two system calls the replay path otherwise does without.
+                    // The local address only when a connection's process may be asked for
+                    // its test, and asked of the socket only when the listener's is not
+                    // the one every connection arrives at (a wildcard address).
                     let unknown: SocketAddr = ([0, 0, 0, 0], 0).into();
-                    let (peer, local) = match self.state.peers.get() {
-                        Some(_) => (
-                            socket.peer_addr().unwrap_or(unknown),
-                            socket.local_addr().unwrap_or(unknown),
-                        ),
-                        None => (unknown, unknown),
+                    let local = match (self.state.peers.get(), listening) {
+                        (None, _) => unknown,
+                        (Some(_), Some(at)) if !at.ip().is_unspecified() => at,
+                        (Some(_), _) => socket.local_addr().unwrap_or(unknown),
                     };
+                    let peer = from;
                     let conn = Arc::new(Conn {
                         challenged: std::sync::atomic::AtomicBool::new(false),
                         peer,

@@ -272,10 +272,17 @@ mod linux {
             // looks its pages up again. A read that leaves room over has it all (`environ`
             // is copied until the buffer or the block ends; `stat` is one short line).
             let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-            let mut out = vec![0; 32 * 1024];
-            let n = file.read(&mut out)?;
-            out.truncate(n);
-            if n == 32 * 1024 {
+            const ROOM: usize = 32 * 1024;
+            let mut out = Vec::<u8>::with_capacity(ROOM);
+            // Read into the room as it is, not zeroed first: most of it is never written.
+            // SAFETY: the kernel writes at most ROOM bytes into the capacity reserved, and
+            // the length is set to what it wrote.
+            let n = unsafe { libc::read(file.as_raw_fd(), out.as_mut_ptr().cast(), ROOM) };
+            if n < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            unsafe { out.set_len(n as usize) };
+            if n as usize == ROOM {
                 file.read_to_end(&mut out)?;
             }
             Ok(out)
@@ -338,10 +345,20 @@ mod linux {
                 memory.touch(k);
                 return Ok(Quick::Found(k.test.clone()));
             }
-            if !k.dir.alive() {
-                memory.forget(k);
-            }
         }
+        // None: most often a new test, started as another ended. Those gone are forgotten
+        // here, where a new process is looked for anyway, rather than asked after at every
+        // connection.
+        let known: Vec<Arc<Known>> = known
+            .into_iter()
+            .filter(|k| {
+                let alive = k.dir.alive();
+                if !alive {
+                    memory.forget(k);
+                }
+                alive
+            })
+            .collect();
         // A new process: nextest's next test, most often, a child of the parent of another,
         // started by the same thread.
         let spawners = memory.spawners.lock().expect("peers lock").clone();
