@@ -411,8 +411,12 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             .tempfile()
             .map_err(|e| Error::io("cannot make a temporary file", e))
     };
-    let ran = temp("llmreplay-ran-")?;
-    let results = temp("llmreplay-results-")?;
+    // Files the runner writes: which tests ran, and under --record which passed. A run
+    // without a runner has no use for the first.
+    let ran = (!runner_less).then(|| temp("llmreplay-ran-")).transpose()?;
+    let results = (mode == daemon::Mode::Record)
+        .then(|| temp("llmreplay-results-"))
+        .transpose()?;
     let mut nextest = crate::locate::nextest(["run"]);
     // One environment for the whole run, without a runner; the daemon reads each
     // connection's test from the process that opened it.
@@ -438,8 +442,10 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             .arg("--config")
             .arg(format!("{runner_key}={runner}"))
             .env(DAEMON_URL_ENV, &url)
-            .env(RAN_FILE_ENV, ran.path())
             .env(providers::env::GATEWAYS_ENV, &gateways);
+    }
+    if let Some(ran) = &ran {
+        nextest.env(RAN_FILE_ENV, ran.path());
     }
     nextest
         .args(&nextest_args)
@@ -447,7 +453,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
     }
-    if mode == daemon::Mode::Record {
+    if let Some(results) = &results {
         nextest.env(RESULTS_FILE_ENV, results.path());
     }
     if let (Some((ca, bundle)), false) = (&ca_files, runner_less) {
@@ -538,13 +544,14 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             )),
         }
     }
-    for test in std::fs::read_to_string(ran.path())
-        .unwrap_or_default()
-        .lines()
-    {
-        journal.begin(test);
+    if let Some(ran) = ran {
+        for test in std::fs::read_to_string(ran.path())
+            .unwrap_or_default()
+            .lines()
+        {
+            journal.begin(test);
+        }
     }
-    drop(ran);
     let _ = stop.send(());
     let stats = runtime
         .block_on(served)
@@ -553,9 +560,10 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         mode,
         &journal,
         &store,
-        &std::fs::read_to_string(results.path()).unwrap_or_default(),
+        &results
+            .and_then(|results| std::fs::read_to_string(results.path()).ok())
+            .unwrap_or_default(),
     )?;
-    drop(results);
 
     // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
     // (a chained runner that swallowed the list, say).
