@@ -496,24 +496,26 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let served = runtime.spawn(daemon.run(async {
         let _ = stopped.await;
     }));
-    // While nextest builds and lists, on a core it mostly leaves idle: what git says of the
-    // cassettes, in a run that writes none, and every cassette a whole-suite replay will
-    // read, parsed before the first test asks. Started after nextest, so as not to slow
-    // this command's own start.
-    let git_changes = (!mode.writes()).then(|| {
-        let dir = cassette_dir.clone();
+    // While nextest builds and lists, on a core it mostly leaves idle: every cassette a
+    // whole-suite replay will read, parsed before the first test asks, then what git says of
+    // the cassettes in a run that writes none (a new file counted from what was just read,
+    // not parsed again). Started after nextest, so as not to slow this command's own start.
+    let preload = mode == daemon::Mode::Replay && scope.whole_suite();
+    let git = !mode.writes();
+    let background = (preload || git).then(|| {
+        let (store, dir) = (store.clone(), cassette_dir.clone());
         std::thread::spawn(move || {
             in_background();
-            cassettes::git::changes_against_head(&dir)
+            if preload {
+                store.preload();
+            }
+            git.then(|| {
+                cassettes::git::changes_against_head_after(&dir, |path| {
+                    store.interactions_read(path)
+                })
+            })
         })
     });
-    if mode == daemon::Mode::Replay && scope.whole_suite() {
-        let store = store.clone();
-        std::thread::spawn(move || {
-            in_background();
-            store.preload()
-        });
-    }
     let status = child
         .wait()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
@@ -597,8 +599,8 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         stopped_early,
         recorded,
         log: Some(&log),
-        changes: git_changes
-            .map(|read| read.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+        changes: background
+            .and_then(|read| read.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
     })?;
     report.write(&report_path)?;
     render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));

@@ -78,6 +78,16 @@ fn open(cassette_dir: &Path) -> Result<Option<(git2::Repository, PathBuf, PathBu
 /// The changed cassette files under `cassette_dir`, or `None` when it is not inside a git
 /// repository.
 pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, Error> {
+    changes_against_head_after(cassette_dir, |_| None)
+}
+
+/// [`changes_against_head`], where `read` gives the number of interactions of a cassette file
+/// (by its path in the work tree) that the caller already read whole and found sound: a new
+/// file's count is then taken from it rather than the file being read and parsed again.
+pub fn changes_against_head_after(
+    cassette_dir: &Path,
+    read: impl Fn(&Path) -> Option<usize>,
+) -> Result<Option<Vec<Change>>, Error> {
     let Some((repo, workdir, rel)) = open(cassette_dir)? else {
         return Ok(None);
     };
@@ -110,6 +120,18 @@ pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, 
         } else {
             continue;
         };
+        if let (ChangeKind::New, Some(added)) = (kind, read(&workdir.join(&path))) {
+            out.push(Change {
+                path,
+                kind,
+                added,
+                replaced: 0,
+                removed: 0,
+                unchanged: 0,
+                error: None,
+            });
+            continue;
+        }
         let old = head
             .as_ref()
             .and_then(|t| t.get_path(&path).ok())
@@ -532,6 +554,38 @@ mod tests {
             ChangeKind::Deleted
         );
         assert_eq!(changes.len(), 3);
+    }
+
+    /// A new file whose interactions the caller already counted is not parsed again: here a
+    /// corrupt one, which unread is reported as such. A modified one is always compared.
+    #[test]
+    fn a_new_file_already_read_is_counted_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let cas = dir.path().join("tests/cassettes");
+        write(&cas.join("a/openai.json"), vec![interaction("x", "1")]);
+        commit_all(&repo);
+        write(
+            &cas.join("a/openai.json"),
+            vec![interaction("x", "1"), interaction("y", "2")],
+        );
+        std::fs::create_dir_all(cas.join("b")).unwrap();
+        std::fs::write(cas.join("b/openai.json"), "{ not json").unwrap();
+        let new = dir.path().join("tests/cassettes/b/openai.json");
+
+        let unread = changes_against_head(&cas).unwrap().unwrap();
+        assert!(unread[1].error.is_some(), "{:?}", unread[1]);
+        let read = changes_against_head_after(&cas, |path| (path == new).then_some(7))
+            .unwrap()
+            .unwrap();
+        let by = |p: &str| read.iter().find(|c| c.path == Path::new(p)).unwrap();
+        let b = by("tests/cassettes/b/openai.json");
+        assert_eq!(
+            (b.kind, b.added, b.error.is_none()),
+            (ChangeKind::New, 7, true)
+        );
+        let a = by("tests/cassettes/a/openai.json");
+        assert_eq!((a.kind, a.added, a.unchanged), (ChangeKind::Modified, 1, 1));
     }
 
     /// An audio answer in a blob, re-recorded longer: the review names both sizes and hashes,

@@ -144,6 +144,13 @@ impl Slug {
     }
 }
 
+// Lets maps keyed by `Slug` be searched with a folder's name, as for `TestId`.
+impl std::borrow::Borrow<str> for Slug {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 fn push_dashes(out: &mut String, n: usize) {
     out.push_str(match n {
         0 => "",

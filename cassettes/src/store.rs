@@ -484,6 +484,17 @@ impl Store {
         }
     }
 
+    /// How many interactions the cassette file at `path` (`<dir>/<folder>/<provider>.json`)
+    /// held when this store read it whole and found it sound; `None` when it has not.
+    pub fn interactions_read(&self, path: &Path) -> Option<usize> {
+        let provider = ProviderName::new(path.file_stem()?.to_str()?)?;
+        let folder = path.parent()?.file_name()?.to_str()?;
+        let test = self.slugs.lock().expect("store lock").get(folder)?.clone();
+        let entry = self.find(test.as_str(), &provider)?;
+        let state = entry.state.lock().expect("entry lock");
+        Some(state.loaded.as_ref()?.cassette.interactions.len())
+    }
+
     /// The cassette folders present on disk (slugs), sorted.
     pub fn folders(&self) -> Result<Vec<String>, Error> {
         let read = match std::fs::read_dir(&self.dir) {
@@ -1342,10 +1353,14 @@ mod tests {
         std::fs::copy(&recorded.path, moved.join("openai.json")).unwrap();
 
         let store = Store::new(dir.path());
+        assert_eq!(store.interactions_read(&recorded.path), None);
         store.preload();
         let entry = store.find(t.as_str(), &p).expect("preloaded");
         assert!(entry.state.lock().unwrap().loaded.is_some());
         assert!(store.find("crate$moved", &p).is_none());
+        // What was read is told by path, and only what was read whole and sound.
+        assert_eq!(store.interactions_read(&recorded.path), Some(1));
+        assert_eq!(store.interactions_read(&moved.join("openai.json")), None);
         assert!(entry.next_recorded(&key, false).unwrap().hit.is_some());
         let elsewhere = store.entry(&TestId::new("crate$moved"), &p).unwrap();
         assert!(matches!(

@@ -1084,14 +1084,23 @@ impl Sample {
     pub fn commit_all(&self) {
         commit_all(&self.root);
     }
+
+    /// `git add PATHSPEC && git commit`, with git2.
+    pub fn commit(&self, pathspec: &str) {
+        commit_matching(&self.root, pathspec);
+    }
 }
 
 /// `git add -A && git commit` in the repository at `dir`, with git2.
 pub fn commit_all(dir: &Path) {
+    commit_matching(dir, "*");
+}
+
+fn commit_matching(dir: &Path, pathspec: &str) {
     let repo = git2::Repository::open(dir).unwrap();
     let mut index = repo.index().unwrap();
     index
-        .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+        .add_all([pathspec], git2::IndexAddOption::DEFAULT, None)
         .unwrap();
     index.write().unwrap();
     let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();

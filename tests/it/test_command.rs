@@ -144,7 +144,13 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
     let fake = FakeProvider::start().await;
     let sample = Sample::new();
     record(&sample, &fake).await;
+    // One recording left out of the commit: new against HEAD, and read whole before the
+    // tests by the run, whose count the report then gives.
+    let hello = sample.cassette("sample--chat--answers_hello", "openai");
+    let kept = std::fs::read(&hello).unwrap();
+    std::fs::remove_file(&hello).unwrap();
     sample.commit_all();
+    std::fs::write(&hello, &kept).unwrap();
     let orphan = sample
         .root
         .join("tests/cassettes/sample--chat--renamed_long_ago");
@@ -175,11 +181,32 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
         "{}",
         whole.stderr
     );
+    let changed = |path: &str| -> (String, u64) {
+        let change = whole.report["changed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["path"] == path)
+            .unwrap_or_else(|| panic!("{path} changed: {}", whole.report));
+        (
+            change["kind"].as_str().unwrap().into(),
+            change["added"].as_u64().unwrap(),
+        )
+    };
     assert_eq!(
-        whole.report["changed"][0]["kind"], "new",
-        "the orphan is untracked: {}",
-        whole.report
+        changed("tests/cassettes/sample--chat--renamed_long_ago/openai.json").0,
+        "new",
+        "the orphan is untracked"
     );
+    let recorded = serde_json::from_slice::<Value>(&kept).unwrap()["interactions"]
+        .as_array()
+        .unwrap()
+        .len() as u64;
+    assert_eq!(
+        changed("tests/cassettes/sample--chat--answers_hello/openai.json"),
+        ("new".into(), recorded)
+    );
+    sample.commit("tests/cassettes/sample--chat--answers_hello/openai.json");
 
     let filtered = sample.run(&["-E", "test(=answers_hello)"], &[]);
     assert_eq!(filtered.code, Some(0), "{}", filtered.stderr);
