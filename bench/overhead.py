@@ -78,6 +78,12 @@ def main():
         rec = subprocess.run(lr + ["--record", "--upstream", f"openai={floor_url}"],
                              cwd=l, env=lr_env, capture_output=True, text=True)
         assert rec.returncode == 0, rec.stderr[-2000:]
+        # Committed, as a repository keeps its cassettes: a replay run then finds them
+        # unchanged against HEAD, where fifty just-recorded files would each be read and
+        # reported as new.
+        subprocess.run(["git", "add", "-A"], cwd=l, check=True)
+        subprocess.run(["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost",
+                        "commit", "-q", "-m", "cassettes"], cwd=l, check=True)
         direct = dict(env, OPENAI_BASE_URL=f"{floor_url}/v1", OPENAI_API_KEY="x")
         results["50 tests x 4 recordings"] = interleaved(l, a.runs, [
             ("nextest", nextest, direct), ("runner", runner_only, direct),
@@ -94,7 +100,7 @@ def main():
             print(f"| {name} | {ms(t['nextest'])} | {ms(t['runner'])} | {ms(t['llmreplay'])} | {pct('llmreplay'):+.1f}% | {pct('runner'):+.1f}% | {static} |")
         print("\n(Both commands run through cargo, as typed: `cargo nextest run`, `cargo llmreplay test`."
               " 50 x 4: the baseline's tests call the floor server directly; llmreplay replays the same answers"
-              " from cassettes, with CI=true and --deny unused. 'our runner only' runs nextest with the target"
+              " from cassettes (committed), with CI=true and --deny unused. 'our runner only' runs nextest with the target"
               " runner and no daemon, so the runner just execs each test. On Linux `cargo llmreplay test`"
               " replays with no runner: each connection's test is read from its process.)")
     finally:
