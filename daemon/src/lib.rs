@@ -365,7 +365,7 @@ impl Daemon {
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {
-                    let (socket, from) = match accepted {
+                    let (socket, peer) = match accepted {
                         Ok(accepted) => {
                             backoff = ACCEPT_BACKOFF_MIN;
                             accepted
@@ -395,7 +395,6 @@ impl Daemon {
                         (Some(_), Some(at)) if !at.ip().is_unspecified() => at,
                         (Some(_), _) => socket.local_addr().unwrap_or(unknown),
                     };
-                    let peer = from;
                     let conn = Arc::new(Conn {
                         challenged: std::sync::atomic::AtomicBool::new(false),
                         peer,

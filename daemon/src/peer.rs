@@ -332,7 +332,7 @@ mod linux {
             uid,
             searched: Vec::new(),
         };
-        let known: Vec<Arc<Known>> = memory
+        let mut known: Vec<Arc<Known>> = memory
             .known
             .lock()
             .expect("peers lock")
@@ -349,16 +349,13 @@ mod linux {
         // None: most often a new test, started as another ended. Those gone are forgotten
         // here, where a new process is looked for anyway, rather than asked after at every
         // connection.
-        let known: Vec<Arc<Known>> = known
-            .into_iter()
-            .filter(|k| {
-                let alive = k.dir.alive();
-                if !alive {
-                    memory.forget(k);
-                }
-                alive
-            })
-            .collect();
+        known.retain(|k| {
+            let alive = k.dir.alive();
+            if !alive {
+                memory.forget(k);
+            }
+            alive
+        });
         // A new process: nextest's next test, most often, a child of the parent of another,
         // started by the same thread.
         let spawners = memory.spawners.lock().expect("peers lock").clone();
