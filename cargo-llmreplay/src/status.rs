@@ -212,6 +212,10 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                     "interaction {}: its answer no longer matches its seal (edited by hand?), so replay refuses it; if the edit is meant, run `cargo llmreplay status --fix` to seal it again",
                     index + 1
                 ),
+                Problem::Unsealed { index } => format!(
+                    "interaction {}: its answer has no seal, so a hand edit would go unseen; if the answer is as recorded (or the edit is meant), run `cargo llmreplay status --fix` to seal it",
+                    index + 1
+                ),
                 Problem::LeftoverTemp => "a temporary file a killed run left; `cargo llmreplay status --fix` removes it".to_string(),
                 Problem::Blob { message } => term(message).into_owned(),
                 Problem::Misplaced { expected } => format!(

@@ -35,6 +35,12 @@ pub enum Problem {
         /// Position in the file, from 0.
         index: usize,
     },
+    /// Interaction `index` (from 0) has no seal: its answer could have been edited by hand
+    /// with nothing to tell.
+    Unsealed {
+        /// Position in the file, from 0.
+        index: usize,
+    },
     /// A temporary file a write left when its process was killed before the rename.
     LeftoverTemp,
     /// A blob the file refers to is missing or does not hash to its name.
@@ -214,6 +220,17 @@ fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
             problem: Problem::SealMismatch { index },
         });
     }
+    for (index, _) in cassette
+        .interactions
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.seal.is_none())
+    {
+        out.push(Finding {
+            path: path.to_path_buf(),
+            problem: Problem::Unsealed { index },
+        });
+    }
     for (index, x) in cassette.interactions.iter().enumerate() {
         // An answer whose blob is missing is reported as such, not as a wrong summary.
         let unread = x
@@ -247,6 +264,7 @@ mod tests {
         let mut good = Cassette::new("c::t$ok", "openai");
         let mut x = interaction("q", answer);
         x.summary = Summary::of(&x.response);
+        x.seal = Some(crate::format::seal_of(&x.response));
         good.interactions.push(x.clone());
         write("c--t--ok/openai.json", &good.to_bytes());
         assert_eq!(audit(dir.path()).unwrap(), []);
@@ -268,7 +286,13 @@ mod tests {
             &vec![0xffu8; crate::INLINE_LIMIT + 1],
         );
         blobbed.interactions[0].summary = None;
+        blobbed.interactions[0].seal =
+            Some(crate::format::seal_of(&blobbed.interactions[0].response));
         write("c--t--blob/openai.json", &blobbed.to_bytes());
+        let mut unsealed = good.clone();
+        unsealed.test = "c::t$unsealed".into();
+        unsealed.interactions[0].seal = None;
+        write("c--t--unsealed/openai.json", &unsealed.to_bytes());
         write("elsewhere/openai.json", &good.to_bytes());
         let mut resealed = good.clone();
         resealed.test = "c::t$sealed".into();
@@ -312,6 +336,10 @@ mod tests {
                         assert_eq!(*index, 0);
                         "seal"
                     }
+                    Problem::Unsealed { index } => {
+                        assert_eq!(*index, 0);
+                        "unsealed"
+                    }
                     Problem::LeftoverTemp => "temp",
                 };
                 (rel, what)
@@ -326,6 +354,7 @@ mod tests {
                 ("c--t--edited/openai.json".to_string(), "summary"),
                 ("c--t--rekeyed/openai.json".to_string(), "key"),
                 ("c--t--sealed/openai.json".to_string(), "seal"),
+                ("c--t--unsealed/openai.json".to_string(), "unsealed"),
                 ("elsewhere/openai.json".to_string(), "misplaced"),
             ]
         );
