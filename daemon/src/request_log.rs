@@ -39,6 +39,7 @@ pub(crate) fn line(level: Level, call: &Call, what: fmt::Arguments<'_>) {
 /// its span for tracing, and a line in the log file.
 pub(crate) fn message(level: Level, call: &Call, message: &str) {
     const TARGET: &str = "cargo_llmreplay::request";
+    let message = &*contained(message);
     match level {
         Level::ERROR => tracing::error!(target: TARGET, "{message}"),
         Level::WARN => tracing::warn!(target: TARGET, "{message}"),
@@ -47,6 +48,30 @@ pub(crate) fn message(level: Level, call: &Call, message: &str) {
         Level::TRACE => tracing::trace!(target: TARGET, "{message}"),
     }
     line(level, call, format_args!("{message}"));
+}
+
+/// A message as a log may hold it, whatever test ids, prompts or paths it quotes: control
+/// characters shown escaped (no ESC or BEL reaches a terminal that shows the log), and every
+/// line after the first indented, so that no text in it can pass for a line of the log's own.
+pub(crate) fn contained(message: &str) -> std::borrow::Cow<'_, str> {
+    let risky = |c: char| c.is_control() || is_bidi(c);
+    if !message.contains(risky) {
+        return message.into();
+    }
+    let mut out = String::with_capacity(message.len() + 16);
+    for c in message.trim_end_matches('\n').chars() {
+        match c {
+            '\n' => out.push_str("\n    "),
+            c if risky(c) => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out.into()
+}
+
+/// Bidirectional overrides and isolates, which reorder what a terminal shows.
+fn is_bidi(c: char) -> bool {
+    matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// `request{test="…" provider=… method=… path=…}`, or `session{…}` without the method: the
@@ -186,5 +211,20 @@ mod tests {
         };
         let got: Vec<String> = direct.lines_of("says").iter().map(ms).collect();
         assert_eq!(got, expected.iter().map(ms).collect::<Vec<_>>());
+    }
+
+    /// A message that quotes a hostile test id (a newline and a forged line, an OSC 52
+    /// clipboard write) stays inside its own line: no raw ESC or BEL, and every line after the
+    /// first indented.
+    #[test]
+    fn messages_cannot_forge_lines_or_reach_the_terminal() {
+        let forged = "cargo-llmreplay: no recording.\n  test: t$x\n2026-11-25T10:00:00.000000Z  INFO request{test=\"t$y\"}: replayed\u{1b}]52;c;cHduZWQ=\u{7}\u{202e}\n";
+        let safe = contained(forged);
+        assert!(!safe.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{safe}");
+        assert!(safe.contains("\\u{1b}]52"), "{safe}");
+        let lines: Vec<&str> = safe.lines().collect();
+        assert_eq!(lines.len(), 3, "{safe}");
+        assert!(lines[1..].iter().all(|l| l.starts_with("    ")), "{safe}");
+        assert_eq!(contained("plain"), "plain");
     }
 }

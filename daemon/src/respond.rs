@@ -71,9 +71,11 @@ pub(crate) fn fault(kind: Kind, fault: FaultKind, recorded: Option<&Prepared>) -
                 );
                 serde_json::to_vec(&shape).expect("JSON serialises").into()
             });
-            let mut b = Response::builder()
-                .status(status)
-                .header(CONTENT_TYPE, "application/json");
+            let mut b = Response::builder().status(status);
+            // The fault's own content type, if it names one, in place of ours: never two.
+            if !headers.iter().any(|(name, _)| name == CONTENT_TYPE) {
+                b = b.header(CONTENT_TYPE, "application/json");
+            }
             for (name, value) in headers {
                 b = b.header(name, value);
             }
@@ -182,4 +184,30 @@ pub(crate) fn provider_error(
             serde_json::to_vec(&body).expect("JSON serialises").into(),
         ))
         .expect("static headers")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A status fault that names its own content type sends that one alone.
+    #[test]
+    fn a_faults_content_type_replaces_ours() {
+        let status = |headers: Vec<(http::HeaderName, http::HeaderValue)>| {
+            let fault = FaultKind::Status {
+                status: 503,
+                headers,
+                body: Some(Bytes::from_static(b"busy")),
+            };
+            super::fault(Kind::OpenAi, fault, None)
+                .headers()
+                .get_all(CONTENT_TYPE)
+                .iter()
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        let own = vec![(CONTENT_TYPE, http::HeaderValue::from_static("text/plain"))];
+        assert_eq!(status(own), ["text/plain"]);
+        assert_eq!(status(Vec::new()), ["application/json"]);
+    }
 }
