@@ -130,6 +130,9 @@ pub(crate) struct State {
     /// The newest attempt seen of each test a peer named: a higher one starts its sequence
     /// afresh, as a retry does.
     pub attempts: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// This process's uid, when the daemon listens on loopback and the system tells whose a
+    /// connection is: another user's connections are refused.
+    own_uid: Option<u32>,
 }
 
 /// What the daemon knows of one connection.
@@ -140,9 +143,29 @@ pub(crate) struct Conn {
     local: SocketAddr,
     /// Its test, from its process, once asked: a connection is one test's.
     identified: tokio::sync::OnceCell<Option<cassettes::TestId>>,
+    /// Whether it is this user's (or cannot be told), once asked.
+    admitted: std::sync::OnceLock<bool>,
 }
 
 impl Conn {
+    /// Whether the connection may be served: on loopback, only this user's processes may
+    /// use the daemon (its recordings, its keys for re-signing, its proxy). Another user's
+    /// connection is refused and logged; one whose owner cannot be told is served.
+    fn admitted(&self, state: &State) -> bool {
+        let Some(uid) = state.own_uid else {
+            return true;
+        };
+        *self.admitted.get_or_init(|| {
+            match peer::Peers::socket_owner(self.peer, self.local) {
+                Ok(owner) if owner != uid => {
+                    tracing::warn!(target: "cargo_llmreplay::daemon", peer = %self.peer, owner, "refused a connection of another user (uid {owner}); the daemon serves only its own user's processes");
+                    false
+                }
+                _ => true,
+            }
+        })
+    }
+
     /// The test of the process at the other end, when peers are identified; cached.
     pub async fn peer_test(&self, state: &Arc<State>) -> Option<cassettes::TestId> {
         let peers = state.peers.get()?;
@@ -318,6 +341,11 @@ impl Daemon {
             captured: Default::default(),
             peers: Arc::default(),
             attempts: Default::default(),
+            own_uid: local
+                .ip()
+                .is_loopback()
+                .then(peer::Peers::own_uid)
+                .flatten(),
         });
         Ok(Daemon { listener, state })
     }
@@ -390,16 +418,18 @@ impl Daemon {
                     // its test, and asked of the socket only when the listener's is not
                     // the one every connection arrives at (a wildcard address).
                     let unknown: SocketAddr = ([0, 0, 0, 0], 0).into();
-                    let local = match (self.state.peers.get(), listening) {
-                        (None, _) => unknown,
-                        (Some(_), Some(at)) if !at.ip().is_unspecified() => at,
-                        (Some(_), _) => socket.local_addr().unwrap_or(unknown),
+                    let asks = self.state.peers.get().is_some() || self.state.own_uid.is_some();
+                    let local = match (asks, listening) {
+                        (false, _) => unknown,
+                        (true, Some(at)) if !at.ip().is_unspecified() => at,
+                        (true, _) => socket.local_addr().unwrap_or(unknown),
                     };
                     let conn = Arc::new(Conn {
                         challenged: std::sync::atomic::AtomicBool::new(false),
                         peer,
                         local,
                         identified: tokio::sync::OnceCell::new(),
+                        admitted: std::sync::OnceLock::new(),
                     });
                     let service = service_fn(move |req| {
                         let (state, conn) = (state.clone(), conn.clone());
@@ -446,6 +476,12 @@ impl Daemon {
 /// The front door: a request to this daemon is a proxy's (`CONNECT`, or an absolute URL),
 /// refused (a foreign `Host`), a control route, a WebSocket session, or one HTTP exchange.
 async fn handle(state: Arc<State>, req: Request<Incoming>, conn: &Conn) -> Response<Body> {
+    if !conn.admitted(&state) {
+        return respond::text(
+            StatusCode::FORBIDDEN,
+            "cargo-llmreplay: this daemon serves only the user who started it; this connection is another user's".into(),
+        );
+    }
     // A proxy request names the host it is for, not this daemon: before the Host check.
     // Browsers send neither form to a server, so a page cannot use them to reach the daemon.
     if req.method() == http::Method::CONNECT {

@@ -74,6 +74,33 @@ impl Peers {
         }
     }
 
+    /// The uid that owns the other end of the connection from `peer` to `local` on this
+    /// machine, where the system says (Linux: sock_diag, else `/proc/net/tcp`).
+    pub fn socket_owner(peer: SocketAddr, local: SocketAddr) -> Result<u32, String> {
+        #[cfg(target_os = "linux")]
+        {
+            linux::owner(peer, local)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (peer, local);
+            Err("telling a connection's owner needs Linux".into())
+        }
+    }
+
+    /// This process's uid, where connections' owners can be told apart (Linux).
+    pub fn own_uid() -> Option<u32> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
+    }
+
     /// Whether this system lets the daemon find a connection's process: Linux with `/proc`.
     pub fn supported() -> bool {
         cfg!(target_os = "linux")
@@ -618,8 +645,24 @@ mod linux {
         }
     }
 
+    /// The uid that owns the socket whose local end is `peer` and remote end `local`.
+    pub fn owner(peer: SocketAddr, local: SocketAddr) -> Result<u32, String> {
+        match diag::inode(peer, local) {
+            Ok((owner, _)) => Ok(owner),
+            Err(_) => table_entry(peer, local).map(|(owner, _)| owner),
+        }
+    }
+
     /// The same from `/proc/net/tcp{,6}`, which the kernel makes by walking every TCP socket.
     fn table_inode(peer: SocketAddr, local: SocketAddr, uid: u32) -> Result<u64, String> {
+        match table_entry(peer, local)? {
+            (owner, inode) if owner == uid => Ok(inode),
+            _ => Err(format!("the connection from {peer} is another user's")),
+        }
+    }
+
+    /// The owner and inode of the socket from `peer` to `local` in `/proc/net/tcp{,6}`.
+    fn table_entry(peer: SocketAddr, local: SocketAddr) -> Result<(u32, u64), String> {
         let (table, want_local, want_remote) = match (peer.ip(), local.ip()) {
             (IpAddr::V4(p), IpAddr::V4(l)) => {
                 ("/proc/net/tcp", v4(p, peer.port()), v4(l, local.port()))
@@ -632,12 +675,13 @@ mod linux {
             if f.len() < 10 || f[1] != want_local || f[2] != want_remote {
                 continue;
             }
-            if f[7].parse::<u32>().ok() != Some(uid) {
-                return Err(format!("the connection from {peer} is another user's"));
-            }
-            return f[9]
+            let owner = f[7]
                 .parse()
-                .map_err(|_| format!("{table}: an inode that is no number"));
+                .map_err(|_| format!("{table}: an owner that is no number"))?;
+            let inode = f[9]
+                .parse()
+                .map_err(|_| format!("{table}: an inode that is no number"))?;
+            return Ok((owner, inode));
         }
         Err(format!("{table} has no socket from {peer} to {local}"))
     }

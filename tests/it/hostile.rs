@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 /// `serve` in `dir` with an `llmreplay.toml` of `config`, recording from `upstream`.
@@ -1457,4 +1458,72 @@ proptest::proptest! {
         proptest::prop_assert!(all.contains("You said") || all.contains("choices"), "the calls went through");
         proptest::prop_assert!(!all.contains(&secret), "{secret} ({param}, {header}) leaked:\n{all}");
     }
+}
+
+/// Another local user's connections are refused, in every mode: no recording planted, no
+/// request forwarded (with this user's keys), no proxying; the daemon logs each refusal. The
+/// other user is a uid of its own, entered with `setpriv` (util-linux).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_users_connections_are_refused() {
+    let other = match Command::new("setpriv")
+        .args(["--reuid=54321", "--regid=54321", "--clear-groups", "true"])
+        .status()
+    {
+        Ok(s) if s.success() => 54321,
+        _ => {
+            let why = "this test needs to run a process as another user (setpriv --reuid, as root)";
+            assert!(std::env::var("CI").is_err(), "{why}");
+            eprintln!("SKIPPED (not under CI): {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let serve = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let as_other = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args([
+                &format!("--reuid={other}"),
+                &format!("--regid={other}"),
+                "--clear-groups",
+                "curl",
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let health_url = format!("{}/__llmreplay/health", serve.base);
+    assert_eq!(as_other(&[&health_url]), "403");
+    let planted = format!("{}/openai/v1/chat/completions", serve.base);
+    let body = chat("planted").to_string();
+    let code = as_other(&[
+        "-H",
+        "x-test-id: victim$named_test",
+        "-H",
+        "content-type: application/json",
+        "-d",
+        &body,
+        &planted,
+    ]);
+    assert_eq!(code, "403");
+    let proxied = as_other(&["-x", &serve.base, "http://127.0.0.1:9/admin"]);
+    assert_eq!(proxied, "403");
+    // This user is served as before.
+    assert_eq!(health(&serve).await, 200);
+    let stopped = serve.stop();
+    assert!(fake.received().is_empty(), "nothing went upstream");
+    assert!(!dir.path().join("c/victim--named_test").exists());
+    assert!(
+        stopped
+            .stderr
+            .contains("refused a connection of another user"),
+        "{}",
+        stopped.stderr
+    );
 }
