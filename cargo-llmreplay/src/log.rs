@@ -25,6 +25,10 @@ struct Buffered(Arc<Mutex<BufWriter<std::fs::File>>>);
 
 static FILE: OnceLock<Buffered> = OnceLock::new();
 
+/// The log being written, under a temporary name beside where it goes: [`finish`] renames it
+/// into place whole, so a second run in the same place replaces the file, never mixes with it.
+static PENDING: Mutex<Option<(tempfile::TempPath, std::path::PathBuf)>> = Mutex::new(None);
+
 impl Buffered {
     fn lock(&self) -> MutexGuard<'_, BufWriter<std::fs::File>> {
         self.0
@@ -54,7 +58,21 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Buffered {
     }
 }
 
-/// Writes out what the log file holds; the command calls it before it exits.
+/// Writes out the log file and puts it in its place; the command calls it before it exits.
+pub fn finish() {
+    flush();
+    if let Some((pending, path)) = PENDING.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Err(e) = pending.persist(&path) {
+            crate::render::stderr(&format!(
+                "cargo-llmreplay: warning: cannot write {}: {}\n",
+                path.display(),
+                e.error
+            ));
+        }
+    }
+}
+
+/// Writes out what the log file holds.
 pub fn flush() {
     if let Some(file) = FILE.get() {
         let _ = file.lock().flush();
@@ -90,8 +108,14 @@ pub fn init(verbose: u8, file: Option<&Path>) -> Result<()> {
                 std::fs::create_dir_all(dir)
                     .map_err(|e| Error::io(format!("cannot make {}", dir.display()), e))?;
             }
-            let f = crate::files::create_anew(path)
-                .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            let (f, pending) = tempfile::Builder::new()
+                .prefix(".llmreplay-")
+                .suffix(".log.tmp")
+                .tempfile_in(dir.unwrap_or(Path::new(".")))
+                .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?
+                .into_parts();
+            *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some((pending, path.into()));
             let file = Buffered(Arc::new(Mutex::new(BufWriter::new(f))));
             let lines = file.clone();
             daemon::request_log::write_to(move |line| {

@@ -106,7 +106,7 @@ fn main() -> ExitCode {
         Command::Rerun(args) => rerun::run(args),
         Command::Report(cmd) => report::run(cmd),
     };
-    log::flush();
+    log::finish();
     match result {
         Ok(outcome) => outcome.into(),
         Err(e) => {

@@ -326,14 +326,18 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let resolved = Resolved::daemon(root, None, &args.daemon)?;
     let root = resolved.root.clone();
     // The CA's files, written while the rest starts: the bundle, a copy of the system's
-    // roots, is the largest write of a run's start. Runs that keep their reports apart keep
-    // their CAs apart too.
+    // roots, is the largest write of a run's start. Each run's are its own, under the target
+    // dir (never beside a report in the repository), and go when it ends: a second run in
+    // the same target dir does not replace the certificate the first one's tests trust.
+    let mut run_dir = None;
     let ca = match resolved.settings.capture.enabled {
         true => {
-            let stem = match &args.report {
-                Some(report) => report.with_extension("ca"),
-                None => resolved.target_dir().join("llmreplay/ca"),
-            };
+            let parent = resolved.target_dir().join("llmreplay");
+            let dir = crate::files::RunDir::make(&parent).map_err(|e| {
+                Error::io(format!("cannot make a folder in {}", parent.display()), e)
+            })?;
+            let stem = dir.path().join("ca");
+            run_dir = Some(dir);
             let paths = crate::capture::ca_paths(&stem);
             let _ = place.send(stem);
             Some((ca, paths, ca_thread))
@@ -613,6 +617,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     // process, rather than each being joined or freed first.
     runtime.shutdown_background();
     std::mem::forget(store);
+    drop(run_dir);
     Ok(outcome)
 }
 

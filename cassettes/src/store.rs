@@ -15,7 +15,7 @@ use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// How long a write waits for another process to release a cassette folder's lock by default.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -30,6 +30,8 @@ pub struct Store {
     /// Each folder's cassette files as [`Store::preload`] listed them: the end of a replay
     /// run reports unused recordings from these rather than listing every folder again.
     listed: Mutex<HashMap<String, Vec<PathBuf>>>,
+    /// When this store was made: a trim leaves alone a file another process wrote since.
+    opened: SystemTime,
 }
 
 /// One test's cassette for one provider, and this run's sequence cursors over it.
@@ -56,9 +58,31 @@ pub struct Entry {
 struct State {
     loaded: Option<Loaded>,
     cursors: HashMap<Key, usize>,
-    /// Positions of the interactions replayed in this run (stable: records replace or append).
-    used: HashSet<usize>,
+    /// The recordings this run replayed, recorded or served through a fault, by key and
+    /// ordinal: unlike positions, these survive a trim and another process's appends.
+    used: Used,
     run: RunAccount,
+}
+
+/// Recordings by key and which recording of the key: a set of [`RecordingId`] that takes a
+/// borrowed key, so replay's hot path allocates only for a key's first use.
+#[derive(Default)]
+struct Used(HashMap<Key, Vec<usize>>);
+
+impl Used {
+    fn insert(&mut self, key: &Key, ordinal: usize) {
+        match self.0.get_mut(key) {
+            Some(ordinals) if ordinals.contains(&ordinal) => {}
+            Some(ordinals) => ordinals.push(ordinal),
+            None => {
+                self.0.insert(key.clone(), vec![ordinal]);
+            }
+        }
+    }
+
+    fn contains(&self, key: &Key, ordinal: usize) -> bool {
+        self.0.get(key).is_some_and(|o| o.contains(&ordinal))
+    }
 }
 
 /// Recordings an attempt may name for its trim; past this, the test keeps everything (a
@@ -75,8 +99,19 @@ struct RunAccount {
     unsaved: usize,
     /// More recordings than `MAX_ACCOUNTED`: the attempt's list is incomplete.
     overflowed: bool,
-    /// The recordings the cassette held before this run first wrote to it, and their seals.
+    /// Recordings this attempt was served through a fault (a cut or broken answer): used,
+    /// so a trim keeps them though nothing recorded them again.
+    served: Vec<RecordingId>,
+    /// The recordings the file held, read under its lock, when this run first wrote to it,
+    /// and their seals: a trim may remove only these, never what another process added since.
     before: Option<Vec<(RecordingId, Option<String>)>>,
+}
+
+impl RunAccount {
+    /// Whether the attempt made any call through this entry.
+    fn called(&self) -> bool {
+        !self.recorded.is_empty() || self.unsaved > 0 || !self.served.is_empty()
+    }
 }
 
 /// What a run changed in one test's cassettes, against what they held before it.
@@ -113,6 +148,8 @@ fn sealed_ids(interactions: &[Interaction]) -> Vec<(RecordingId, Option<String>)
 struct Loaded {
     cassette: Cassette,
     index: HashMap<Key, Vec<usize>>,
+    /// Each position's ordinal among the recordings of its key.
+    ordinals: Vec<usize>,
     prepared: Vec<Arc<Prepared>>,
 }
 
@@ -125,6 +162,7 @@ impl Loaded {
         for (i, interaction) in cassette.interactions.iter().enumerate() {
             index.entry(interaction.key.clone()).or_default().push(i);
         }
+        let ordinals = ordinals(&cassette.interactions);
         let prepared = cassette
             .interactions
             .iter_mut()
@@ -138,6 +176,7 @@ impl Loaded {
         Loaded {
             cassette,
             index,
+            ordinals,
             prepared,
         }
     }
@@ -212,6 +251,7 @@ impl Store {
             entries: RwLock::default(),
             slugs: Mutex::default(),
             listed: Mutex::default(),
+            opened: SystemTime::now(),
         }
     }
 
@@ -282,14 +322,18 @@ impl Store {
             state.run.recorded.clear();
             state.run.unsaved = 0;
             state.run.overflowed = false;
+            state.run.served.clear();
         }
     }
 
     /// Ends a test's part in this run and says what changed in its cassettes. With `trim` (a
-    /// test that passed under `--record`), each of its cassettes ends holding exactly what its
-    /// last attempt recorded, in that order; a provider it no longer called loses its file.
-    /// A test with a request that went upstream and was not saved keeps everything instead:
-    /// its old recordings may be all it has for that call.
+    /// test that passed under `--record`), each of its cassettes ends holding what its last
+    /// attempt recorded, in that order, and what it was served through a fault; a provider it
+    /// no longer called loses its file. A trim removes only what a file held before this run
+    /// first wrote to it: whatever another process added since stays. A test that made no
+    /// call at all keeps everything (a test that returned early, say, for want of a key);
+    /// so does one with a request that went upstream and was not saved: its old recordings
+    /// may be all it has for that call.
     pub fn finish_test(&self, test: &TestId, trim: bool) -> Result<TestChanges, Error> {
         let folder = self.dir.join(Slug::from_test_id(test).as_str());
         let mut changes = TestChanges {
@@ -304,6 +348,12 @@ impl Store {
             all.get(test.as_str()).cloned().unwrap_or_default()
         };
         let (asked, mut trim) = (trim, trim);
+        let called = entries
+            .iter()
+            .any(|e| e.state.lock().expect("entry lock").run.called());
+        if asked && !called {
+            trim = false;
+        }
         for entry in entries.iter().filter(|_| asked) {
             let state = entry.state.lock().expect("entry lock");
             if state.run.unsaved > 0 {
@@ -352,9 +402,15 @@ impl Store {
             let (before, keep) = match entry {
                 Some(e) => {
                     let state = e.state.lock().expect("entry lock");
-                    (state.run.before.clone(), state.run.recorded.clone())
+                    let keep = Keep {
+                        recorded: state.run.recorded.clone(),
+                        served: state.run.served.clone(),
+                        before: state.run.before.clone(),
+                        since: self.opened,
+                    };
+                    (state.run.before.clone(), keep)
                 }
-                None => (None, Vec::new()),
+                None => (None, Keep::nothing_since(self.opened)),
             };
             let (now, after) = if trim {
                 keep_exactly(&path, &self.dir, test, &keep)?
@@ -371,12 +427,14 @@ impl Store {
             let before = before.unwrap_or(now);
             count_changes(&before, &after, &mut changes);
         }
-        if trim {
+        if trim && folder.is_dir() {
+            confined(&self.dir, &folder)?;
+            // Under the folder's lock: another run writes a blob before the cassette that
+            // refers to it, and must not find its folder gone between the two.
+            let lock = lock_folder(&folder, self.lock_timeout)?;
             remove_unreferenced_blobs(&folder)?;
             // A test that made no calls any more leaves no empty folder behind.
-            if std::fs::read_dir(&folder).is_ok_and(|mut d| d.next().is_none()) {
-                let _ = std::fs::remove_dir(&folder);
-            }
+            remove_if_empty(&folder, lock);
         }
         Ok(changes)
     }
@@ -404,10 +462,10 @@ impl Store {
                 continue;
             };
             let entry = self.find(test.as_str(), &provider);
-            let mut note = |cassette: &Cassette, used: &HashSet<usize>| {
+            let mut note = |cassette: &Cassette, used: &Used| {
                 let ords = ordinals(&cassette.interactions);
                 for (position, i) in cassette.interactions.iter().enumerate() {
-                    if !used.contains(&position) {
+                    if !used.contains(&i.key, ords[position]) {
                         out.push(Unused {
                             test: test.clone(),
                             provider: provider.clone(),
@@ -428,7 +486,7 @@ impl Store {
                     let state = &mut *state;
                     note(&e.ensure_loaded(&mut state.loaded)?.cassette, &state.used);
                 }
-                None => note(&read_cassette(&path)?, &HashSet::new()),
+                None => note(&read_cassette(&path)?, &Used::default()),
             }
         }
         Ok(out)
@@ -530,21 +588,39 @@ impl Entry {
         self.lookup(key, repeat_last, true)
     }
 
-    /// The recording the next request with `key` would get, without taking it: a faulted
-    /// request must not move the sequence.
-    pub fn peek(&self, key: &Key, repeat_last: bool) -> Result<Option<Arc<Prepared>>, Error> {
+    /// The recording the next request with `key` would get, for a fault to serve in part,
+    /// without taking it: a faulted request must not move the sequence. The recording counts
+    /// as used, and a trim keeps it.
+    pub fn serve_fault(
+        &self,
+        key: &Key,
+        repeat_last: bool,
+    ) -> Result<Option<Arc<Prepared>>, Error> {
         let mut state = self.state.lock().expect("entry lock");
         let state = &mut *state;
         let loaded = self.ensure_loaded(&mut state.loaded)?;
         let ordinal = state.cursors.get(key).copied().unwrap_or(0);
-        Ok(loaded.index.get(key).and_then(|positions| {
-            let n = if repeat_last {
-                ordinal.min(positions.len() - 1)
-            } else {
-                ordinal
-            };
-            positions.get(n).map(|i| loaded.prepared[*i].clone())
-        }))
+        let Some(positions) = loaded.index.get(key) else {
+            return Ok(None);
+        };
+        let n = if repeat_last {
+            ordinal.min(positions.len() - 1)
+        } else {
+            ordinal
+        };
+        let Some(&i) = positions.get(n) else {
+            return Ok(None);
+        };
+        let prepared = loaded.prepared[i].clone();
+        state.used.insert(key, n);
+        let id = RecordingId {
+            key: key.clone(),
+            ordinal: n,
+        };
+        if !state.run.served.contains(&id) && state.run.served.len() < MAX_ACCOUNTED {
+            state.run.served.push(id);
+        }
+        Ok(Some(prepared))
     }
 
     /// As [`Entry::next`], for replay: a key with no recording gets ordinal 0 and no cursor, so
@@ -583,7 +659,7 @@ impl Entry {
             positions.get(n).copied()
         });
         if let Some(i) = position {
-            state.used.insert(i);
+            state.used.insert(key, loaded.ordinals[i]);
         }
         Ok(Lookup {
             ordinal,
@@ -614,7 +690,13 @@ impl Entry {
             })
             // On a tie, a recording this run has not replayed yet: the n-th call of a test
             // that drifted is closest to its own old recording, not to one already used.
-            .min_by_key(|(index, _, d)| (d.len(), state.used.contains(index)))?;
+            .min_by_key(|(index, _, d)| {
+                let i = &loaded.cassette.interactions[*index];
+                (
+                    d.len(),
+                    state.used.contains(&i.key, loaded.ordinals[*index]),
+                )
+            })?;
         let values = differing
             .iter()
             .map(|p| (recorded.pointer(p).cloned(), wanted.pointer(p).cloned()))
@@ -637,21 +719,23 @@ impl Entry {
     ) -> Result<RecordOutcome, Error> {
         interaction.seal = Some(crate::format::seal_of(&interaction.response));
         let _writing = self.writing.lock().expect("entry write lock");
-        {
-            let mut state = self.state.lock().expect("entry lock");
-            let state = &mut *state;
-            if state.run.before.is_none() {
-                let loaded = self.ensure_loaded(&mut state.loaded)?;
-                state.run.before = Some(sealed_ids(&loaded.cassette.interactions));
-            }
-        }
+        let first = self.state.lock().expect("entry lock").run.before.is_none();
         let key = interaction.key.clone();
         let mut outcome = RecordOutcome::Unchanged;
+        let mut before = None;
         let merged = self.write_locked(|cassette| {
+            // What the file holds now, under its lock, is what this run's trim may remove:
+            // another run's recordings written after this point are not.
+            if first {
+                before = Some(sealed_ids(&cassette.interactions));
+            }
             outcome = put(cassette, ordinal, interaction);
             outcome != RecordOutcome::Unchanged
         })?;
         let mut state = self.state.lock().expect("entry lock");
+        if state.run.before.is_none() {
+            state.run.before = before;
+        }
         let account = &mut state.run;
         if account.recorded.len() < MAX_ACCOUNTED {
             account.recorded.push(RecordingId {
@@ -662,16 +746,7 @@ impl Entry {
             account.overflowed = true;
         }
         // What was just recorded was used by this run, wherever the merge put it.
-        if let Some(position) = merged
-            .interactions
-            .iter()
-            .enumerate()
-            .filter(|(_, i)| i.key == key)
-            .nth(ordinal)
-            .map(|(p, _)| p)
-        {
-            state.used.insert(position);
-        }
+        state.used.insert(&key, ordinal);
         state.loaded = Some(Loaded::new(merged));
         Ok(outcome)
     }
@@ -740,10 +815,7 @@ impl Entry {
 
     fn write_locked(&self, change: impl FnOnce(&mut Cassette) -> bool) -> Result<Cassette, Error> {
         let dir = self.path.parent().expect("cassette paths have a folder");
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        // A folder that is a link to elsewhere would carry the write out of the cassette dir.
-        confined(&self.root, dir)?;
-        let _lock = lock_folder(dir, self.lock_timeout)?;
+        let _lock = lock_creating(dir, &self.root, self.lock_timeout)?;
         // Read under the lock: another run may have written since this one loaded the file.
         let mut cassette = self.read()?;
         if change(&mut cassette) {
@@ -791,16 +863,44 @@ fn read_if_exists(path: &Path) -> Result<Option<Cassette>, Error> {
     }
 }
 
-/// Keeps of the cassette at `path` exactly the recordings `keep` names, in that order (the
-/// n-th recording of a key stays the n-th, so replay maps each request as before), under its
-/// folder's lock; deletes the file when none is left. A file of another test is left alone.
-/// Returns the recordings it held before and after, with their seals.
+/// What a trim keeps of one cassette file.
+struct Keep {
+    /// What the test's last attempt recorded, in that order.
+    recorded: Vec<RecordingId>,
+    /// What it was served through a fault.
+    served: Vec<RecordingId>,
+    /// What the file held when this run first wrote to it; `None` when it never did.
+    before: Option<Sealed>,
+    /// When this run began: a file this run never wrote and that changed since is another
+    /// process's to keep.
+    since: SystemTime,
+}
+
+impl Keep {
+    /// For a file the test no longer calls: it is removed, unless another process wrote it
+    /// since `since`.
+    fn nothing_since(since: SystemTime) -> Keep {
+        Keep {
+            recorded: Vec::new(),
+            served: Vec::new(),
+            before: None,
+            since,
+        }
+    }
+}
+
+/// Keeps of the cassette at `path` what `keep` names: the recordings its test recorded, in
+/// that order (the n-th recording of a key stays the n-th, so replay maps each request as
+/// before), then those it was served through a fault, then whatever another process put there
+/// after this run first wrote to it; under its folder's lock. Deletes the file when none is
+/// left. A file of another test is left alone. Returns the recordings it held before and
+/// after, with their seals.
 type Sealed = Vec<(RecordingId, Option<String>)>;
 fn keep_exactly(
     path: &Path,
     root: &Path,
     test: &TestId,
-    keep: &[RecordingId],
+    keep: &Keep,
 ) -> Result<(Sealed, Sealed), Error> {
     let dir = path.parent().expect("cassette paths have a folder");
     if !dir.exists() {
@@ -815,17 +915,21 @@ fn keep_exactly(
     if cassette.test != test.as_str() {
         return Ok((before.clone(), before));
     }
+    // A file this run never wrote, changed since it began: another run's work.
+    if keep.before.is_none() && modified_since(path, keep.since) {
+        return Ok((before.clone(), before));
+    }
     let at: HashMap<&RecordingId, usize> = before
         .iter()
         .enumerate()
         .map(|(i, (id, _))| (id, i))
         .collect();
-    let wanted: HashSet<&RecordingId> = keep.iter().collect();
+    let wanted: HashSet<&RecordingId> = keep.recorded.iter().collect();
     // Slots in the order saved; a key's k-th slot takes its k-th recording, so two calls with
     // one key that finished out of order keep their ordinals.
     let mut next: HashMap<&Key, usize> = HashMap::new();
     let mut positions = Vec::new();
-    for id in keep {
+    for id in &keep.recorded {
         let k = next.entry(&id.key).or_default();
         let slot = RecordingId {
             key: id.key.clone(),
@@ -834,6 +938,22 @@ fn keep_exactly(
         *k += 1;
         if let Some(&p) = wanted.contains(&slot).then(|| at.get(&slot)).flatten() {
             positions.push(p);
+        }
+    }
+    let mut taken: HashSet<usize> = positions.iter().copied().collect();
+    for id in &keep.served {
+        if let Some(&p) = at.get(id) {
+            if taken.insert(p) {
+                positions.push(p);
+            }
+        }
+    }
+    if let Some(held) = &keep.before {
+        let held: HashSet<&(RecordingId, Option<String>)> = held.iter().collect();
+        for (p, id) in before.iter().enumerate() {
+            if !held.contains(id) && taken.insert(p) {
+                positions.push(p);
+            }
         }
     }
     let unchanged =
@@ -854,6 +974,13 @@ fn keep_exactly(
         write_atomic(path, &cassette.to_bytes())?;
     }
     Ok((before, after))
+}
+
+/// Whether the file at `path` was written after `since`.
+fn modified_since(path: &Path, since: SystemTime) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|m| m > since)
 }
 
 /// Adds what changed between two lists of recordings to `changes`.
@@ -885,9 +1012,7 @@ pub fn rewrite_cassette(
     edit: impl FnOnce(&mut Vec<Interaction>),
 ) -> Result<(), Error> {
     let dir = path.parent().expect("cassette paths have a folder");
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    confined(root, dir)?;
-    let lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
+    let lock = lock_creating(dir, root, DEFAULT_LOCK_TIMEOUT)?;
     let mut cassette = read_if_exists(path)?.unwrap_or_else(|| Cassette::new(test, provider));
     if sealed_ids(&cassette.interactions) != expected {
         return Err(Error::Stale {
@@ -905,10 +1030,7 @@ pub fn rewrite_cassette(
         write_atomic(path, &cassette.to_bytes())?;
     }
     remove_unreferenced_blobs(dir)?;
-    drop(lock);
-    if std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none()) {
-        let _ = std::fs::remove_dir(dir);
-    }
+    remove_if_empty(dir, lock);
     Ok(())
 }
 
@@ -1165,7 +1287,8 @@ pub fn remove_folder(folder: &Path) -> Result<Vec<PathBuf>, Error> {
         }
     }
     remove_unreferenced_blobs(folder)?;
-    drop(lock);
+    // Removed while locked: a run waiting for the lock then finds the folder gone and makes
+    // it again, rather than writing into a removed one.
     let left: Vec<PathBuf> = std::fs::read_dir(folder)
         .map_err(|e| Error::io(folder, e))?
         .filter_map(Result::ok)
@@ -1175,6 +1298,7 @@ pub fn remove_folder(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     if left.is_empty() {
         std::fs::remove_dir_all(folder).map_err(|e| Error::io(folder, e))?;
     }
+    drop(lock);
     Ok(left)
 }
 
@@ -1239,7 +1363,7 @@ fn lock_folder(dir: &Path, timeout: Duration) -> Result<File, Error> {
     let mut pause = Duration::from_millis(1);
     loop {
         match file.try_lock() {
-            Ok(()) => return Ok(file),
+            Ok(()) => break,
             Err(std::fs::TryLockError::WouldBlock) if started.elapsed() < timeout => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_millis(50));
@@ -1253,6 +1377,58 @@ fn lock_folder(dir: &Path, timeout: Duration) -> Result<File, Error> {
             Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(dir, e)),
         }
     }
+    // The holder before may have removed the folder (its test's last recording trimmed):
+    // a lock on a folder no longer there guards nothing.
+    if !still_there(dir, &file) {
+        return Err(Error::io(
+            dir,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    Ok(file)
+}
+
+/// Makes the folder if need be and takes its lock; a folder another run removed meanwhile is
+/// made again.
+fn lock_creating(dir: &Path, root: &Path, timeout: Duration) -> Result<File, Error> {
+    let mut tries = 0;
+    loop {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        // A folder that is a link to elsewhere would carry the write out of the cassette dir.
+        confined(root, dir)?;
+        match lock_folder(dir, timeout) {
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && tries < 8 =>
+            {
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Removes a cassette folder left empty, while holding its lock (which goes with it).
+fn remove_if_empty(folder: &Path, lock: File) {
+    if std::fs::read_dir(folder).is_ok_and(|mut d| d.next().is_none()) {
+        let _ = std::fs::remove_dir(folder);
+    }
+    drop(lock);
+}
+
+/// Whether `dir` still names the folder `locked` was opened on.
+#[cfg(unix)]
+fn still_there(dir: &Path, locked: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(dir), locked.metadata()) {
+        (Ok(now), Ok(held)) => now.dev() == held.dev() && now.ino() == held.ino(),
+        _ => false,
+    }
+}
+
+// Elsewhere the lock is a file inside the folder, which is then never empty nor removed.
+#[cfg(not(unix))]
+fn still_there(_dir: &Path, _locked: &File) -> bool {
+    true
 }
 
 /// Fails unless `path`, with every link resolved, lies inside `root`.
@@ -1532,6 +1708,122 @@ mod tests {
             "against the file as this run found it: b, c and anthropic's gone"
         );
         assert!(!e.path.with_file_name("anthropic.json").exists());
+    }
+
+    /// A re-record that shifts positions (an old recording trimmed before the new one): what
+    /// the run recorded is never reported unused after the trim.
+    #[test]
+    fn a_trimmed_rerecord_reports_none_of_its_recordings_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, p) = ids();
+        let old = Store::new(dir.path());
+        let e = old.entry(&t, &p).unwrap();
+        e.record(0, interaction("stale", "1")).unwrap();
+        e.record(0, interaction("kept", "2")).unwrap();
+        let run = Store::new(dir.path());
+        let e = run.entry(&t, &p).unwrap();
+        for prompt in ["kept", "fresh"] {
+            let x = interaction(prompt, "3");
+            let ordinal = e.next(&x.key, false).unwrap().ordinal;
+            e.record(ordinal, x).unwrap();
+        }
+        let changes = run.finish_test(&t, true).unwrap();
+        assert_eq!(changes.removed, 1, "{changes:?}");
+        assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 2);
+        assert_eq!(run.unused_in(&t).unwrap(), Vec::new());
+    }
+
+    /// Two runs re-record one test with other prompts, their writes interleaved: each trim
+    /// removes only what the file held before its own first write, so the file always ends
+    /// holding one run's recording, never none.
+    #[test]
+    fn two_interleaved_rerecords_never_empty_a_cassette() {
+        for a_trims_first in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let (t, p) = ids();
+            Store::new(dir.path())
+                .entry(&t, &p)
+                .unwrap()
+                .record(0, interaction("old", "0"))
+                .unwrap();
+            let (a, b) = (Store::new(dir.path()), Store::new(dir.path()));
+            a.entry(&t, &p)
+                .unwrap()
+                .record(0, interaction("A", "1"))
+                .unwrap();
+            b.entry(&t, &p)
+                .unwrap()
+                .record(0, interaction("B", "2"))
+                .unwrap();
+            let order = if a_trims_first { [&a, &b] } else { [&b, &a] };
+            for run in order {
+                run.finish_test(&t, true).unwrap();
+            }
+            let file = read_cassette(&a.entry(&t, &p).unwrap().path).unwrap();
+            let prompts: Vec<_> = file
+                .interactions
+                .iter()
+                .map(|x| x.request.last_user_text().unwrap())
+                .collect();
+            assert_eq!(prompts, ["B"], "a_trims_first: {a_trims_first}");
+        }
+    }
+
+    /// A recording served only through a fault (a cut answer) is used: a trim keeps it, and it
+    /// is not unused. A passing test that made no call keeps what it had.
+    #[test]
+    fn a_fault_served_recording_and_a_silent_test_keep_their_recordings() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, p) = ids();
+        let x = interaction("cut me", "1");
+        Store::new(dir.path())
+            .entry(&t, &p)
+            .unwrap()
+            .record(0, x.clone())
+            .unwrap();
+        let run = Store::new(dir.path());
+        let e = run.entry(&t, &p).unwrap();
+        assert!(e.serve_fault(&x.key, false).unwrap().is_some());
+        let changes = run.finish_test(&t, true).unwrap();
+        assert_eq!(changes.removed, 0, "{changes:?}");
+        assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 1);
+        assert_eq!(run.unused_in(&t).unwrap(), Vec::new());
+
+        let silent = Store::new(dir.path());
+        let changes = silent.finish_test(&t, true).unwrap();
+        assert_eq!(changes.removed, 0, "{changes:?}");
+        assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 1);
+        assert_eq!(
+            silent.unused_in(&t).unwrap().len(),
+            1,
+            "unused, for prune to take"
+        );
+    }
+
+    /// A provider's file the test no longer calls is removed by a trim, unless another
+    /// process wrote it while this run went on.
+    #[test]
+    fn a_trim_leaves_a_file_another_run_wrote_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, p) = ids();
+        let anthropic = ProviderName::new("anthropic").unwrap();
+        let run = Store::new(dir.path());
+        let other = Store::new(dir.path());
+        let theirs = other.entry(&t, &anthropic).unwrap();
+        theirs.record(0, interaction("theirs", "1")).unwrap();
+        // Written after this run began, whatever the clock's grain.
+        let later = run.opened + Duration::from_secs(1);
+        File::options()
+            .write(true)
+            .open(&theirs.path)
+            .and_then(|f| f.set_modified(later))
+            .unwrap();
+        run.entry(&t, &p)
+            .unwrap()
+            .record(0, interaction("mine", "2"))
+            .unwrap();
+        run.finish_test(&t, true).unwrap();
+        assert_eq!(read_cassette(&theirs.path).unwrap().interactions.len(), 1);
     }
 
     #[test]

@@ -60,8 +60,15 @@ pub(crate) async fn http(
         None => {}
         Some(FaultKind::Delay { ms }) => tokio::time::sleep(Duration::from_millis(ms)).await,
         Some(fault) => {
-            let recorded = call.entry.peek(&call.key, state.settings.allow_repeats);
-            let recorded = recorded.ok().flatten();
+            // A cut or broken answer is the recording's, which the test then used.
+            let recorded = match fault {
+                FaultKind::Status { .. } => None,
+                _ => call
+                    .entry
+                    .serve_fault(&call.key, state.settings.allow_repeats)
+                    .ok()
+                    .flatten(),
+            };
             let response = crate::respond::fault(kind, fault, recorded.as_deref());
             let status = response.status().as_u16();
             state.journal.log(call, Outcome::Fault, status, None);
@@ -432,8 +439,9 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: bool) -> Op
             ours: false,
         });
     }
-    if status == StatusCode::NOT_FOUND && !route.provider.family().knows_path(&route.upstream_path)
-    {
+    let path = &route.upstream_path;
+    let known = route.provider.family().knows_path(path) && !providers::doubles_a_version(path);
+    if status == StatusCode::NOT_FOUND && !known {
         return Some(Unsaved::Refused {
             message: unknown_path(route, method),
             ours: true,

@@ -339,6 +339,31 @@ fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
+/// Whether `path` names an API version (or an API's prefix) twice, as in
+/// `/v1/v1/chat/completions`: the commonest base-URL mistake, a version in the base URL and
+/// again in the path the client appends. No family's API has such a path, whatever its
+/// prefix lets through.
+pub fn doubles_a_version(path: &str) -> bool {
+    let versioned = |s: &&str| {
+        matches!(*s, "api" | "openai")
+            || s.strip_prefix('v').is_some_and(|rest| {
+                rest.starts_with(|c: char| c.is_ascii_digit())
+                    && rest.chars().all(|c| c.is_ascii_alphanumeric())
+            })
+    };
+    let segments: Vec<&str> = path
+        .split(['?', ':'])
+        .next()
+        .unwrap_or_default()
+        .split('/')
+        .filter(versioned)
+        .collect();
+    segments
+        .iter()
+        .enumerate()
+        .any(|(i, s)| segments[..i].contains(s))
+}
+
 /// Reads an answer's payloads in every family's shape: a stored cassette does not say which
 /// family its gateway speaks, and the shapes do not overlap.
 pub fn read_answer(payloads: &[Value]) -> Answer {
@@ -486,6 +511,32 @@ fn count(usage: &Value, key: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    /// A version named twice is no family's path; one version, or two different segments
+    /// that only look alike, are.
+    #[test]
+    fn doubled_versions_are_no_path_of_any_api() {
+        for doubled in [
+            "/v1/v1/chat/completions",
+            "/v1beta/v1beta/models/gemini-2.0-flash:generateContent",
+            "/api/api/chat",
+            "/v1/openai/v1/responses",
+            "/openai/openai/deployments/d/chat/completions",
+        ] {
+            assert!(super::doubles_a_version(doubled), "{doubled}");
+        }
+        for fine in [
+            "/v1/chat/completions",
+            "/v1beta/models/gemini-2.0-flash:generateContent",
+            "/upload/v1beta/files",
+            "/api/chat",
+            "/openai/deployments/d/chat/completions?api-version=2024-10-21",
+            "/v1/files/v1abc/content",
+            "/model/anthropic.claude-v2/invoke",
+        ] {
+            assert!(!super::doubles_a_version(fine), "{fine}");
+        }
+    }
+
     #[test]
     fn captured_hosts_find_their_family() {
         let of = |h: &str| {

@@ -188,12 +188,13 @@ async fn hard_coded_hosts_are_recorded_through_the_proxy_and_replayed_offline() 
         escaped.stderr
     );
     assert_eq!(fake.received().len(), seen);
-    let allowed = sample.run(&["--upstream", &registry_at], &env_refs);
+    // Answered as missing fails the run, though the test swallowed the error.
+    let swallowed = sample.run(&["--upstream", &registry_at], &env_refs);
     assert_eq!(
-        allowed.code,
-        Some(0),
+        swallowed.code,
+        Some(1),
         "without --deny escaped: {}",
-        allowed.stderr
+        swallowed.stderr
     );
 }
 

@@ -212,6 +212,21 @@ async fn a_404_on_a_path_the_family_does_not_have_is_not_saved_and_says_what_to_
         assert!(message.contains(part), "{part} missing in {message}");
     }
     assert_eq!(fake.received().len(), 1, "the request went upstream");
+    // The commonest mistake: the version in the base URL and again in the path.
+    let r = http()
+        .post(format!("{base}/openai/v1/v1/chat/completions"))
+        .json(&json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let body: Value = r.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("/openai/v1/v1/chat/completions"),
+        "{message}"
+    );
+    assert!(message.contains("not saved"), "{message}");
     // The version-less Gemini path is the API's own.
     let r = http()
         .post(format!(
@@ -233,7 +248,7 @@ async fn a_404_on_a_path_the_family_does_not_have_is_not_saved_and_says_what_to_
         .iter()
         .map(|l| l["outcome"].as_str().unwrap())
         .collect();
-    assert_eq!(outcomes, ["refused", "recorded"]);
+    assert_eq!(outcomes, ["refused", "refused", "recorded"]);
     assert!(rec.stop().status.success());
     let folder = dir.path().join("c/paths--t--wrong");
     assert!(!folder.join("openai.json").exists());

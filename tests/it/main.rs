@@ -13,6 +13,7 @@ mod clouds;
 mod daemon;
 mod faults;
 mod hostile;
+mod kept;
 mod network;
 mod peers;
 mod rerun;

@@ -25,7 +25,8 @@ pub enum Deny {
     /// Cassette files new, modified or deleted against git HEAD.
     Changed,
     /// Calls captured on their way to a host with no recording (replay answered them as
-    /// missing; they never left the machine).
+    /// missing; they never left the machine). These fail a run as anything missing does;
+    /// the value is kept so that gates written for it still parse.
     Escaped,
 }
 
@@ -86,7 +87,7 @@ pub struct Report {
     pub counts: Stats,
     pub missing: Vec<Missing>,
     /// Calls the proxy captured, in replay, to hosts with no recording: answered as missing,
-    /// never sent. `--deny escaped` fails the run on them.
+    /// never sent. They fail the run as anything missing does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<Missing>,
     /// Recordings (made or replayed in this run) whose answer is a 4xx.
@@ -295,11 +296,13 @@ impl Report {
             .map_err(std::io::Error::other)
             .map_err(failed)?;
         json.push(b'\n');
-        crate::files::write_anew(path, json).map_err(failed)
+        crate::files::replace_atomically(path, json).map_err(failed)
     }
 
-    /// nextest's own status when tests failed; else 1 when anything is missing, or unused or
-    /// changed under `--deny`; else 0. A merged report has no nextest status of its own.
+    /// nextest's own status when tests failed; else 1 when any request was answered as
+    /// missing (a captured call to a host with no recording too, though the test swallowed
+    /// the error), or unused or changed under `--deny`; else 0. A merged report has no
+    /// nextest status of its own.
     pub fn outcome(&self, nextest: Option<ExitStatus>, deny: &[Deny]) -> Outcome {
         if let Some(status) = nextest.filter(|s| !s.success()) {
             return Outcome::Nextest(nextest_code(status));
@@ -308,9 +311,8 @@ impl Report {
             return Outcome::GateFailed;
         }
         let denied = (deny.contains(&Deny::Unused) && !self.unused.is_empty())
-            || (deny.contains(&Deny::Changed) && !self.changed.is_empty())
-            || (deny.contains(&Deny::Escaped) && !self.escaped.is_empty());
-        Outcome::gate(!self.missing.is_empty() || denied)
+            || (deny.contains(&Deny::Changed) && !self.changed.is_empty());
+        Outcome::gate(!self.missing.is_empty() || !self.escaped.is_empty() || denied)
     }
 }
 
