@@ -212,6 +212,15 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                     "interaction {}: its answer no longer matches its seal (edited by hand?), so replay refuses it; if the edit is meant, run `cargo llmreplay status --fix` to seal it again",
                     index + 1
                 ),
+                Problem::Secret {
+                    index,
+                    pointer,
+                    what,
+                } => format!(
+                    "interaction {}: {} holds what looks like {what}: revoke it, then remove it (`[redact] body_fields` in llmreplay.toml keeps a field out of recordings) and record the test again",
+                    index + 1,
+                    term(pointer)
+                ),
                 Problem::Unsealed { index } => format!(
                     "interaction {}: its answer has no seal, so a hand edit would go unseen; if the answer is as recorded (or the edit is meant), run `cargo llmreplay status --fix` to seal it",
                     index + 1

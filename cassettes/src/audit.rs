@@ -41,6 +41,16 @@ pub enum Problem {
         /// Position in the file, from 0.
         index: usize,
     },
+    /// Interaction `index` (from 0) holds a string of a well-known secret's shape (an API key,
+    /// a private key).
+    Secret {
+        /// Position in the file, from 0.
+        index: usize,
+        /// The JSON pointer of the field, in the interaction.
+        pointer: String,
+        /// What it looks like.
+        what: String,
+    },
     /// A temporary file a write left when its process was killed before the rename.
     LeftoverTemp,
     /// A blob the file refers to is missing or does not hash to its name.
@@ -220,6 +230,21 @@ fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
             problem: Problem::SealMismatch { index },
         });
     }
+    for (index, x) in cassette.interactions.iter().enumerate() {
+        let found = serde_json::to_value(x)
+            .ok()
+            .and_then(|v| crate::secrets::find(&v, &[]));
+        if let Some(found) = found {
+            out.push(Finding {
+                path: path.to_path_buf(),
+                problem: Problem::Secret {
+                    index,
+                    pointer: found.pointer,
+                    what: found.what,
+                },
+            });
+        }
+    }
     for (index, _) in cassette
         .interactions
         .iter()
@@ -289,6 +314,11 @@ mod tests {
         blobbed.interactions[0].seal =
             Some(crate::format::seal_of(&blobbed.interactions[0].response));
         write("c--t--blob/openai.json", &blobbed.to_bytes());
+        let mut leaked = good.clone();
+        leaked.test = "c::t$leaked".into();
+        leaked.interactions[0].request.path = "/v1/sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ".into();
+        leaked.interactions[0].key = crate::Key::of(&leaked.interactions[0].request);
+        write("c--t--leaked/openai.json", &leaked.to_bytes());
         let mut unsealed = good.clone();
         unsealed.test = "c::t$unsealed".into();
         unsealed.interactions[0].seal = None;
@@ -336,6 +366,15 @@ mod tests {
                         assert_eq!(*index, 0);
                         "seal"
                     }
+                    Problem::Secret {
+                        index,
+                        pointer,
+                        what,
+                    } => {
+                        assert_eq!((*index, pointer.as_str()), (0, "/request/path"));
+                        assert_eq!(what, "an OpenAI project key");
+                        "secret"
+                    }
                     Problem::Unsealed { index } => {
                         assert_eq!(*index, 0);
                         "unsealed"
@@ -352,6 +391,7 @@ mod tests {
                 ("c--t--bad/openai.json".to_string(), "corrupt"),
                 ("c--t--blob/openai.json".to_string(), "blob"),
                 ("c--t--edited/openai.json".to_string(), "summary"),
+                ("c--t--leaked/openai.json".to_string(), "secret"),
                 ("c--t--rekeyed/openai.json".to_string(), "key"),
                 ("c--t--sealed/openai.json".to_string(), "seal"),
                 ("c--t--unsealed/openai.json".to_string(), "unsealed"),

@@ -208,6 +208,8 @@ pub const REGEX_SIZE_LIMIT: usize = 256 << 10;
 pub struct Normalizer {
     ignore: Vec<Vec<String>>,
     replace: Vec<(Regex, String)>,
+    /// Secret-named body fields, whose values become a placeholder before keying.
+    secrets: providers::redact::BodyFields,
 }
 
 impl Normalizer {
@@ -231,7 +233,22 @@ impl Normalizer {
                     })
             })
             .collect::<Result<_, _>>()?;
-        Ok(Normalizer { ignore, replace })
+        Ok(Normalizer {
+            ignore,
+            replace,
+            secrets: Default::default(),
+        })
+    }
+
+    /// Adds `[redact] body_fields` to the secret field names of bodies.
+    pub fn with_body_fields(mut self, extra: &[String]) -> Self {
+        self.secrets = providers::redact::BodyFields::with(extra);
+        self
+    }
+
+    /// The secret field names of bodies, for answers and frames as for requests.
+    pub fn body_fields(&self) -> &providers::redact::BodyFields {
+        &self.secrets
     }
 
     /// The request as it will be keyed and recorded: secret query parameters dropped (their
@@ -318,6 +335,7 @@ impl Normalizer {
     /// A client frame as replay compares it: JSON with `[match] ignore` and `replace` applied.
     pub fn frame(&self, frame: &Value) -> Value {
         let mut value = frame.clone();
+        self.secrets.json(&mut value);
         for path in &self.ignore {
             remove_at(&mut value, path);
         }
@@ -337,7 +355,10 @@ impl Normalizer {
         {
             for p in &mut parts {
                 if let Body::Text(t) = &mut p.body {
-                    *t = self.replace_in(t);
+                    *t = match self.secrets.is_secret(&p.name) {
+                        true => providers::redact::PLACEHOLDER.to_string(),
+                        false => self.replace_in(t),
+                    };
                 }
             }
             return Body::Parts(parts);
@@ -355,6 +376,7 @@ impl Normalizer {
             // A bare `null` would read back as "no body"; keep it as text.
             Some(Value::Null) => Body::Text("null".into()),
             Some(mut value) => {
+                self.secrets.json(&mut value);
                 for pointer in &self.ignore {
                     remove_at(&mut value, pointer);
                 }
@@ -367,7 +389,10 @@ impl Normalizer {
                 }
             }
             None => match std::str::from_utf8(body) {
-                Ok(text) => Body::Text(self.replace_in(text)),
+                Ok(text) => match self.secrets.form(text) {
+                    Some(form) => Body::Text(self.replace_in(&form)),
+                    None => Body::Text(self.replace_in(text)),
+                },
                 Err(_) => Body::binary(Bytes::copy_from_slice(body)),
             },
         }

@@ -16,6 +16,7 @@ pub mod lossy_path;
 pub mod pending;
 pub mod pointer;
 pub mod review;
+pub mod secrets;
 pub mod session;
 mod store;
 mod summary;
@@ -125,6 +126,16 @@ pub enum Error {
         path: PathBuf,
         /// The interaction, from 0.
         index: usize,
+    },
+    #[error("{path}: not saved: {pointer} holds {what}, and no secret may reach a cassette. Name the field in llmreplay.toml, `[redact] body_fields = [\"NAME\"]` (or the header under `[redact] headers`), so that it becomes a placeholder, then record again")]
+    /// A recording that would write a secret.
+    Secret {
+        /// The cassette.
+        path: PathBuf,
+        /// The JSON pointer of the field, in the interaction as it would be stored.
+        pointer: String,
+        /// What the secret is.
+        what: String,
     },
     #[error("{folder}: another process has held this cassette folder's lock for {}s (a second recording run, or prune?), so this recording was not saved. Let the other finish and run again", waited.as_secs())]
     /// A folder another process holds locked too long.

@@ -9,6 +9,7 @@ use crate::format::{
 };
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::{differing_fields, Key, RecordedRequest};
+use crate::secrets::Guard;
 use crate::Error;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -32,6 +33,8 @@ pub struct Store {
     listed: Mutex<HashMap<String, Vec<PathBuf>>>,
     /// When this store was made: a trim leaves alone a file another process wrote since.
     opened: SystemTime,
+    /// What no recording may hold, and the answers' secret fields to redact.
+    guard: Arc<Guard>,
 }
 
 /// One test's cassette for one provider, and this run's sequence cursors over it.
@@ -47,6 +50,7 @@ pub struct Entry {
     /// The cassette directory, which no write may leave.
     root: PathBuf,
     lock_timeout: Duration,
+    guard: Arc<Guard>,
     /// Held (on a blocking thread) for the whole of a write, so this process writes the file
     /// one recording at a time; `state` is only ever held briefly, never across a file lock, so
     /// a lock another process holds delays this test's recordings alone.
@@ -252,7 +256,14 @@ impl Store {
             slugs: Mutex::default(),
             listed: Mutex::default(),
             opened: SystemTime::now(),
+            guard: Arc::default(),
         }
+    }
+
+    /// Redacts the answers of what it records and refuses to write secrets as `guard` says.
+    pub fn with_guard(mut self, guard: Guard) -> Self {
+        self.guard = Arc::new(guard);
+        self
     }
 
     /// How long a write waits for a folder another process holds, before it fails naming it.
@@ -296,6 +307,7 @@ impl Store {
             path,
             root: self.dir.clone(),
             lock_timeout: self.lock_timeout,
+            guard: self.guard.clone(),
             writing: Mutex::default(),
             state: Mutex::default(),
         });
@@ -717,6 +729,16 @@ impl Entry {
         ordinal: usize,
         mut interaction: Interaction,
     ) -> Result<RecordOutcome, Error> {
+        if self.guard.redact_answer(&mut interaction) {
+            interaction.summary = Summary::of(&interaction.response);
+        }
+        if let Some(found) = self.guard.check(&interaction) {
+            return Err(Error::Secret {
+                path: self.path.clone(),
+                pointer: found.pointer,
+                what: found.what,
+            });
+        }
         interaction.seal = Some(crate::format::seal_of(&interaction.response));
         let _writing = self.writing.lock().expect("entry write lock");
         let first = self.state.lock().expect("entry lock").run.before.is_none();

@@ -313,6 +313,8 @@ struct MatchSection {
 struct RedactSection {
     #[serde(default)]
     headers: Vec<String>,
+    #[serde(default)]
+    body_fields: Vec<String>,
 }
 
 /// What the command line sets; each `Some` wins over the file.
@@ -361,6 +363,40 @@ pub struct Settings {
     pub allow_credentials_to: Vec<String>,
     /// The daemon as each test's HTTPS proxy.
     pub capture: Capture,
+    /// The key variables of the daemon's own environment and their values, which no
+    /// recording may hold.
+    pub secret_values: Vec<(String, String)>,
+}
+
+/// The variables whose values are keys, by the names providers and clouds give them.
+const SECRET_VAR_SUFFIXES: &[&str] = &[
+    "_API_KEY",
+    "_SECRET_ACCESS_KEY",
+    "_SESSION_TOKEN",
+    "_CLIENT_SECRET",
+    "_AUTH_TOKEN",
+    "_ACCESS_TOKEN",
+    "_SECRET_KEY",
+];
+
+/// The key variables among `vars` with values long enough to be keys (a short value would
+/// turn up in ordinary text); the placeholder replay gives tests is none.
+fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vars
+        .filter(|(name, value)| {
+            SECRET_VAR_SUFFIXES.iter().any(|s| name.ends_with(s))
+                && value.trim().len() >= 12
+                && value != runner_placeholder()
+        })
+        .map(|(name, value)| (name, value.trim().to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The key placeholder replay runs give tests (`llmreplay-replay-key`).
+fn runner_placeholder() -> &'static str {
+    "llmreplay-replay-key"
 }
 
 impl Settings {
@@ -405,7 +441,10 @@ impl Settings {
     }
 
     fn build(root: &Path, file: FileConfig, overrides: &Overrides) -> Result<Self, ConfigError> {
-        Self::build_with_env(root, file, overrides, |name| std::env::var(name).ok())
+        let mut settings =
+            Self::build_with_env(root, file, overrides, |name| std::env::var(name).ok())?;
+        settings.secret_values = secret_values(std::env::vars());
+        Ok(settings)
     }
 
     /// `env` reads the user's environment: where it already points a family's clients is where
@@ -517,7 +556,8 @@ impl Settings {
                 .map_err(|e| ConfigError::Invalid(format!("{at}: {e}")))?;
             declared_faults.push(crate::faults::Declared { filter, fault });
         }
-        let normalizer = Normalizer::new(&file.matching.ignore, &file.matching.replace)?;
+        let normalizer = Normalizer::new(&file.matching.ignore, &file.matching.replace)?
+            .with_body_fields(&file.redact.body_fields);
         let network = crate::upstream::Network {
             ca_file: file.upstream.ca_file.as_ref().map(|f| root.join(f)),
             proxy: file.upstream.proxy.clone(),
@@ -556,6 +596,7 @@ impl Settings {
             network,
             allow_credentials_to: overrides.allow_credentials_to.clone(),
             capture,
+            secret_values: Vec::new(),
         })
     }
 }

@@ -329,7 +329,11 @@ impl Daemon {
         let state = Arc::new(State {
             store: Arc::new(
                 Store::new(settings.cassette_dir.clone())
-                    .with_lock_timeout(settings.limits.lock_timeout),
+                    .with_lock_timeout(settings.limits.lock_timeout)
+                    .with_guard(cassettes::secrets::Guard::new(
+                        settings.normalizer.body_fields().clone(),
+                        settings.secret_values.clone(),
+                    )),
             ),
             loopback_port: local.ip().is_loopback().then_some(local.port()),
             faults: faults::Faults::with_declared(declared),
@@ -551,7 +555,7 @@ pub(crate) async fn dispatch(
     );
     // Request heads have a target of their own, which the log file of `test` leaves out.
     if tracing::enabled!(target: "cargo_llmreplay::head", tracing::Level::DEBUG) {
-        span.in_scope(|| log_head(&req));
+        span.in_scope(|| log_head(&req, &state.settings.redact_headers));
     }
     if session {
         return session::handle(state, route, req).instrument(span).await;
@@ -578,18 +582,20 @@ fn request_span(
     }
 }
 
-/// The request's query and headers, for `-vv`: secrets masked, as everywhere else.
-fn log_head(req: &Request<Incoming>) {
+/// The request's query and headers, for `-vv`: secrets masked, as everywhere else, and the
+/// headers `[redact] headers` names too.
+fn log_head(req: &Request<Incoming>, redact: &[String]) {
     let query = req.uri().query().map(providers::redact::query);
     let headers: Vec<String> = req
         .headers()
         .iter()
         .map(|(name, value)| {
             let value = String::from_utf8_lossy(value.as_bytes());
-            format!(
-                "{name}: {}",
-                providers::redact::text(providers::redact::header(name.as_str(), &value))
-            )
+            let shown = match redact.iter().any(|r| r == name.as_str()) {
+                true => providers::redact::MASK,
+                false => providers::redact::header(name.as_str(), &value),
+            };
+            format!("{name}: {}", providers::redact::text(shown))
         })
         .collect();
     tracing::debug!(target: "cargo_llmreplay::head", query = query.as_deref(), headers = ?headers, "head");

@@ -412,9 +412,13 @@ pub fn example_paths() -> String {
 pub fn secret_params() -> &'static [&'static str] {
     static ALL: OnceLock<Vec<&'static str>> = OnceLock::new();
     ALL.get_or_init(|| {
-        families()
+        let mut all: Vec<&'static str> = families()
             .flat_map(|f| f.secret_params().iter().copied())
-            .collect()
+            .chain(redact::SHARED_PARAMS.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
     })
 }
 
@@ -427,6 +431,13 @@ pub fn secret_headers() -> &'static [&'static str] {
             "proxy-authorization",
             "cookie",
             "set-cookie",
+            // Tools' own key headers (Brave search, Azure API Management, RapidAPI, GitLab).
+            "x-subscription-token",
+            "ocp-apim-subscription-key",
+            "x-rapidapi-key",
+            "private-token",
+            "x-api-token",
+            "x-auth-token",
         ]
         .into_iter()
         .chain(families().flat_map(|f| f.secret_headers().iter().copied()))

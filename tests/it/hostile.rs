@@ -1346,7 +1346,7 @@ async fn printed_commands_paste_safely() {
 /// Sends `secret` in one of its forms down every path that writes something (a recording, a
 /// 502 from an upstream that is not there, a replay miss, HTTP and WebSocket alike) and
 /// returns all the daemons wrote and answered.
-async fn everything_written_for(secret: &str, param: &str, header: &str) -> String {
+async fn everything_written_for(secret: &str, param: &str, header: &str, field: &str) -> String {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let dir = tempfile::tempdir().unwrap();
@@ -1354,6 +1354,15 @@ async fn everything_written_for(secret: &str, param: &str, header: &str) -> Stri
     let realtime = crate::support::FakeRealtime::start().await;
     let query = format!("{param}={secret}&alt=sse");
     let mut seen = String::new();
+    // The body's form: a field of that name in a hosted tool, as an MCP tool's token is.
+    let with_secret = |mut body: Value| {
+        body["tools"] = json!([{"type": "mcp", "server_label": "s", field: secret}]);
+        body
+    };
+    let frame = tokio_tungstenite::tungstenite::Message::text(
+        json!({"type": "session.update", "session": {"instructions": "hi", field: secret}})
+            .to_string(),
+    );
     let chat_to = |serve: &Serve, test: &str| {
         http()
             .post(format!(
@@ -1361,7 +1370,7 @@ async fn everything_written_for(secret: &str, param: &str, header: &str) -> Stri
                 serve.for_test(test)
             ))
             .header(header, format!("Bearer {secret}"))
-            .json(&chat("hi"))
+            .json(&with_secret(chat("hi")))
             .send()
     };
     let session = |serve: &Serve, test: &str| {
@@ -1389,6 +1398,8 @@ async fn everything_written_for(secret: &str, param: &str, header: &str) -> Stri
     seen.push_str(&r.text().await.unwrap());
     let rec_ws = Serve::recording_from(dir.path(), &[("openai", realtime.url())]);
     let (mut ws, _) = session(&rec_ws, "p$ws").await.unwrap();
+    seen.push_str(&ws.next().await.unwrap().unwrap().to_string());
+    ws.send(frame.clone()).await.unwrap();
     seen.push_str(&ws.next().await.unwrap().unwrap().to_string());
     ws.close(None).await.unwrap();
     while let Some(Ok(m)) = ws.next().await {
@@ -1421,6 +1432,8 @@ async fn everything_written_for(secret: &str, param: &str, header: &str) -> Stri
     }
     for test in ["p$ws", "p$missing"] {
         let (mut ws, _) = session(&replay, test).await.unwrap();
+        let _ = ws.send(frame.clone()).await;
+        // Then a frame nothing recorded, which ends the session.
         let _ = ws
             .send(tokio_tungstenite::tungstenite::Message::text(
                 "{\"type\":\"x\"}",
@@ -1440,13 +1453,14 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 4, ..Default::default() })]
 
     /// No secret, in any form (a header, a query parameter under any casing or percent-encoded
-    /// name, a URL's userinfo), appears in anything the daemon writes or answers, whichever
-    /// path the request takes.
+    /// name, a URL's userinfo, a secret-named field of a body or a session frame), appears in
+    /// anything the daemon writes or answers, whichever path the request takes.
     #[test]
     fn no_secret_form_reaches_any_output(
         secret in "[A-Za-z0-9]{16,24}",
-        param in proptest::sample::select(vec!["key", "KEY", "api_key", "Api_Key", "access_token", "k%65y", "api%5Fkey"]),
-        header in proptest::sample::select(vec!["authorization", "x-api-key", "api-key", "x-goog-api-key"]),
+        param in proptest::sample::select(vec!["key", "KEY", "api_key", "Api_Key", "access_token", "k%65y", "api%5Fkey", "token", "appid", "X-Amz-Signature"]),
+        header in proptest::sample::select(vec!["authorization", "x-api-key", "api-key", "x-goog-api-key", "x-subscription-token", "x-rapidapi-key"]),
+        field in proptest::sample::select(vec!["authorization", "authorization_token", "api_key", "apiKey", "clientSecret", "access_token", "refresh_token", "Password", "token"]),
     ) {
         let secret = format!("SECRET{secret}");
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -1454,9 +1468,9 @@ proptest::proptest! {
             .enable_all()
             .build()
             .unwrap();
-        let all = runtime.block_on(everything_written_for(&secret, param, header));
+        let all = runtime.block_on(everything_written_for(&secret, param, header, field));
         proptest::prop_assert!(all.contains("You said") || all.contains("choices"), "the calls went through");
-        proptest::prop_assert!(!all.contains(&secret), "{secret} ({param}, {header}) leaked:\n{all}");
+        proptest::prop_assert!(!all.contains(&secret), "{secret} ({param}, {header}, {field}) leaked:\n{all}");
     }
 }
 
@@ -1526,4 +1540,85 @@ async fn another_users_connections_are_refused() {
         "{}",
         stopped.stderr
     );
+}
+
+/// The last guard: a recording that still holds the value of a key variable of the daemon's
+/// environment, or a string of a secret's shape, is not written; the client gets its answer,
+/// and the log names the field and the setting, never the value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_holding_a_key_value_or_shape_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let key = "sk-live-0123456789abcdef";
+    let serve = Serve::in_mode(
+        dir.path(),
+        "record",
+        &format!("openai={}", fake.url()),
+        &[("OPENAI_API_KEY", key)],
+    );
+    let leaked = ask(&serve, "h$leak", &format!("repeat {key}")).await;
+    assert_eq!(leaked.status(), 200);
+    let shaped = ask(
+        &serve,
+        "h$shape",
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123",
+    )
+    .await;
+    assert_eq!(shaped.status(), 200);
+    let fine = ask(&serve, "h$fine", "nothing secret").await;
+    assert_eq!(fine.status(), 200);
+    let stopped = serve.stop();
+    assert!(!dir.path().join("c/h--leak").exists());
+    assert!(!dir.path().join("c/h--shape").exists());
+    assert!(dir.path().join("c/h--fine/openai.json").is_file());
+    let log = &stopped.stderr;
+    for part in [
+        "holds the value of OPENAI_API_KEY",
+        "holds an Anthropic API key",
+        "/request/body/messages/0/content",
+        "[redact] body_fields",
+    ] {
+        assert!(log.contains(part), "{part} in:\n{log}");
+    }
+    assert!(!log.contains(key), "{log}");
+}
+
+/// `serve -vv` shows request heads with every secret masked: tools' key headers, what
+/// `[redact] headers` lists, and secret query values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_heads_mask_tool_keys_redacted_headers_and_secret_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[redact]\nheaders = [\"x-my-gateway-token\"]\n",
+    )
+    .unwrap();
+    let upstream = format!("openai={}", fake.url());
+    let serve = Serve::in_mode_with(dir.path(), "record", &upstream, &[], &["-vv"]);
+    let r = http()
+        .post(format!(
+            "{}/openai/v1/chat/completions?appid=HEADSECRET1&token=HEADSECRET2&alt=sse",
+            serve.for_test("h$heads")
+        ))
+        .header("x-subscription-token", "HEADSECRET3")
+        .header("x-rapidapi-key", "HEADSECRET4")
+        .header("x-my-gateway-token", "HEADSECRET5")
+        .json(&chat("heads"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let stopped = serve.stop();
+    let head = stopped
+        .stderr
+        .lines()
+        .find(|l| l.contains("}: head"))
+        .unwrap_or_else(|| panic!("-vv shows no head: {}", stopped.stderr));
+    assert!(head.contains("x-my-gateway-token: ***"), "{head}");
+    assert!(head.contains("appid=***"), "{head}");
+    assert!(!stopped.stderr.contains("HEADSECRET"), "{}", stopped.stderr);
+    for (path, text) in crate::support::all_files(dir.path()) {
+        assert!(!text.contains("HEADSECRET"), "{}", path.display());
+    }
 }

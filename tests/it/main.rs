@@ -19,6 +19,7 @@ mod peers;
 mod rerun;
 mod review;
 mod sdk;
+mod secrets;
 mod sessions;
 mod test_command;
 mod wire;

@@ -246,6 +246,14 @@ async fn answer(
     };
     let _in_flight = state.enter().await;
     let n = state.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    // An OAuth token endpoint (Google's, Microsoft's): a form in, tokens out, laid out as
+    // Python's json writes them.
+    if path == "/token" || path.ends_with("/oauth2/v2.0/token") {
+        let tokens = format!(
+            "{{\"access_token\": \"ya29.fake-access-{n}\", \"expires_in\": 3599, \"refresh_token\": \"1//fake-refresh-{n}\", \"scope\": \"https://www.googleapis.com/auth/cloud-platform\", \"token_type\": \"Bearer\", \"id_token\": \"eyJhbGciOiJub25lIn0.fake-{n}.\"}}"
+        );
+        return Ok(json_response(tokens, &[]));
+    }
     let prompt = last_user_text(&body);
     if state
         .fail_for
@@ -1145,9 +1153,19 @@ pub fn sdk_python(module: &str) -> Option<PathBuf> {
 
 /// Runs a script of `tests/sdk/` with `python` and `env`; its stdout, or a panic with stderr.
 pub fn run_sdk_script(python: &Path, script: &str, env: &[(&str, &str)]) -> String {
+    run_sdk_script_with(python, script, &[], env)
+}
+
+/// [`run_sdk_script`] with arguments for the script.
+pub fn run_sdk_script_with(
+    python: &Path,
+    script: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut cmd = Command::new(python);
-    cmd.arg(root.join("tests/sdk").join(script));
+    cmd.arg(root.join("tests/sdk").join(script)).args(args);
     for name in [
         "OPENAI_BASE_URL",
         "OPENAI_API_KEY",

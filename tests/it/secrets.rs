@@ -1,0 +1,174 @@
+//! The hostile suite's secrets in bodies: what the official SDKs send and receive as secrets
+//! (a hosted MCP tool's `authorization`, an MCP server's `authorization_token`, google-auth's
+//! `client_secret` and `refresh_token`, a token endpoint's tokens) never reach a cassette, a
+//! log or an output, and replay matches whatever the live value. Real SDKs in the venv, real
+//! HTTP and the daemon's real HTTPS proxy on 127.0.0.1, a fake provider and token endpoint.
+
+use crate::support::{all_files, run_sdk_script_with, sdk_python, FakeProvider, Serve, TestCa};
+use serde_json::Value;
+use std::path::Path;
+
+const PLACEHOLDER: &str = "llmreplay-redacted";
+
+/// Every file under `dir` and every output, none holding any of `secrets`.
+fn nowhere(dir: &Path, outputs: &[&str], secrets: &[&str]) {
+    for (path, text) in all_files(dir) {
+        for secret in secrets {
+            assert!(
+                !text.contains(secret),
+                "{secret} in {}:\n{text}",
+                path.display()
+            );
+        }
+    }
+    for out in outputs {
+        for secret in secrets {
+            assert!(!out.contains(secret), "{secret} in an output:\n{out}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_authorization_of_openai_and_anthropic_is_never_stored_and_any_token_replays() {
+    let Some(python) = sdk_python("anthropic") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let run = |serve: &Serve, token: &str| {
+        let base = serve.for_test("secrets::t$mcp");
+        let (openai, anthropic) = (format!("{base}/openai/v1"), format!("{base}/anthropic"));
+        run_sdk_script_with(
+            &python,
+            "body_secrets.py",
+            &["mcp", token],
+            &[
+                ("OPENAI_BASE_URL", &openai),
+                ("ANTHROPIC_BASE_URL", &anthropic),
+                ("OPENAI_API_KEY", "sk-test"),
+                ("ANTHROPIC_API_KEY", "sk-test"),
+            ],
+        )
+    };
+    let rec = Serve::recording_from(
+        dir.path(),
+        &[("openai", fake.url()), ("anthropic", fake.url())],
+    );
+    let live = "mcp-live-token-Q7XW2";
+    let recorded: Value = serde_json::from_str(&run(&rec, live)).unwrap();
+    assert_eq!(recorded["openai"], "You said: Use the wiki tool");
+    let rec_out = rec.stop();
+    // The provider got the token as sent; only the recording lost it.
+    let sent = fake.received();
+    assert_eq!(sent[0].body["tools"][0]["authorization"], live);
+    assert_eq!(sent[1].body["mcp_servers"][0]["authorization_token"], live);
+    let folder = dir.path().join("c/secrets--t--mcp");
+    let openai = std::fs::read_to_string(folder.join("openai.json")).unwrap();
+    assert!(openai.contains(PLACEHOLDER), "{openai}");
+    let anthropic = std::fs::read_to_string(folder.join("anthropic.json")).unwrap();
+    assert!(anthropic.contains(PLACEHOLDER), "{anthropic}");
+
+    // Replay with another token: the same recordings, nothing sent.
+    let other = "mcp-rotated-token-9KD3";
+    let replay = Serve::replaying(dir.path());
+    let replayed: Value = serde_json::from_str(&run(&replay, other)).unwrap();
+    assert_eq!(replayed, recorded);
+    let replay_out = replay.stop();
+    assert_eq!(fake.received().len(), 2);
+    nowhere(
+        dir.path(),
+        &[&rec_out.stderr, &replay_out.stderr],
+        &[live, other],
+    );
+}
+
+/// google-auth refreshes user credentials at Google's token endpoint through the daemon's
+/// proxy (`serve --env` sourced): the form's `client_secret` and `refresh_token` and the
+/// answer's tokens are stored as the placeholder, and a replay with other secrets gets the
+/// placeholder token, which google-auth takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn google_auth_refresh_through_capture_stores_no_secret_and_replays_a_placeholder_token() {
+    let Some(python) = sdk_python("google.auth") else {
+        return;
+    };
+    let ca = TestCa::new("secrets");
+    let fake = FakeProvider::start_tls(&ca).await;
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let ca_file = scratch.path().join("upstream-ca.pem");
+    ca.write_pem(&ca_file);
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        format!(
+            "[upstream]\nca_file = {:?}\n",
+            ca_file.display().to_string()
+        ),
+    )
+    .unwrap();
+    let target = scratch.path().join("target");
+    let upstream = format!(
+        "oauth2.googleapis.com=https://127.0.0.1:{}",
+        fake.addr.port()
+    );
+    let refresh = |mode: &str, secret: &str, refresh_token: &str| {
+        let mut args = vec!["--test-id", "secrets::t$google", "--cassette-dir", "c"];
+        args.extend(["--mode", mode]);
+        if mode == "record" {
+            args.extend(["--upstream", &upstream]);
+        }
+        let (mut serve, lines) = crate::clients::serve_env(
+            dir.path(),
+            &args,
+            &[("CARGO_TARGET_DIR", target.to_str().unwrap())],
+        );
+        let env: Vec<(String, String)> = lines
+            .lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
+            .collect();
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let out = run_sdk_script_with(
+            &python,
+            "body_secrets.py",
+            &["google", secret, refresh_token],
+            &env,
+        );
+        let _ = serve.kill();
+        let _ = serve.wait();
+        (out, lines)
+    };
+    let (recorded, rec_env) = refresh("record", "GOCSPX-live-secret-51", "1//live-refresh-77");
+    let recorded: Value = serde_json::from_str(&recorded).unwrap();
+    assert_eq!(
+        recorded["token"], "ya29.fake-access-1",
+        "the live token reached the client"
+    );
+    let form = String::from_utf8(fake.received()[0].raw.to_vec()).unwrap();
+    assert!(
+        form.contains("client_secret=GOCSPX-live-secret-51"),
+        "{form}"
+    );
+    let cassette = dir
+        .path()
+        .join("c/secrets--t--google/oauth2.googleapis.com.json");
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    assert!(text.contains(PLACEHOLDER), "{text}");
+
+    let (replayed, replay_env) = refresh("replay", "GOCSPX-other-secret-2", "1//other-refresh-3");
+    let replayed: Value = serde_json::from_str(&replayed).unwrap();
+    assert_eq!(replayed["token"], PLACEHOLDER);
+    assert_eq!(fake.received().len(), 1, "replay sent nothing");
+    nowhere(
+        dir.path(),
+        &[&rec_env, &replay_env],
+        &[
+            "GOCSPX-live-secret-51",
+            "1//live-refresh-77",
+            "ya29.fake-access",
+            "1//fake-refresh",
+            "fake-1.",
+            "GOCSPX-other-secret-2",
+        ],
+    );
+}

@@ -1,0 +1,57 @@
+"""Secrets in bodies, sent by the official SDKs: `mcp TOKEN` sends a hosted MCP tool's
+`authorization` with OpenAI's Responses API and an MCP server's `authorization_token` with
+Anthropic's Messages API; `google SECRET REFRESH` refreshes google-auth user credentials at
+Google's token endpoint (through the proxy the environment names). Prints what came back."""
+
+import json
+import sys
+
+mode = sys.argv[1]
+if mode == "mcp":
+    import anthropic
+    import openai
+
+    token = sys.argv[2]
+    response = openai.OpenAI().responses.create(
+        model="gpt-4.1-mini",
+        input="Use the wiki tool",
+        tools=[
+            {
+                "type": "mcp",
+                "server_label": "wiki",
+                "server_url": "https://mcp.example/mcp",
+                "require_approval": "never",
+                "authorization": token,
+            }
+        ],
+    )
+    message = anthropic.Anthropic().beta.messages.create(
+        model="claude-x",
+        max_tokens=50,
+        messages=[{"role": "user", "content": "Use the MCP server"}],
+        mcp_servers=[
+            {
+                "type": "url",
+                "url": "https://mcp.example/sse",
+                "name": "example",
+                "authorization_token": token,
+            }
+        ],
+        betas=["mcp-client-2025-04-04"],
+    )
+    print(json.dumps({"openai": response.output_text, "anthropic": message.content[0].text}))
+elif mode == "google":
+    import google.auth.transport.requests
+    import google.oauth2.credentials
+
+    credentials = google.oauth2.credentials.Credentials(
+        token=None,
+        refresh_token=sys.argv[3],
+        client_id="1234.apps.googleusercontent.com",
+        client_secret=sys.argv[2],
+        token_uri="https://oauth2.googleapis.com/token",
+    )
+    credentials.refresh(google.auth.transport.requests.Request())
+    print(json.dumps({"token": credentials.token, "refresh": credentials.refresh_token}))
+else:
+    sys.exit(f"unknown mode {mode}")
