@@ -4,12 +4,13 @@
 
 use crate::faults::FaultSpec;
 use crate::respond::{json, text, Body};
-use crate::State;
+use crate::{Conn, State};
 use cassettes::TestId;
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use std::sync::Arc;
 
 pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<Body> {
     let param = |name: &str| {
@@ -73,45 +74,39 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
     }
 }
 
-/// `POST .../__llmreplay/faults` registers a fault for the test of the base URL (or of
-/// `X-Test-Id`, or `?test=`); `DELETE` clears its faults.
-pub(crate) async fn faults(state: &State, prefix: &str, req: Request<Incoming>) -> Response<Body> {
+/// `POST .../__llmreplay/faults` registers a fault for the request's test, decided as on every
+/// other route (the base URL's, `X-Test-Id`'s, the connection's process's, else `default`),
+/// or `?test=`'s; `DELETE` clears its faults.
+pub(crate) async fn faults(
+    state: &Arc<State>,
+    conn: &Conn,
+    prefix: &str,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let from_path = match prefix.strip_prefix("/t/") {
-        Some(encoded) if !encoded.contains('/') => {
-            match percent_encoding::percent_decode_str(encoded).decode_utf8() {
-                Ok(id) => Some(id.into_owned()),
-                Err(_) => {
-                    return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: the test id in the path is not UTF-8 once percent-decoded".into())
-                }
-            }
-        }
+        Some(encoded) if !encoded.contains('/') => match crate::identity::path_id(encoded) {
+            Ok(id) => Some(id),
+            Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        },
         _ if prefix.is_empty() => None,
         _ => {
             return text(StatusCode::NOT_FOUND, format!("cargo-llmreplay: faults live at <LLMREPLAY_BASE_URL>/__llmreplay/faults, not under {prefix:?}"))
         }
     };
-    let test = from_path
-        .or_else(|| {
-            req.uri().query().and_then(|q| {
-                q.split('&')
-                    .find_map(|kv| kv.strip_prefix("test="))
-                    .map(|v| {
-                        percent_encoding::percent_decode_str(v)
-                            .decode_utf8_lossy()
-                            .into_owned()
-                    })
-            })
-        })
-        .or_else(|| {
-            req.headers()
-                .get("x-test-id")
-                .and_then(|v| std::str::from_utf8(v.as_bytes()).ok())
-                .map(str::to_string)
-        });
-    let Some(test) = test else {
-        return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: a fault belongs to a test: post it to <LLMREPLAY_BASE_URL>/__llmreplay/faults (the per-test base URL), or send X-Test-Id".into());
+    let from_query = req.uri().query().and_then(|q| {
+        q.split('&')
+            .find_map(|kv| kv.strip_prefix("test="))
+            .map(|v| TestId::new(percent_encoding::percent_decode_str(v).decode_utf8_lossy()))
+    });
+    let from_header =
+        match crate::identity::header(req.headers()).and_then(crate::identity::header_id) {
+            Ok(id) => id,
+            Err(why) => return text(StatusCode::BAD_REQUEST, why),
+        };
+    let test = match from_path.or(from_query).or(from_header) {
+        Some(test) => test,
+        None => crate::identity::unnamed(state, conn).await,
     };
-    let test = TestId::new(test);
     match *req.method() {
         Method::DELETE => {
             let cleared = state.faults.clear(&test);

@@ -15,6 +15,7 @@ pub mod config;
 mod control;
 mod exchange;
 pub mod faults;
+mod identity;
 mod intercept;
 pub mod journal;
 pub mod peer;
@@ -504,22 +505,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>, conn: &Conn) -> Respo
     }
     if let Some(prefix) = req.uri().path().strip_suffix("/__llmreplay/faults") {
         let prefix = prefix.to_string();
-        return control::faults(&state, &prefix, req).await;
+        return control::faults(&state, conn, &prefix, req).await;
     }
     if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
         let rest = rest.to_string();
         return control::control(&state, &rest, req).await;
     }
-    // Test names are UTF-8 (a Playwright title has `›`); anything else cannot name a folder.
-    let test_header = match req.headers().get("x-test-id").map(|v| std::str::from_utf8(v.as_bytes())) {
-        None => None,
-        Some(Ok(id)) => Some(id),
-        Some(Err(_)) => {
-            return respond::text(
-                StatusCode::BAD_REQUEST,
-                "cargo-llmreplay: the X-Test-Id header is not UTF-8; send the test's name as UTF-8 text (or percent-encoded in the /t/<test id>/ path)".into(),
-            )
-        }
+    let test_header = match identity::header(req.headers()) {
+        Ok(header) => header,
+        Err(why) => return respond::text(StatusCode::BAD_REQUEST, why),
     };
     // Named by neither the path nor a header: the test of the process that sent it.
     let from_peer = match (req.uri().path().starts_with("/t/"), test_header) {

@@ -67,26 +67,16 @@ pub fn resolve(
     let (test, rest) = match path.strip_prefix("/t/") {
         Some(after) => {
             let (encoded, rest) = after.split_at(after.find('/').unwrap_or(after.len()));
-            let id = percent_decode_str(encoded).decode_utf8().map_err(|_| {
-                RouteError::Bad(format!(
-                    "cargo-llmreplay: the test id in {path:?} is not UTF-8 once percent-decoded"
-                ))
-            })?;
-            (Some(TestId::new(id)), rest)
+            (
+                Some(crate::identity::path_id(encoded).map_err(RouteError::Bad)?),
+                rest,
+            )
         }
         None => (None, path),
     };
-    // Headers are ASCII for most clients (httpx refuses anything else), so a test name may
-    // come percent-encoded, as in the path.
-    let from_header = match test_header.filter(|h| !h.is_empty()) {
-        Some(h) if test.is_none() => Some(TestId::new(
-            percent_decode_str(h).decode_utf8().map_err(|_| {
-                RouteError::Bad(
-                    "cargo-llmreplay: the X-Test-Id header is not UTF-8 once percent-decoded; send the test's name as UTF-8, percent-encoded".into(),
-                )
-            })?,
-        )),
-        _ => None,
+    let from_header = match test {
+        None => crate::identity::header_id(test_header).map_err(RouteError::Bad)?,
+        Some(_) => None,
     };
     let test = test
         .or(from_header)

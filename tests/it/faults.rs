@@ -230,13 +230,41 @@ async fn bad_faults_are_refused_with_the_reason() {
         let text = r.text().await.unwrap();
         assert!(text.contains(says), "{body}: {text}");
     }
+    // Which test a fault is for is decided as for every other request: a percent-encoded
+    // X-Test-Id is decoded, and a fault that names no test is `default`'s, as a request that
+    // names none is.
+    let other = http()
+        .post(format!("{}/__llmreplay/faults", serve.base))
+        .header("x-test-id", "faults%3A%3Aretry%24other")
+        .json(&json!({"status": 503}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 201);
+    let faulted = http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("faults::retry$other")
+        ))
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(faulted.status(), 503, "the decoded test got its fault");
     let root = http()
         .post(format!("{}/__llmreplay/faults", serve.base))
         .json(&json!({"status": 500}))
         .send()
         .await
         .unwrap();
-    assert_eq!(root.status(), 400, "a fault needs its test");
+    assert_eq!(root.status(), 201);
+    let unnamed = http()
+        .post(format!("{}/openai/v1/chat/completions", serve.base))
+        .json(&chat_body(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unnamed.status(), 500, "default's fault");
     serve.stop();
 }
 
@@ -318,4 +346,36 @@ async fn declared_faults_reach_only_the_tests_their_filterset_selects() {
     let bad = sample.run(&[], &[("CI", "true")]);
     assert_ne!(bad.code, Some(0));
     assert!(bad.stderr.contains("[[faults]] #1"), "{}", bad.stderr);
+}
+
+/// README's "from any language" form, `POST $LLMREPLAY_BASE_URL/__llmreplay/faults` with no test
+/// named, in the default replay run (Linux, no target runner, one base URL for the run): the
+/// fault is the test's whose process posted it, as its requests are.
+#[test]
+fn a_fault_posted_to_the_run_base_url_is_the_posting_tests_in_the_default_replay() {
+    use crate::support::{edit_sample_tests, Sample};
+    let sample = Sample::new();
+    sample.own_build("0.1.1-own-fault");
+    edit_sample_tests(&sample, |t| {
+        t + r##"
+#[test]
+fn posts_its_own_fault() {
+    let base = std::env::var("LLMREPLAY_BASE_URL").unwrap();
+    let (status, body) =
+        sample::post(&format!("{base}/__llmreplay/faults"), &[], r#"{"provider":"openai","status":503}"#);
+    assert_eq!(status, 201, "{body}");
+    let url = format!("{}/chat/completions", openai_base());
+    let ask = r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Faulted"}]}"#;
+    let (status, body) = sample::post(&url, &[], ask);
+    assert_eq!(status, 503, "{body}");
+}
+"##
+    });
+    let run = sample.run(&["-E", "test(=posts_its_own_fault)"], &[("CI", "true")]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert_eq!(
+        run.report["faults"]["sample::chat$posts_its_own_fault"], 1,
+        "{}",
+        run.report
+    );
 }
