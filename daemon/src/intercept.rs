@@ -146,16 +146,21 @@ pub(crate) async fn connect(
     if state.settings.capture.passes(&host) {
         let target = pass_target(&state, &host, port);
         tracing::info!(target: "cargo_llmreplay::capture", test = ?test.as_str(), host = %host, "tunnelled ([capture] pass)");
+        state
+            .journal
+            .passed(test.as_str(), &format!("{host}:{port}"));
+        let limits = state.settings.limits;
         tokio::spawn(async move {
             let Ok(upgraded) = hyper::upgrade::on(req).await else {
                 return;
             };
-            let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
+            let connect = tokio::net::TcpStream::connect(&target);
+            let Ok(Ok(upstream)) = tokio::time::timeout(limits.connect_timeout, connect).await
+            else {
                 tracing::warn!(target: "cargo_llmreplay::capture", host = %target, "could not reach a [capture] pass host");
                 return;
             };
-            let mut client = TokioIo::new(upgraded);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            tunnel(TokioIo::new(upgraded), upstream, limits.idle_timeout).await;
         });
         return Response::new(respond::empty());
     }
@@ -171,10 +176,19 @@ pub(crate) async fn connect(
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
         // A client that does not trust the run's CA ends the handshake here; its own error
-        // names the certificate.
-        let Ok(tls) = acceptor.accept(TokioIo::new(upgraded)).await else {
-            tracing::debug!(target: "cargo_llmreplay::capture", host = %host, "a client refused the run's certificate (is SSL_CERT_FILE, or NODE_EXTRA_CA_CERTS, read?)");
-            return;
+        // names the certificate. One that never finishes it is cut off as a client that never
+        // sends its request head is.
+        let handshake = acceptor.accept(TokioIo::new(upgraded));
+        let tls = match tokio::time::timeout(timeout, handshake).await {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(_)) => {
+                tracing::debug!(target: "cargo_llmreplay::capture", host = %host, "a client refused the run's certificate (is SSL_CERT_FILE, or NODE_EXTRA_CA_CERTS, read?)");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(target: "cargo_llmreplay::capture", host = %host, "a client did not finish its TLS handshake in time ([limits] header_read_timeout_s)");
+                return;
+            }
         };
         let service = hyper::service::service_fn(move |inner: Request<Incoming>| {
             let (state, test, provider) = (state.clone(), test.clone(), provider.clone());
@@ -200,6 +214,44 @@ pub(crate) async fn connect(
 }
 
 /// Where a `pass` host's tunnel goes: `--upstream HOST=URL`'s host and port, else the host.
+/// Copies bytes both ways until either side closes, or until neither has sent a byte for
+/// `idle` (`[upstream] idle_timeout_s`): an abandoned tunnel does not hold its sockets for ever.
+async fn tunnel<A, B>(client: A, upstream: B, idle: std::time::Duration)
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut client_read, mut client_write) = tokio::io::split(client);
+    let (mut up_read, mut up_write) = tokio::io::split(upstream);
+    let (mut to_up, mut to_client) = (vec![0u8; 16 << 10], vec![0u8; 16 << 10]);
+    loop {
+        let step = tokio::time::timeout(idle, async {
+            tokio::select! {
+                n = client_read.read(&mut to_up) => match n {
+                    Ok(n) if n > 0 => up_write.write_all(&to_up[..n]).await.is_ok(),
+                    _ => false,
+                },
+                n = up_read.read(&mut to_client) => match n {
+                    Ok(n) if n > 0 => client_write.write_all(&to_client[..n]).await.is_ok(),
+                    _ => false,
+                },
+            }
+        })
+        .await;
+        match step {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(_) => {
+                tracing::debug!(target: "cargo_llmreplay::capture", "closed a [capture] pass tunnel idle for {idle:?} ([upstream] idle_timeout_s)");
+                break;
+            }
+        }
+    }
+    let _ = up_write.shutdown().await;
+    let _ = client_write.shutdown().await;
+}
+
 fn pass_target(state: &State, host: &str, port: u16) -> String {
     let url = state
         .settings

@@ -205,6 +205,9 @@ pub struct Journal {
     kept_others: AtomicUsize,
     /// Faults answered, per test: small (one count a test), so always kept.
     faults: Mutex<std::collections::BTreeMap<String, usize>>,
+    /// Tunnels to `[capture] pass` hosts, per test and host: how many each opened. Bounded by
+    /// the tests and hosts of a run, as the faults' counts are.
+    passed: Mutex<std::collections::BTreeMap<(String, String), usize>>,
     /// What was only counted, past `MAX_KEPT_OTHERS`.
     overflow: Mutex<Overflow>,
 }
@@ -213,6 +216,17 @@ pub struct Journal {
 struct Overflow {
     stats: Stats,
     tests: std::collections::BTreeSet<String>,
+}
+
+/// Tunnels a test opened to a `[capture] pass` host: nothing recorded, nothing replayed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Passed {
+    /// The test.
+    pub test: String,
+    /// The host and port.
+    pub host: String,
+    /// How many tunnels.
+    pub tunnels: usize,
 }
 
 /// A request that found no recording.
@@ -432,6 +446,32 @@ impl Journal {
     /// How many requests of each test a fault answered.
     pub fn faults(&self) -> std::collections::BTreeMap<String, usize> {
         self.faults.lock().expect("journal lock").clone()
+    }
+
+    /// Notes a tunnel a test opened to a `[capture] pass` host (`host:port`): it left the
+    /// machine unrecorded, and the report says so.
+    pub fn passed(&self, test: &str, host: &str) {
+        let mut passed = self.passed.lock().expect("journal lock");
+        // Past this many tests and hosts, one more is only counted under the last it saw.
+        const MAX_PASSED: usize = 10_000;
+        let key = (test.to_string(), host.to_string());
+        if passed.len() < MAX_PASSED || passed.contains_key(&key) {
+            *passed.entry(key).or_default() += 1;
+        }
+    }
+
+    /// The tunnels to `[capture] pass` hosts: test, host, and how many.
+    pub fn passed_through(&self) -> Vec<Passed> {
+        self.passed
+            .lock()
+            .expect("journal lock")
+            .iter()
+            .map(|((test, host), count)| Passed {
+                test: test.clone(),
+                host: host.clone(),
+                tunnels: *count,
+            })
+            .collect()
     }
 
     /// Notes that a test started (the runner says so before it execs the test).

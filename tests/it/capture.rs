@@ -128,6 +128,14 @@ async fn hard_coded_hosts_are_recorded_through_the_proxy_and_replayed_offline() 
     // A pass host: tunnelled to its (stand-in) server, nothing recorded.
     assert!(!folder(&sample, "a_pass_host_is_tunnelled").exists());
     assert_eq!(registry.received().len(), 1);
+    // Nothing leaves unseen: the tunnel is in the report and the summary.
+    assert_eq!(
+        run.report["passed_through"],
+        serde_json::json!([{"test": "capture::capture$a_pass_host_is_tunnelled", "host": "registry.example:443", "tunnels": 1}]),
+        "{}",
+        run.report
+    );
+    assert!(run.stderr.contains("passed through (1)"), "{}", run.stderr);
 
     // Replay: offline, the stand-in hosts untouched, every answer byte for byte.
     let seen = fake.received().len();
@@ -199,7 +207,7 @@ async fn hard_coded_hosts_are_recorded_through_the_proxy_and_replayed_offline() 
 }
 
 /// Sends `request` on `stream` and reads one answer's head (up to the blank line).
-fn exchange(stream: &mut std::net::TcpStream, request: &str) -> String {
+pub(crate) fn exchange(stream: &mut std::net::TcpStream, request: &str) -> String {
     use std::io::{BufRead, BufReader, Write};
     stream.write_all(request.as_bytes()).unwrap();
     let mut reader = BufReader::new(stream.try_clone().unwrap());

@@ -1622,3 +1622,45 @@ async fn request_heads_mask_tool_keys_redacted_headers_and_secret_queries() {
         assert!(!text.contains("HEADSECRET"), "{}", path.display());
     }
 }
+
+/// A CONNECT whose TLS handshake never comes, and a `[capture] pass` tunnel nobody uses, are
+/// closed: the first after `[limits] header_read_timeout_s`, the second after `[upstream]
+/// idle_timeout_s`.
+#[test]
+fn unfinished_handshakes_and_idle_pass_tunnels_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    // A pass host that accepts and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[limits]\nheader_read_timeout_s = 0.5\n\n[upstream]\nidle_timeout_s = 0.5\n\n[capture]\npass = [\"silent.example\"]\n",
+    )
+    .unwrap();
+    let upstream = format!("silent.example=http://127.0.0.1:{silent_port}");
+    let serve = Serve::start(
+        dir.path(),
+        &["--cassette-dir", "c", "--upstream", &upstream],
+    );
+    for host in ["tools.example:443", "silent.example:443"] {
+        let mut stream = TcpStream::connect(addr(&serve)).unwrap();
+        let connect = format!("CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        // A first CONNECT without credentials is challenged; the second is `default`'s.
+        let mut head = crate::capture::exchange(&mut stream, &connect);
+        if head.starts_with("HTTP/1.1 407") {
+            head = crate::capture::exchange(&mut stream, &connect);
+        }
+        assert!(head.starts_with("HTTP/1.1 200"), "{host}: {head}");
+        // Then nothing: the daemon, not this test, must end it.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        match stream.read(&mut buf) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("{host}: the tunnel was not closed: {other:?}"),
+        }
+    }
+    drop(silent);
+}

@@ -90,6 +90,10 @@ pub struct Report {
     /// never sent. They fail the run as anything missing does.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<Missing>,
+    /// Tunnels to `[capture] pass` hosts (package registries, and what the file adds): they
+    /// left the machine unrecorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passed_through: Vec<daemon::journal::Passed>,
     /// Recordings (made or replayed in this run) whose answer is a 4xx.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_answers: Vec<ErrorAnswer>,
@@ -196,6 +200,7 @@ impl Report {
             counts: inputs.stats,
             missing,
             escaped,
+            passed_through: inputs.journal.passed_through(),
             error_answers: inputs.journal.error_answers(),
             unused,
             faults: inputs.journal.faults(),
@@ -246,6 +251,7 @@ impl Report {
             out.counts += &r.counts;
             out.missing.extend(r.missing);
             out.escaped.extend(r.escaped);
+            out.passed_through.extend(r.passed_through);
             for e in r.error_answers {
                 if !out.error_answers.contains(&e) {
                     out.error_answers.push(e);

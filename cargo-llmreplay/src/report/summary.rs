@@ -127,6 +127,23 @@ impl Report {
                 let _ = writeln!(out, "    record it: {}", term(&m.command));
             }
         }
+        if !self.passed_through.is_empty() {
+            let heading = format!(
+                "passed through ({}): tunnels to [capture] pass hosts, which left the machine unrecorded:",
+                self.passed_through.len()
+            );
+            let _ = writeln!(out, "{heading}");
+            for p in &self.passed_through {
+                let _ = writeln!(
+                    out,
+                    "  {}  {} ({} tunnel{})",
+                    term(&p.test),
+                    term(&p.host),
+                    p.tunnels,
+                    if p.tunnels == 1 { "" } else { "s" }
+                );
+            }
+        }
         if self.unattributed {
             let _ = writeln!(
                 out,
@@ -276,6 +293,18 @@ impl Report {
                     table_code(&m.miss.test),
                     table_code(&request),
                     table_code(&m.command)
+                );
+            }
+        }
+        if !self.passed_through.is_empty() {
+            out.push_str("\n| passed through by test | host | tunnels |\n| --- | --- | --- |\n");
+            for p in &self.passed_through {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} |",
+                    table_code(&p.test),
+                    table_code(&p.host),
+                    p.tunnels
                 );
             }
         }
