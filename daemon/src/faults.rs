@@ -223,6 +223,20 @@ const RESERVED_HEADERS: &[&str] = &[
 /// How many faults one test may have waiting: past it, a loop that posts faults is a bug.
 pub const MAX_PER_TEST: usize = 1000;
 
+/// The most the bodies of all faults waiting, every test's together, may hold: each is under
+/// the body limit, but many of them would not be.
+pub const MAX_BODY_BYTES: usize = 128 << 20;
+
+impl Fault {
+    /// The bytes of its body, if it has one of its own.
+    fn body_len(&self) -> usize {
+        match &self.kind {
+            FaultKind::Status { body: Some(b), .. } => b.len(),
+            _ => 0,
+        }
+    }
+}
+
 fn non_negative(name: &str, n: i64) -> Result<u64, String> {
     u64::try_from(n).map_err(|_| format!("\"{name}\": {n} is negative"))
 }
@@ -246,6 +260,8 @@ pub struct Faults {
     /// One lock per test, found under a shared read lock: a test that registers many faults
     /// never holds up another test's requests.
     by_test: RwLock<HashMap<TestId, Arc<Mutex<PerTest>>>>,
+    /// The bytes the bodies of the posted faults waiting hold, every test's together.
+    body_bytes: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -278,6 +294,16 @@ impl Faults {
                 "this test has {MAX_PER_TEST} faults waiting already; DELETE <LLMREPLAY_BASE_URL>/__llmreplay/faults clears them"
             ));
         }
+        let len = fault.body_len();
+        let held = self.body_bytes.fetch_add(len, Ordering::AcqRel);
+        if held + len > MAX_BODY_BYTES {
+            self.body_bytes.fetch_sub(len, Ordering::AcqRel);
+            return Err(format!(
+                "the faults waiting hold {} MiB of bodies already, and this one would pass the {} MiB all faults may hold; DELETE <LLMREPLAY_BASE_URL>/__llmreplay/faults clears a test's, or give the fault a smaller body",
+                held >> 20,
+                MAX_BODY_BYTES >> 20
+            ));
+        }
         state.faults.push(fault);
         self.any.store(true, Ordering::Release);
         Ok(id)
@@ -289,7 +315,15 @@ impl Faults {
         let mut state = per_test.lock().expect("faults lock");
         // Cleared means cleared: its declared faults do not come back either.
         state.seeded = true;
-        std::mem::take(&mut state.faults).len()
+        let cleared = std::mem::take(&mut state.faults);
+        self.release(&cleared);
+        cleared.len()
+    }
+
+    /// Gives back the body bytes of faults gone.
+    fn release(&self, gone: &[Fault]) {
+        let len: usize = gone.iter().map(Fault::body_len).sum();
+        self.body_bytes.fetch_sub(len, Ordering::AcqRel);
     }
 
     /// A new attempt of `test` (`begin`): its posted faults are gone and its declared ones
@@ -297,7 +331,8 @@ impl Faults {
     pub fn reset(&self, test: &TestId) {
         let found = self.by_test.read().expect("faults lock").get(test).cloned();
         if let Some(per_test) = found {
-            *per_test.lock().expect("faults lock") = PerTest::default();
+            let gone = std::mem::take(&mut *per_test.lock().expect("faults lock"));
+            self.release(&gone.faults);
         }
     }
 
@@ -326,6 +361,9 @@ impl Faults {
         {
             let mut fault = d.fault.clone();
             fault.id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+            // Counted as posted ones are, so that clearing gives back what it took.
+            self.body_bytes
+                .fetch_add(fault.body_len(), Ordering::AcqRel);
             state.faults.push(fault);
         }
     }
@@ -373,6 +411,30 @@ mod tests {
     }
 
     const PROVIDERS: &[&str] = &["openai", "anthropic"];
+
+    /// Every test's fault bodies together stay under [`MAX_BODY_BYTES`]; clearing gives
+    /// their room back.
+    #[test]
+    fn fault_bodies_have_a_total_cap() {
+        let faults = Faults::default();
+        let big = "x".repeat(20 << 20);
+        let body = json!({"status": 500, "body": {"pad": big}});
+        let mut accepted = 0;
+        let refused = loop {
+            let test = TestId::new(format!("t$b{accepted}"));
+            match faults.add(test, spec(body.clone()), PROVIDERS) {
+                Ok(_) => accepted += 1,
+                Err(e) => break e,
+            }
+            assert!(accepted <= 10, "no cap");
+        };
+        assert_eq!(accepted, 6, "six 20 MiB bodies fit in 128 MiB");
+        assert!(refused.contains("128 MiB"), "{refused}");
+        faults.clear(&TestId::new("t$b0"));
+        assert!(faults
+            .add(TestId::new("t$again"), spec(body), PROVIDERS)
+            .is_ok());
+    }
 
     #[test]
     fn bad_specs_say_what_is_wrong() {
