@@ -203,6 +203,18 @@ pub struct ReplaceRule {
 /// seconds per request; ordinary patterns (dates, ids, `\w+`) take a few KiB.
 pub const REGEX_SIZE_LIMIT: usize = 256 << 10;
 
+/// The most states a `[match] replace` pattern's automaton may have. Counted repetitions
+/// multiply (`(?:(?:a{20}){20}){20}` is 8,000 states), and keying a 256 KB prompt under that
+/// one took 18 s: past what its lazy DFA's cache holds, the regex crate falls back to an
+/// engine whose cost per byte grows with the states.
+pub const MAX_PATTERN_STATES: usize = 1_000;
+
+/// The lazy DFA's cache per pattern: enough for the worst patterns under
+/// [`MAX_PATTERN_STATES`] (`a{990}b` on a run of `a`s) to key 1 MiB in about 10 ms
+/// (`benches/keying.rs`); at regex's default of 2 MiB, or at 256 KiB, some took 6 to 11 s
+/// once their cache was warm. Only a pattern that needs it fills it.
+pub const REGEX_DFA_CACHE: usize = 4 << 20;
+
 /// The request normalisation configured in `llmreplay.toml`, compiled once at start-up.
 #[derive(Debug, Default)]
 pub struct Normalizer {
@@ -222,9 +234,20 @@ impl Normalizer {
         let replace = replace
             .iter()
             .map(|r| {
+                let states = regex_automata::nfa::thompson::NFA::new(&r.pattern)
+                    .map(|nfa| nfa.states().len())
+                    .unwrap_or(0);
+                if states > MAX_PATTERN_STATES {
+                    return Err(Error::BadRule {
+                        rule: format!("[match] replace pattern {:?}", r.pattern),
+                        reason: format!(
+                            "it compiles to {states} states, over the {MAX_PATTERN_STATES} a pattern may have: counted repetitions multiply, and a pattern this large can take seconds on one request. Use smaller counts, or + and * in their place"
+                        ),
+                    });
+                }
                 regex::RegexBuilder::new(&r.pattern)
                     .size_limit(REGEX_SIZE_LIMIT)
-                    .dfa_size_limit(REGEX_SIZE_LIMIT)
+                    .dfa_size_limit(REGEX_DFA_CACHE)
                     .build()
                     .map(|re| (re, r.replacement.clone()))
                     .map_err(|e| Error::BadRule {
@@ -543,10 +566,16 @@ mod tests {
         ] {
             Normalizer::new(&[], &[rule(ordinary)]).unwrap_or_else(|e| panic!("{ordinary}: {e}"));
         }
-        for huge in [r"(a{1,1000}){1,1000}", r"\w{5000}", r"(x+x+)+y{1000}{100}"] {
+        for huge in [
+            r"(a{1,1000}){1,1000}",
+            r"\w{5000}",
+            r"(x+x+)+y{1000}{100}",
+            r"(?:(?:(?:a{20}){20}){20})b",
+            r"(?:a{1,30}){30}b",
+        ] {
             let e = Normalizer::new(&[], &[rule(huge)]).unwrap_err().to_string();
             assert!(
-                e.contains("size limit") || e.contains("exceeds"),
+                e.contains("size limit") || e.contains("exceeds") || e.contains("states"),
                 "{huge}: {e}"
             );
         }

@@ -26,6 +26,10 @@ use tokio::sync::mpsc;
 /// Longest prompt preview in a miss message.
 const PROMPT_PREVIEW: usize = 200;
 
+/// Bodies up to this size are keyed on the async worker that read them; larger ones with the
+/// worker's other tasks handed to another thread.
+const KEY_ON_WORKER: usize = 64 << 10;
+
 /// One HTTP exchange on `route`: the request read and keyed, then a fault it drew, its
 /// recording replayed, a miss, or the request forwarded (and its answer recorded).
 pub(crate) async fn http(
@@ -42,15 +46,33 @@ pub(crate) async fn http(
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
-    let request = state.settings.normalizer.request_shared(
-        parts.method.as_str(),
-        &route.upstream_path,
-        parts.uri.query(),
-        content_type,
-        &body,
-        providers::secret_params(),
-    );
-    let key = Key::of(&request);
+    let keyed = |state: &State, query: Option<&str>, content_type: Option<&str>| {
+        let request = state.settings.normalizer.request_shared(
+            parts.method.as_str(),
+            &route.upstream_path,
+            query,
+            content_type,
+            &body,
+            providers::secret_params(),
+        );
+        let key = Key::of(&request);
+        (request, key)
+    };
+    // A large body is parsed, rewritten by the `[match]` rules and hashed on a blocking
+    // thread: health and other tests' requests never wait behind it.
+    let (request, key) = if body.len() <= KEY_ON_WORKER {
+        keyed(&state, parts.uri.query(), content_type)
+    } else {
+        let query = parts.uri.query().map(str::to_string);
+        let content_type = content_type.map(str::to_string);
+        let on_worker = tokio::task::block_in_place;
+        match tokio::runtime::Handle::current().runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::MultiThread => {
+                on_worker(|| keyed(&state, query.as_deref(), content_type.as_deref()))
+            }
+            _ => keyed(&state, query.as_deref(), content_type.as_deref()),
+        }
+    };
     let call = match call_for(&state, &route, parts.method.clone(), key) {
         Ok(call) => call,
         Err(refused) => return *refused,

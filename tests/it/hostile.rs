@@ -1036,7 +1036,23 @@ async fn faults_and_match_rules_are_bounded() {
     let e = Serve::try_start(dir.path(), &["--cassette-dir", "c"], &[])
         .err()
         .unwrap();
-    assert!(e.contains("size limit") || e.contains("exceeds"), "{e}");
+    assert!(
+        e.contains("size limit") || e.contains("exceeds") || e.contains("states"),
+        "{e}"
+    );
+    // Under the size limit, but a cost per byte that took 18 s for a 256 KB prompt.
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[match]\nreplace = [{ pattern = \"(?:(?:(?:a{20}){20}){20})b\", with = \"x\" }]\n",
+    )
+    .unwrap();
+    let e = Serve::try_start(dir.path(), &["--cassette-dir", "c"], &[])
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("8006 states") && e.contains("counted repetitions"),
+        "{e}"
+    );
     for bad in [
         "[upstream]\nidle_timeout_s = 1e30\n",
         "[limits]\nbody_mib = 1e30\n",
