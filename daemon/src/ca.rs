@@ -1,8 +1,12 @@
 //! The run's own certificate authority, for the daemon as each test's HTTPS proxy: made at
 //! start, its key only in memory, its certificate written where tests are told to trust it
 //! (never into the repository), and a leaf certificate per host made on first use and kept.
+//! One TLS configuration serves every host; a connection gets a copy that presents its host's
+//! leaf, and only the leaves (a certificate and a key, about 1.5 KB) are kept.
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +18,20 @@ const MAX_LEAVES: usize = 10_000;
 pub struct RunCa {
     issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
     pem: String,
-    leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+    /// The one configuration every captured host's TLS is served with, but for its leaf.
+    base: rustls::ServerConfig,
+    leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+/// Presents one host's leaf, whatever the client's SNI says (a client that connects to an
+/// address sends none).
+#[derive(Debug)]
+struct Leaf(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Leaf {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
 }
 
 /// Why a certificate could not be made.
@@ -46,9 +63,18 @@ impl RunCa {
         ];
         let key = rcgen::KeyPair::generate().map_err(|e| fail(e.to_string()))?;
         let cert = params.self_signed(&key).map_err(|e| fail(e.to_string()))?;
+        let mut base = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| fail(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(rustls::server::ResolvesServerCertUsingSni::new()));
+        base.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(RunCa {
             pem: cert.pem(),
             issuer: rcgen::Issuer::new(params, key),
+            base,
             leaves: Mutex::default(),
         })
     }
@@ -58,21 +84,30 @@ impl RunCa {
         &self.pem
     }
 
-    /// A TLS server configuration presenting a certificate for `host`, made once per host.
+    /// A TLS server configuration presenting a certificate for `host`, whose leaf is made once
+    /// per host. A name written with a trailing dot (`api.example.com.`) is the same name, and
+    /// its certificate names it without the dot, as clients check it.
     pub fn server_config(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, CaError> {
-        let host = host.to_ascii_lowercase();
-        if let Some(config) = self.leaves.lock().expect("ca lock").get(&host) {
-            return Ok(config.clone());
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        let leaf = self.leaf(&host)?;
+        let mut config = self.base.clone();
+        config.cert_resolver = Arc::new(Leaf(leaf));
+        Ok(Arc::new(config))
+    }
+
+    fn leaf(&self, host: &str) -> Result<Arc<CertifiedKey>, CaError> {
+        if let Some(leaf) = self.leaves.lock().expect("ca lock").get(host) {
+            return Ok(leaf.clone());
         }
         let fail = |why: String| CaError {
-            what: host.clone(),
+            what: host.to_string(),
             why,
         };
-        let mut params =
-            rcgen::CertificateParams::new(vec![host.clone()]).map_err(|e| fail(e.to_string()))?;
+        let mut params = rcgen::CertificateParams::new(vec![host.to_string()])
+            .map_err(|e| fail(e.to_string()))?;
         params
             .distinguished_name
-            .push(rcgen::DnType::CommonName, host.clone());
+            .push(rcgen::DnType::CommonName, host.to_string());
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         let key = rcgen::KeyPair::generate().map_err(|e| fail(e.to_string()))?;
         let cert = params
@@ -80,22 +115,19 @@ impl RunCa {
             .map_err(|e| fail(e.to_string()))?;
         let chain: Vec<CertificateDer<'static>> = vec![cert.der().clone()];
         let key = PrivateKeyDer::Pkcs8(key.serialize_der().into());
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| fail(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| fail(e.to_string()))?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let config = Arc::new(config);
+        let signing = self
+            .base
+            .crypto_provider()
+            .key_provider
+            .load_private_key(key)
+            .map_err(|e| fail(e.to_string()))?;
+        let leaf = Arc::new(CertifiedKey::new(chain, signing));
         let mut leaves = self.leaves.lock().expect("ca lock");
         if leaves.len() >= MAX_LEAVES {
             leaves.clear();
         }
-        leaves.insert(host, config.clone());
-        Ok(config)
+        leaves.insert(host.to_string(), leaf.clone());
+        Ok(leaf)
     }
 }
 
@@ -180,6 +212,45 @@ fn pem(label: &str, der: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client that trusts the run's CA accepts the leaf of a host named with a trailing dot
+    /// and in capitals, as it checks the name without them; one shared configuration serves
+    /// two hosts, each its own leaf.
+    #[tokio::test]
+    async fn leaves_verify_for_their_host_whatever_its_spelling() {
+        use rustls::pki_types::pem::PemObject;
+        let ca = RunCa::new().unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(ca.pem().as_bytes()).unwrap())
+            .unwrap();
+        let client = Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+        );
+        for (asked, checked) in [
+            ("Tools.Example.", "tools.example"),
+            ("api.other.example", "api.other.example"),
+        ] {
+            let (near, far) = tokio::io::duplex(1 << 16);
+            let acceptor = tokio_rustls::TlsAcceptor::from(ca.server_config(asked).unwrap());
+            let server = tokio::spawn(async move { acceptor.accept(far).await.map(|_| ()) });
+            let name = rustls::pki_types::ServerName::try_from(checked)
+                .unwrap()
+                .to_owned();
+            let connected = tokio_rustls::TlsConnector::from(client.clone())
+                .connect(name, near)
+                .await;
+            assert!(connected.is_ok(), "{asked}: {:?}", connected.err());
+            server.await.unwrap().unwrap();
+        }
+        assert_eq!(ca.leaves.lock().unwrap().len(), 2);
+    }
 
     /// The roots copied as they are, a newline added only where their last line lacks one,
     /// then the run's CA.
