@@ -90,15 +90,29 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         }
         let journal = daemon.journal();
         let root = format!("http://{}", daemon.local_addr());
+        // The CA's files are this process's own, removed when it ends.
+        let mut run_dir = None;
         let first = if args.env {
             let ca = match daemon.ca_pem() {
-                Some(pem) => Some(crate::capture::write_ca(
-                    &target_dir.join(format!("llmreplay/serve-{}-ca", std::process::id())),
-                    &pem,
-                )?),
+                Some(pem) => {
+                    let parent = target_dir.join("llmreplay");
+                    let dir = crate::files::RunDir::make(&parent).map_err(|e| {
+                        Error::io(format!("cannot make a folder in {}", parent.display()), e)
+                    })?;
+                    let written = crate::capture::write_ca(&dir.path().join("ca"), &pem)?;
+                    run_dir = Some(dir);
+                    Some(written)
+                }
                 None => None,
             };
-            env_lines(&root, args.test_id.as_deref(), mode, &gateways, ca.as_ref())
+            env_lines(
+                &root,
+                args.test_id.as_deref(),
+                mode,
+                &gateways,
+                ca.as_ref(),
+                daemon.proxy_secret(),
+            )
         } else {
             format!("LLMREPLAY_BASE_URL={root}\n")
         };
@@ -111,6 +125,7 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
             render::stderr(&format!("cargo-llmreplay: upstreams:\n{upstreams}"));
         }
         let stats = daemon.run(shutdown_signal()).await;
+        drop(run_dir);
         let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
         let errors = journal.error_answers();
         if !errors.is_empty() {
@@ -144,6 +159,7 @@ fn env_lines(
     mode: daemon::Mode,
     gateways: &str,
     ca: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+    proxy_secret: &str,
 ) -> String {
     use cassettes::shell_quote;
     let base = match test_id {
@@ -167,7 +183,11 @@ fn env_lines(
         }
     }
     if let Some((ca, bundle)) = ca {
-        let proxy = providers::env::proxy_url(root, test_id.unwrap_or(cassettes::TestId::DEFAULT));
+        let proxy = providers::env::proxy_url(
+            root,
+            test_id.unwrap_or(cassettes::TestId::DEFAULT),
+            proxy_secret,
+        );
         let (ca, bundle) = (ca.to_string_lossy(), bundle.to_string_lossy());
         for (name, value) in providers::env::capture_vars(&proxy, &ca, &bundle) {
             out.push_str(&format!("export {name}={}\n", shell_quote(&value)));

@@ -359,6 +359,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         .unwrap_or_else(|| resolved.default_report());
     let target_dir = resolved.target_dir();
     let settings = resolved.settings;
+    let proxy_secret = settings.proxy_secret.clone();
     let mode = settings.mode;
     let cassette_dir = settings.cassette_dir.clone();
     let gateways = settings.gateways();
@@ -434,7 +435,12 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
                 None,
                 Some(&gateways),
                 true,
-                capture.as_ref().map(|(c, b)| (c.as_ref(), b.as_ref())),
+                capture.as_ref().map(|(ca, bundle)| runner_plugin::Capture {
+                    ca,
+                    bundle,
+                    // One environment for the run: the proxy names no test, so no secret.
+                    secret: "",
+                }),
             )
         }
         false => Vec::new(),
@@ -463,7 +469,8 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     if let (Some((ca, bundle)), false) = (&ca_files, runner_less) {
         nextest
             .env(CAPTURE_CA_ENV, ca)
-            .env(CAPTURE_BUNDLE_ENV, bundle);
+            .env(CAPTURE_BUNDLE_ENV, bundle)
+            .env(runner_plugin::PROXY_SECRET_ENV, &proxy_secret);
     }
     // nextest announces a target runner on every run ("info: using target runner ...");
     // ours is set for every run, so the line only says that this command ran. A NEXTEST_LOG

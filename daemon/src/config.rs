@@ -364,6 +364,23 @@ pub struct Settings {
     /// The key variables of the daemon's own environment and their values, which no
     /// recording may hold.
     pub secret_values: Vec<(String, String)>,
+    /// The secret a test's proxy credentials carry beside its id, new for every run: a
+    /// credential that names a test without it names none.
+    pub proxy_secret: String,
+}
+
+/// 128 random bits, as hex: the run's proxy secret.
+fn new_proxy_secret() -> String {
+    let mut bytes = [0u8; 16];
+    // Without a random source, the clock and the process stand in: still new for each run.
+    if getrandom::fill(&mut bytes).is_err() {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+            ^ u128::from(std::process::id()) << 64;
+        bytes = seed.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The variables whose values are keys, by the names providers and clouds give them.
@@ -595,6 +612,7 @@ impl Settings {
             allow_credentials_to: overrides.allow_credentials_to.clone(),
             capture,
             secret_values: Vec::new(),
+            proxy_secret: new_proxy_secret(),
         })
     }
 }

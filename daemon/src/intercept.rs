@@ -17,15 +17,20 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The test a proxy request's credentials name, if they name one.
-fn test_of(req: &Request<Incoming>) -> Option<TestId> {
+/// The test a proxy request's credentials name, if they name one with the run's secret: a
+/// token alone (a test's id, base64url) is no more than a guess at a name.
+fn test_of(req: &Request<Incoming>, secret: &str) -> Option<TestId> {
     let value = req.headers().get(http::header::PROXY_AUTHORIZATION)?;
     let basic = value.to_str().ok()?.strip_prefix("Basic ")?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(basic.trim())
         .ok()?;
     let user = String::from_utf8(decoded).ok()?;
-    let user = user.split_once(':').map_or(user.as_str(), |(u, _)| u);
+    let (user, password) = user.split_once(':')?;
+    if password != secret {
+        tracing::warn!(target: "cargo_llmreplay::capture", "proxy credentials without this run's secret; they name no test");
+        return None;
+    }
     // The token as given, or percent-encoded by a client that encodes userinfo.
     let user = percent_encoding::percent_decode_str(user)
         .decode_utf8()
@@ -41,7 +46,7 @@ async fn test_or_challenge(
     req: &Request<Incoming>,
     conn: &Conn,
 ) -> Result<TestId, Box<Response<Body>>> {
-    if let Some(test) = test_of(req) {
+    if let Some(test) = test_of(req, &state.settings.proxy_secret) {
         return Ok(test);
     }
     if let Some(test) = conn.peer_test(state).await {
@@ -314,8 +319,8 @@ mod tests {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
         assert_eq!(test_of_token(&t).as_deref(), Some(id));
-        let url = proxy_url("http://127.0.0.1:9/", id);
-        assert_eq!(url, format!("http://{t}:@127.0.0.1:9"));
+        let url = proxy_url("http://127.0.0.1:9/", id, "0f3a");
+        assert_eq!(url, format!("http://{t}:0f3a@127.0.0.1:9"));
     }
 
     #[test]

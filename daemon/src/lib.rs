@@ -361,6 +361,11 @@ impl Daemon {
         self.state.peers.clone()
     }
 
+    /// The secret a test's proxy credentials must carry (README, "Capture").
+    pub fn proxy_secret(&self) -> &str {
+        &self.state.settings.proxy_secret
+    }
+
     /// The run's CA certificate (PEM), when the daemon is the tests' proxy.
     pub fn ca_pem(&self) -> Option<String> {
         self.state.ca.as_ref().map(|ca| ca.pem().to_string())

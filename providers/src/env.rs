@@ -150,13 +150,15 @@ pub fn test_of_token(token: &str) -> Option<String> {
     String::from_utf8(id).ok()
 }
 
-/// The proxy URL of a test: `http://<token>:@<the daemon's host and port>`.
-pub fn proxy_url(daemon: &str, test: &str) -> String {
+/// The proxy URL of a test: `http://<token>:<the run's secret>@<the daemon's host and port>`.
+/// The secret (URL-safe characters only) is what tells the daemon that the process naming the
+/// test was given it by the run.
+pub fn proxy_url(daemon: &str, test: &str, secret: &str) -> String {
     let authority = daemon
         .strip_prefix("http://")
         .unwrap_or(daemon)
         .trim_end_matches('/');
-    format!("http://{}:@{authority}", token(test))
+    format!("http://{}:{secret}@{authority}", token(test))
 }
 
 /// What makes the daemon a test's proxy (README, "Capture"): the proxy variables naming it

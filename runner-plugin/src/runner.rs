@@ -26,6 +26,20 @@ pub const RESULTS_FILE_ENV: &str = "LLMREPLAY_RESULTS_FILE";
 pub const CAPTURE_CA_ENV: &str = "LLMREPLAY_CAPTURE_CA";
 /// See [`CAPTURE_CA_ENV`].
 pub const CAPTURE_BUNDLE_ENV: &str = "LLMREPLAY_CAPTURE_BUNDLE";
+/// The run's proxy secret, which each test's proxy credentials carry beside its id: only a
+/// process the run gave it can name a test to the daemon as its proxy.
+pub const PROXY_SECRET_ENV: &str = "LLMREPLAY_PROXY_SECRET";
+
+/// What makes the daemon a test's proxy: the run's CA and bundle files, and its proxy secret.
+#[derive(Clone, Copy, Debug)]
+pub struct Capture<'a> {
+    /// The CA's certificate file.
+    pub ca: &'a str,
+    /// The bundle of the roots trusted before and the CA.
+    pub bundle: &'a str,
+    /// The run's proxy secret.
+    pub secret: &'a str,
+}
 /// A user's own target runner to chain, its words separated by U+001F.
 pub const CHAIN_RUNNER_ENV: &str = "LLMREPLAY_CHAIN_RUNNER";
 /// The runner's status when it cannot start the test, or the test had none (a signal): a
@@ -62,7 +76,8 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
         .env_remove(CHAIN_RUNNER_ENV)
         .env_remove(RESULTS_FILE_ENV)
         .env_remove(CAPTURE_CA_ENV)
-        .env_remove(CAPTURE_BUNDLE_ENV);
+        .env_remove(CAPTURE_BUNDLE_ENV)
+        .env_remove(PROXY_SECRET_ENV);
     let phase = std::env::var("NEXTEST_TEST_PHASE").unwrap_or_default();
     match (phase.as_str(), std::env::var(DAEMON_URL_ENV)) {
         ("run", Ok(root)) => {
@@ -137,8 +152,9 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
     let capture = match (
         std::env::var(CAPTURE_CA_ENV),
         std::env::var(CAPTURE_BUNDLE_ENV),
+        std::env::var(PROXY_SECRET_ENV),
     ) {
-        (Ok(ca), Ok(bundle)) => Some((ca, bundle)),
+        (Ok(ca), Ok(bundle), Ok(secret)) => Some((ca, bundle, secret)),
         _ => None,
     };
     let replay = std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay");
@@ -148,7 +164,9 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
         Some(&id),
         gateways.as_deref(),
         replay,
-        capture.as_ref().map(|(c, b)| (c.as_str(), b.as_str())),
+        capture
+            .as_ref()
+            .map(|(ca, bundle, secret)| Capture { ca, bundle, secret }),
     ))
     .env_remove(GATEWAYS_ENV);
     // Tells the daemon this test runs (for the unused report) and, on a retry, that its
@@ -181,7 +199,7 @@ pub fn daemon_env(
     id: Option<&str>,
     gateways: Option<&str>,
     replay: bool,
-    capture: Option<(&str, &str)>,
+    capture: Option<Capture<'_>>,
 ) -> Vec<(String, String)> {
     let base = match id {
         Some(id) => test_base_url(root, id),
@@ -193,13 +211,13 @@ pub fn daemon_env(
         env.push(("LLMREPLAY_TEST_ID".into(), id.to_string()));
     }
     env.push(("LLMREPLAY_BASE_URL".into(), base));
-    if let Some((ca, bundle)) = capture {
+    if let Some(capture) = capture {
         let proxy = match id {
-            Some(id) => providers::env::proxy_url(root, id),
+            Some(id) => providers::env::proxy_url(root, id, capture.secret),
             None => root.trim_end_matches('/').to_string(),
         };
         env.extend(
-            providers::env::capture_vars(&proxy, ca, bundle)
+            providers::env::capture_vars(&proxy, capture.ca, capture.bundle)
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v)),
         );

@@ -252,6 +252,17 @@ fn no_credentials_are_challenged_then_default_and_capture_can_be_off() {
     );
     let second = exchange(&mut stream, connect);
     assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    // Credentials that name a test without the run's secret name none: challenged.
+    let mut forged = std::net::TcpStream::connect(&addr).unwrap();
+    let basic = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        "azo6dCR4:".as_bytes(),
+    );
+    let forged_connect = format!(
+        "CONNECT tools.example:443 HTTP/1.1\r\nHost: tools.example:443\r\nProxy-Authorization: Basic {basic}\r\n\r\n"
+    );
+    let answer = exchange(&mut forged, &forged_connect);
+    assert!(answer.starts_with("HTTP/1.1 407"), "{answer}");
 
     let off = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -277,10 +288,20 @@ fn no_credentials_are_challenged_then_default_and_capture_can_be_off() {
     };
     let on = env(dir.path());
     let token = "azo6dCR4"; // base64url of k::t$x
+    let proxy = on
+        .lines()
+        .find_map(|l| l.strip_prefix("export HTTPS_PROXY="))
+        .unwrap_or_else(|| panic!("HTTPS_PROXY in {on}"));
+    let creds = proxy
+        .trim_matches('\'')
+        .strip_prefix(&format!("http://{token}:"))
+        .unwrap_or_else(|| panic!("{proxy}"));
+    let (secret, at) = creds.split_once('@').unwrap();
     assert!(
-        on.contains(&format!("export HTTPS_PROXY=http://{token}:@127.0.0.1:")),
-        "{on}"
+        secret.len() == 32 && secret.bytes().all(|b| b.is_ascii_hexdigit()),
+        "a per-run secret beside the test: {proxy}"
     );
+    assert!(at.starts_with("127.0.0.1:"), "{proxy}");
     for var in [
         "SSL_CERT_FILE",
         "REQUESTS_CA_BUNDLE",
@@ -296,6 +317,19 @@ fn no_credentials_are_challenged_then_default_and_capture_can_be_off() {
         assert!(pem.contains("BEGIN CERTIFICATE"), "{var}: {path}");
     }
     assert!(on.contains("export NODE_USE_ENV_PROXY=1"), "{on}");
+    assert!(
+        !env(dir.path()).contains(secret),
+        "each run has its own secret"
+    );
+    // The CA files of a serve that is gone are removed by the next: one run's are left.
+    let runs = std::fs::read_dir(dir.path().join("target/llmreplay"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.file_name().to_string_lossy().starts_with("run-"))
+        })
+        .count();
+    assert_eq!(runs, 1);
     assert!(
         !env(off.path()).contains("HTTPS_PROXY"),
         "capture off: no proxy"
