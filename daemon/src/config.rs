@@ -94,6 +94,10 @@ pub enum ConfigError {
     #[error("{0}")]
     /// A value out of range or of the wrong form.
     Invalid(String),
+    #[error("{0}")]
+    /// A variable of the environment the daemon cannot work with (a SOCKS proxy, say): no
+    /// file's fault.
+    Environment(String),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -424,13 +428,16 @@ impl Settings {
     ) -> Result<Self, ConfigError> {
         let default_path = root.join(CONFIG_FILE);
         let path = config.map(Path::to_path_buf).unwrap_or(default_path);
-        let file = match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::File {
-                path: path.clone(),
-                message: e.to_string(),
-            })?,
+        let (file, read) = match std::fs::read_to_string(&path) {
+            Ok(text) => (
+                toml::from_str::<FileConfig>(&text).map_err(|e| ConfigError::File {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?,
+                true,
+            ),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.is_none() => {
-                FileConfig::default()
+                (FileConfig::default(), false)
             }
             Err(e) => {
                 return Err(ConfigError::File {
@@ -439,8 +446,9 @@ impl Settings {
                 })
             }
         };
+        // A value is the file's to blame only when there is a file.
         Self::build(root, file, overrides).map_err(|e| match e {
-            ConfigError::Invalid(message) => ConfigError::File { path, message },
+            ConfigError::Invalid(message) if read => ConfigError::File { path, message },
             other => other,
         })
     }
@@ -491,6 +499,18 @@ impl Settings {
                 ))
             })?;
             let builtin = providers.get(&name).map(|p| p.kind);
+            // A gateway's name makes its variables (`<NAME>_BASE_URL`, `<NAME>_API_KEY`), which
+            // `serve --env` exports: a dot or a leading digit would make no variable a shell takes.
+            let variable_safe =
+                name.starts_with(|c: char| c.is_ascii_lowercase()) && !name.contains('.');
+            if builtin.is_none() && !variable_safe {
+                return Err(ConfigError::Invalid(format!(
+                    "[providers.{name:?}]: a gateway's name makes its environment variables ({}_BASE_URL, {}_API_KEY), so it is lowercase letters, digits, '-' and '_', starting with a letter; rename it, e.g. [providers.{}]",
+                    name.to_ascii_uppercase(),
+                    name.to_ascii_uppercase(),
+                    name.replace('.', "_").trim_start_matches(|c: char| !c.is_ascii_lowercase())
+                )));
+            }
             let kind = entry.kind.or(builtin).unwrap_or(Kind::OpenAi);
             let (upstream, source) = match (entry.upstream, providers.get(&name)) {
                 (Some(u), _) => (
@@ -586,7 +606,12 @@ impl Settings {
         // A CA file that cannot be read fails here, at start, not at the first recording.
         crate::upstream::Roots::check_ca_file(&network).map_err(ConfigError::Invalid)?;
         let proxies =
-            Arc::new(crate::upstream::Proxies::new(&network).map_err(ConfigError::Invalid)?);
+            Arc::new(
+                crate::upstream::Proxies::new(&network).map_err(|m| match network.proxy {
+                    Some(_) => ConfigError::Invalid(m),
+                    None => ConfigError::Environment(m),
+                })?,
+            );
         let cassette_dir = overrides
             .cassette_dir
             .clone()
@@ -806,6 +831,16 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("pattern \"(\""), "{e}");
+        for gateway in ["my.gw", "1gw"] {
+            let text = format!("[providers.\"{gateway}\"]\nupstream = \"https://gw.example\"\n");
+            let e = load(&text, &o).unwrap_err().to_string();
+            assert!(e.contains("environment variables"), "{gateway}: {e}");
+        }
+        assert!(load(
+            "[providers.my-gw_2]\nupstream = \"https://gw.example\"\n",
+            &o
+        )
+        .is_ok());
         for bad in [
             "[upstream]\nconnect_timeout_s = 1e30\n",
             "[upstream]\nidle_timeout_s = inf\n",

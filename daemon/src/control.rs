@@ -113,19 +113,23 @@ pub(crate) async fn faults(
             json(serde_json::json!({ "cleared": cleared }))
         }
         Method::POST => {
-            let limit = state.settings.limits.body_bytes;
-            let body = match http_body_util::Limited::new(req.into_body(), limit as usize)
-                .collect()
-                .await
-            {
-                Ok(b) => b.to_bytes(),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            let limits = &state.settings.limits;
+            let (limit, idle) = (limits.body_bytes, limits.header_read_timeout);
+            let body = match crate::exchange::read_limited(req.into_body(), limit, idle).await {
+                Ok(b) => b,
+                Err(crate::exchange::BodyError::TooLarge) => {
                     return text(
                         StatusCode::PAYLOAD_TOO_LARGE,
                         format!("cargo-llmreplay: the fault is over the body limit of {limit} bytes ([limits] body_mib in llmreplay.toml)"),
                     )
                 }
-                Err(e) => {
+                Err(crate::exchange::BodyError::Idle(idle)) => {
+                    return text(
+                        StatusCode::REQUEST_TIMEOUT,
+                        format!("cargo-llmreplay: the fault's body stopped arriving for {}s ([limits] header_read_timeout_s)", idle.as_secs_f64()),
+                    )
+                }
+                Err(crate::exchange::BodyError::Broken(e)) => {
                     return text(
                         StatusCode::BAD_REQUEST,
                         format!("cargo-llmreplay: could not read the fault: {e}"),

@@ -38,7 +38,9 @@ pub(crate) async fn http(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let kind = route.provider.kind;
-    let (parts, body) = match read_body(req, kind, state.settings.limits.body_bytes).await {
+    let limits = &state.settings.limits;
+    let read = read_body(req, kind, limits.body_bytes, limits.header_read_timeout).await;
+    let (parts, body) = match read {
         Ok(read) => read,
         Err(refused) => return refused,
     };
@@ -189,12 +191,52 @@ pub(crate) fn next_in_sequence(
     }
 }
 
+/// Why a request body was not read whole.
+pub(crate) enum BodyError {
+    /// Past the limit.
+    TooLarge,
+    /// No byte came for the header read timeout.
+    Idle(Duration),
+    /// The connection broke.
+    Broken(String),
+}
+
+/// A request body read whole: at most `limit` bytes, each frame within `idle` of the last (a
+/// client that stops sending midway is let go, as one that never sends its head is).
+pub(crate) async fn read_limited(
+    mut body: Incoming,
+    limit: u64,
+    idle: Duration,
+) -> Result<Bytes, BodyError> {
+    use hyper::body::Body as _;
+    let mut out = bytes::BytesMut::new();
+    loop {
+        let frame = match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => return Err(BodyError::Idle(idle)),
+            Ok(None) => return Ok(out.freeze()),
+            Ok(Some(Err(e))) => return Err(BodyError::Broken(e.to_string())),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        if let Ok(data) = frame.into_data() {
+            if out.len() as u64 + data.len() as u64 > limit {
+                return Err(BodyError::TooLarge);
+            }
+            if out.is_empty() && body.is_end_stream() {
+                return Ok(data);
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+}
+
 /// The request's head and whole body, or the answer that refuses it: 413 in the provider's
-/// shape past `limit` bytes (said by `content-length`, or counted as the body arrives).
+/// shape past `limit` bytes (said by `content-length`, or counted as the body arrives), 408
+/// when it stops arriving for `idle`.
 async fn read_body(
     req: Request<Incoming>,
     kind: Kind,
     limit: u64,
+    idle: Duration,
 ) -> Result<(http::request::Parts, Bytes), Response<Body>> {
     let too_large = || {
         provider_error(
@@ -212,13 +254,16 @@ async fn read_body(
         return Err(too_large());
     }
     let (parts, body) = req.into_parts();
-    match http_body_util::Limited::new(body, limit as usize)
-        .collect()
-        .await
-    {
-        Ok(b) => Ok((parts, b.to_bytes())),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(e) => Err(text(
+    match read_limited(body, limit, idle).await {
+        Ok(b) => Ok((parts, b)),
+        Err(BodyError::TooLarge) => Err(too_large()),
+        Err(BodyError::Idle(idle)) => Err(provider_error(
+            kind,
+            StatusCode::REQUEST_TIMEOUT,
+            "llmreplay_body_timeout",
+            &format!("cargo-llmreplay: the request body stopped arriving for {}s ([limits] header_read_timeout_s)", idle.as_secs_f64()),
+        )),
+        Err(BodyError::Broken(e)) => Err(text(
             StatusCode::BAD_REQUEST,
             format!("cargo-llmreplay: could not read the request body: {e}"),
         )),

@@ -73,14 +73,44 @@ fn capture_off() -> Response<Body> {
     )
 }
 
+/// The port an authority (`host:port`, `[v6]:port`) names, if any; one out of range (which
+/// the `http` crate reads as no port at all) is refused rather than taken as the default.
+fn port_of(authority: &str) -> Result<Option<u16>, String> {
+    let after_host = authority
+        .rsplit_once(']')
+        .map_or(authority, |(_, rest)| rest);
+    let Some((_, port)) = after_host.rsplit_once(':') else {
+        return Ok(None);
+    };
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => Ok(Some(p)),
+        _ => Err(format!(
+            "cargo-llmreplay: {authority:?}: a port is a number from 1 to 65535"
+        )),
+    }
+}
+
 /// A cassette name for a host the families do not know: the host, lowercase, with its port
 /// when it is not the scheme's.
 fn name_for(host: &str, port: Option<u16>) -> ProviderName {
-    let (name, _) = providers::for_host(host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let (name, kind) = providers::for_host(host);
+    let (name, own) = if host.parse::<std::net::Ipv6Addr>().is_ok() {
+        // `::1` would lose every character but the last.
+        (format!("ipv6-{}", host.replace(':', "-")), true)
+    } else if kind == providers::Kind::Http
+        && providers::Kind::ALL.iter().any(|k| k.as_str() == name)
+    {
+        // A host named as a family (`openai` in a docker-compose network) that is not that
+        // family's API must not share its cassette.
+        (format!("{name}-host"), true)
+    } else {
+        (name, false)
+    };
+    // A family's name stands for all its hosts and ports; a host's name keeps its port.
     let name = match port {
-        Some(_) if !name.contains('.') => name,
-        Some(p) => format!("{name}_{p}"),
-        None => name,
+        Some(p) if own || name.contains('.') => format!("{name}_{p}"),
+        _ => name,
     };
     let safe: String = name
         .chars()
@@ -147,7 +177,10 @@ pub(crate) async fn connect(
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let port = authority.port_u16().unwrap_or(443);
+    let port = match port_of(authority.as_str()) {
+        Ok(port) => port.unwrap_or(443),
+        Err(why) => return respond::text(StatusCode::BAD_REQUEST, why),
+    };
     if state.settings.capture.passes(&host) {
         let target = pass_target(&state, &host, port);
         tracing::info!(target: "cargo_llmreplay::capture", test = ?test.as_str(), host = %host, "tunnelled ([capture] pass)");
@@ -290,6 +323,9 @@ pub(crate) async fn absolute(
             "cargo-llmreplay: a proxy request names its scheme and host".into(),
         );
     };
+    if let Err(why) = port_of(uri.authority().map_or("", |a| a.as_str())) {
+        return respond::text(StatusCode::BAD_REQUEST, why);
+    }
     if scheme != "http" {
         return respond::text(
             StatusCode::BAD_REQUEST,
@@ -324,6 +360,22 @@ mod tests {
     }
 
     #[test]
+    fn ports_are_in_range_or_refused() {
+        assert_eq!(port_of("h.example:8443"), Ok(Some(8443)));
+        assert_eq!(port_of("[::1]:443"), Ok(Some(443)));
+        assert_eq!(port_of("[::1]"), Ok(None));
+        assert_eq!(port_of("h.example"), Ok(None));
+        for bad in [
+            "h.example:99999",
+            "h.example:0",
+            "h.example:",
+            "[::1]:70000",
+        ] {
+            assert!(port_of(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn hosts_name_their_cassettes() {
         assert_eq!(name_for("api.openai.com", None).as_str(), "openai");
         assert_eq!(
@@ -331,6 +383,12 @@ mod tests {
             "api.search.example"
         );
         assert_eq!(name_for("127.0.0.1", Some(8443)).as_str(), "127.0.0.1_8443");
-        assert!(ProviderName::new(name_for("::1", None).as_str()).is_some());
+        assert_eq!(name_for("::1", None).as_str(), "ipv6---1");
+        assert_eq!(name_for("[::1]", Some(8080)).as_str(), "ipv6---1_8080");
+        assert_eq!(name_for("openai", None).as_str(), "openai-host");
+        assert_eq!(
+            name_for("ollama", Some(11434)).as_str(),
+            "ollama-host_11434"
+        );
     }
 }

@@ -64,17 +64,59 @@ pub fn is_upgrade<B>(req: &Request<B>) -> bool {
     has(UPGRADE, "websocket") && has(CONNECTION, "upgrade")
 }
 
+/// What RFC 6455 asks of an opening handshake: a GET, version 13, and a key that is 16 bytes
+/// in base64. Anything else is refused before a session begins.
+fn check_handshake<B>(req: &Request<B>) -> Result<(), (StatusCode, String)> {
+    if req.method() != http::Method::GET {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!(
+                "cargo-llmreplay: a WebSocket upgrade is a GET, not a {}",
+                req.method()
+            ),
+        ));
+    }
+    let version = req.headers().get(http::header::SEC_WEBSOCKET_VERSION);
+    if version.is_none_or(|v| v.as_bytes() != b"13") {
+        return Err((
+            StatusCode::UPGRADE_REQUIRED,
+            "cargo-llmreplay: a WebSocket upgrade needs Sec-WebSocket-Version: 13".into(),
+        ));
+    }
+    let key = req.headers().get(SEC_WEBSOCKET_KEY).map(|k| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(k.as_bytes())
+            .is_ok_and(|b| b.len() == 16)
+    });
+    if key != Some(true) {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "cargo-llmreplay: a WebSocket upgrade needs Sec-WebSocket-Key, 16 bytes in base64"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Answers an upgrade request: a replayed session, a recorded one, or a refusal.
 pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> Response<Body> {
     let kind = route.provider.kind;
-    let Some(client_key) = req.headers().get(SEC_WEBSOCKET_KEY).cloned() else {
-        return crate::respond::provider_error(
-            kind,
-            StatusCode::BAD_REQUEST,
-            "llmreplay_error",
-            "cargo-llmreplay: a WebSocket upgrade needs Sec-WebSocket-Key",
-        );
-    };
+    if let Err((status, why)) = check_handshake(&req) {
+        let mut refused = crate::respond::provider_error(kind, status, "llmreplay_error", &why);
+        if status == StatusCode::UPGRADE_REQUIRED {
+            refused.headers_mut().insert(
+                http::header::SEC_WEBSOCKET_VERSION,
+                http::HeaderValue::from_static("13"),
+            );
+        }
+        return refused;
+    }
+    let client_key = req
+        .headers()
+        .get(SEC_WEBSOCKET_KEY)
+        .cloned()
+        .expect("the handshake was checked: it has a key");
     let request = state.settings.normalizer.session(
         &route.upstream_path,
         req.uri().query(),
@@ -583,4 +625,36 @@ async fn relay<U>(
     let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
     // The session is over: a failure to save is journalled, and there is no client to tell.
     let _ = crate::exchange::save(&state, call, interaction, 101).await;
+}
+
+#[cfg(test)]
+mod handshake_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_get_of_version_13_with_a_16_byte_key_upgrades() {
+        let req = |method: &str, version: Option<&str>, key: Option<&str>| {
+            let mut b = Request::builder()
+                .method(method)
+                .uri("/v1/realtime")
+                .header(UPGRADE, "websocket")
+                .header(CONNECTION, "Upgrade");
+            if let Some(v) = version {
+                b = b.header(http::header::SEC_WEBSOCKET_VERSION, v);
+            }
+            if let Some(k) = key {
+                b = b.header(SEC_WEBSOCKET_KEY, k);
+            }
+            b.body(()).unwrap()
+        };
+        let good = "dGhlIHNhbXBsZSBub25jZQ==";
+        assert!(check_handshake(&req("GET", Some("13"), Some(good))).is_ok());
+        let status = |r: Request<()>| check_handshake(&r).unwrap_err().0.as_u16();
+        assert_eq!(status(req("POST", Some("13"), Some(good))), 400);
+        assert_eq!(status(req("GET", Some("8"), Some(good))), 426);
+        assert_eq!(status(req("GET", None, Some(good))), 426);
+        assert_eq!(status(req("GET", Some("13"), Some("garbage!"))), 400);
+        assert_eq!(status(req("GET", Some("13"), Some("c2hvcnQ="))), 400);
+        assert_eq!(status(req("GET", Some("13"), None)), 400);
+    }
 }

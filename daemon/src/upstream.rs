@@ -58,12 +58,18 @@ impl Proxies {
     pub fn new(network: &Network) -> Result<Proxies, String> {
         let (given, source) = match &network.proxy {
             Some(p) => (Some(p.clone()), "[upstream] proxy"),
-            None => (
-                providers::env::PROXY_VARS
-                    .iter()
-                    .find_map(|v| std::env::var(v).ok().filter(|p| !p.is_empty())),
-                "environment",
-            ),
+            None => {
+                let found = providers::env::PROXY_VARS.iter().find_map(|v| {
+                    std::env::var(v)
+                        .ok()
+                        .filter(|p| !p.is_empty())
+                        .map(|p| (p, *v))
+                });
+                match found {
+                    Some((p, var)) => (Some(p), var),
+                    None => (None, "environment"),
+                }
+            }
         };
         if let Some(p) = &given {
             check_proxy(p).map_err(|why| format!("{source} {}: {why}", without_credentials(p)))?;

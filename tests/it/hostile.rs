@@ -1680,3 +1680,47 @@ fn unfinished_handshakes_and_idle_pass_tunnels_are_closed() {
     }
     drop(silent);
 }
+
+/// A request body that stops arriving is let go after `[limits] header_read_timeout_s`, on the
+/// faults route as on a provider's: 408, and the connection closes.
+#[test]
+fn bodies_that_stop_arriving_get_a_408() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[limits]\nheader_read_timeout_s = 0.5\n",
+    )
+    .unwrap();
+    let serve = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let host = addr(&serve);
+    for path in [
+        "/t/h%24idle/__llmreplay/faults",
+        "/t/h%24idle/openai/v1/chat/completions",
+    ] {
+        let mut stream = TcpStream::connect(&host).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"status\""
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{path}: {answer:?}");
+    }
+}
+
+/// A CONNECT to a port that is no port is refused, not taken as 443.
+#[test]
+fn a_connect_to_a_port_out_of_range_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::start(dir.path(), &["--cassette-dir", "c"]);
+    let mut stream = TcpStream::connect(addr(&serve)).unwrap();
+    let connect = "CONNECT tools.example:99999 HTTP/1.1\r\nHost: tools.example:99999\r\n\r\n";
+    let mut head = crate::capture::exchange(&mut stream, connect);
+    if head.starts_with("HTTP/1.1 407") {
+        head = crate::capture::exchange(&mut stream, connect);
+    }
+    assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+}

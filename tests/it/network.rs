@@ -161,7 +161,7 @@ async fn records_through_a_real_proxy_with_connect_and_no_proxy_bypasses_it() {
     assert!(
         stopped
             .stderr
-            .contains(&format!("through proxy {proxy_plain} (environment)")),
+            .contains(&format!("through proxy {proxy_plain} (HTTPS_PROXY)")),
         "record modes say which proxy: {}",
         stopped.stderr
     );
@@ -254,6 +254,17 @@ fn a_proxy_the_client_cannot_use_fails_at_start() {
     let err = Serve::try_start(dir.path(), &[], &[]).err().unwrap();
     assert!(err.contains("socks5 proxies are not supported"), "{err}");
     assert!(!err.contains("hidden"), "{err}");
+    // From the environment, with no llmreplay.toml: the variable is named, no file.
+    let bare = tempfile::tempdir().unwrap();
+    let err = Serve::try_start(
+        bare.path(),
+        &["--mode", "record"],
+        &[("HTTPS_PROXY", "socks5://127.0.0.1:1080")],
+    )
+    .err()
+    .unwrap();
+    assert!(err.contains("HTTPS_PROXY socks5://127.0.0.1:1080"), "{err}");
+    assert!(!err.contains("llmreplay.toml"), "{err}");
 }
 
 /// Under `cargo llmreplay test` behind a proxy, each test process gets loopback added to
