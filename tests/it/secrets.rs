@@ -82,43 +82,52 @@ async fn mcp_authorization_of_openai_and_anthropic_is_never_stored_and_any_token
     );
 }
 
-/// google-auth refreshes user credentials at Google's token endpoint through the daemon's
-/// proxy (`serve --env` sourced): the form's `client_secret` and `refresh_token` and the
-/// answer's tokens are stored as the placeholder, and a replay with other secrets gets the
-/// placeholder token, which google-auth takes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn google_auth_refresh_through_capture_stores_no_secret_and_replays_a_placeholder_token() {
-    let Some(python) = sdk_python("google.auth") else {
-        return;
-    };
-    let ca = TestCa::new("secrets");
-    let fake = FakeProvider::start_tls(&ca).await;
-    let dir = tempfile::tempdir().unwrap();
-    let scratch = tempfile::tempdir().unwrap();
-    let ca_file = scratch.path().join("upstream-ca.pem");
-    ca.write_pem(&ca_file);
-    std::fs::write(
-        dir.path().join("llmreplay.toml"),
-        format!(
-            "[upstream]\nca_file = {:?}\n",
-            ca_file.display().to_string()
-        ),
-    )
-    .unwrap();
-    let target = scratch.path().join("target");
-    let upstream = format!(
-        "oauth2.googleapis.com=https://127.0.0.1:{}",
-        fake.addr.port()
-    );
-    let refresh = |mode: &str, secret: &str, refresh_token: &str| {
-        let mut args = vec!["--test-id", "secrets::t$google", "--cassette-dir", "c"];
-        args.extend(["--mode", mode]);
+/// A token endpoint behind the daemon's proxy, as a script that sourced `serve --env` meets it:
+/// a fake on TLS stands in for `host`, and each call runs one of `body_secrets.py`'s modes.
+struct TokenEndpoint {
+    fake: FakeProvider,
+    dir: tempfile::TempDir,
+    scratch: tempfile::TempDir,
+    python: std::path::PathBuf,
+    upstream: String,
+}
+
+impl TokenEndpoint {
+    async fn start(python: std::path::PathBuf, host: &str) -> TokenEndpoint {
+        let ca = TestCa::new("secrets");
+        let fake = FakeProvider::start_tls(&ca).await;
+        let (dir, scratch) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let ca_file = scratch.path().join("upstream-ca.pem");
+        ca.write_pem(&ca_file);
+        std::fs::write(
+            dir.path().join("llmreplay.toml"),
+            format!(
+                "[upstream]\nca_file = {:?}\n",
+                ca_file.display().to_string()
+            ),
+        )
+        .unwrap();
+        let upstream = format!("{host}=https://127.0.0.1:{}", fake.addr.port());
+        TokenEndpoint {
+            fake,
+            dir,
+            scratch,
+            python,
+            upstream,
+        }
+    }
+
+    /// Runs the script under `serve --env` in `mode` for `test`; what it printed, parsed, and
+    /// the lines `serve --env` printed.
+    fn run(&self, mode: &str, test: &str, args: &[&str]) -> (Value, String) {
+        let target = self.scratch.path().join("target");
+        let mut serve_args = vec!["--test-id", test, "--cassette-dir", "c", "--mode", mode];
         if mode == "record" {
-            args.extend(["--upstream", &upstream]);
+            serve_args.extend(["--upstream", &self.upstream]);
         }
         let (mut serve, lines) = crate::clients::serve_env(
-            dir.path(),
-            &args,
+            self.dir.path(),
+            &serve_args,
             &[("CARGO_TARGET_DIR", target.to_str().unwrap())],
         );
         let env: Vec<(String, String)> = lines
@@ -128,39 +137,48 @@ async fn google_auth_refresh_through_capture_stores_no_secret_and_replays_a_plac
             .map(|(k, v)| (k.to_string(), v.trim_matches('\'').to_string()))
             .collect();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let out = run_sdk_script_with(
-            &python,
-            "body_secrets.py",
-            &["google", secret, refresh_token],
-            &env,
-        );
+        let out = run_sdk_script_with(&self.python, "body_secrets.py", args, &env);
         let _ = serve.kill();
         let _ = serve.wait();
-        (out, lines)
+        (serde_json::from_str(&out).unwrap(), lines)
+    }
+}
+
+/// google-auth refreshes user credentials at Google's token endpoint through the daemon's
+/// proxy (`serve --env` sourced): the form's `client_secret` and `refresh_token` and the
+/// answer's tokens are stored as the placeholder, and a replay with other secrets gets the
+/// placeholder token, which google-auth takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn google_auth_refresh_through_capture_stores_no_secret_and_replays_a_placeholder_token() {
+    let Some(python) = sdk_python("google.auth") else {
+        return;
     };
-    let (recorded, rec_env) = refresh("record", "GOCSPX-live-secret-51", "1//live-refresh-77");
-    let recorded: Value = serde_json::from_str(&recorded).unwrap();
+    let endpoint = TokenEndpoint::start(python, "oauth2.googleapis.com").await;
+    let test = "secrets::t$google";
+    let live = ["google", "GOCSPX-live-secret-51", "1//live-refresh-77"];
+    let (recorded, rec_env) = endpoint.run("record", test, &live);
     assert_eq!(
         recorded["token"], "ya29.fake-access-1",
         "the live token reached the client"
     );
-    let form = String::from_utf8(fake.received()[0].raw.to_vec()).unwrap();
+    let form = String::from_utf8(endpoint.fake.received()[0].raw.to_vec()).unwrap();
     assert!(
         form.contains("client_secret=GOCSPX-live-secret-51"),
         "{form}"
     );
-    let cassette = dir
+    let cassette = endpoint
+        .dir
         .path()
         .join("c/secrets--t--google/oauth2.googleapis.com.json");
     let text = std::fs::read_to_string(&cassette).unwrap();
     assert!(text.contains(PLACEHOLDER), "{text}");
 
-    let (replayed, replay_env) = refresh("replay", "GOCSPX-other-secret-2", "1//other-refresh-3");
-    let replayed: Value = serde_json::from_str(&replayed).unwrap();
+    let other = ["google", "GOCSPX-other-secret-2", "1//other-refresh-3"];
+    let (replayed, replay_env) = endpoint.run("replay", test, &other);
     assert_eq!(replayed["token"], PLACEHOLDER);
-    assert_eq!(fake.received().len(), 1, "replay sent nothing");
+    assert_eq!(endpoint.fake.received().len(), 1, "replay sent nothing");
     nowhere(
-        dir.path(),
+        endpoint.dir.path(),
         &[&rec_env, &replay_env],
         &[
             "GOCSPX-live-secret-51",
@@ -170,5 +188,48 @@ async fn google_auth_refresh_through_capture_stores_no_secret_and_replays_a_plac
             "fake-1.",
             "GOCSPX-other-secret-2",
         ],
+    );
+}
+
+/// azure-identity's ClientSecretCredential gets a token from Microsoft Entra ID through the
+/// daemon's proxy (the tenant's OpenID configuration, then its token endpoint): the form's
+/// `client_secret` and the answer's `access_token` are stored as the placeholder, and a replay
+/// with another secret gets the placeholder token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_identity_client_secret_through_capture_stores_no_secret_and_replays() {
+    let Some(python) = sdk_python("azure.identity") else {
+        return;
+    };
+    let endpoint = TokenEndpoint::start(python, "login.microsoftonline.com").await;
+    let test = "secrets::t$azure";
+    let (recorded, rec_env) = endpoint.run("record", test, &["azure", "Qx8Q~live-client-secret"]);
+    assert_eq!(recorded["token"], "eyJ0eXAiOiJKV1QifQ.fake-entra-2");
+    let sent: Vec<String> = endpoint
+        .fake
+        .received()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.raw).into_owned())
+        .collect();
+    assert!(
+        sent.iter()
+            .any(|b| b.contains("client_secret=Qx8Q~live-client-secret")
+                || b.contains("client_secret=Qx8Q%7Elive-client-secret")),
+        "{sent:?}"
+    );
+    let cassette = endpoint
+        .dir
+        .path()
+        .join("c/secrets--t--azure/login.microsoftonline.com.json");
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    assert!(text.contains(PLACEHOLDER), "{text}");
+
+    let seen = endpoint.fake.received().len();
+    let (replayed, replay_env) = endpoint.run("replay", test, &["azure", "Qx8Q~rotated-secret"]);
+    assert_eq!(replayed["token"], PLACEHOLDER);
+    assert_eq!(endpoint.fake.received().len(), seen, "replay sent nothing");
+    nowhere(
+        endpoint.dir.path(),
+        &[&rec_env, &replay_env],
+        &["live-client-secret", "rotated-secret", "fake-entra"],
     );
 }

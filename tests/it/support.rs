@@ -248,7 +248,31 @@ async fn answer(
     let n = state.calls.fetch_add(1, Ordering::SeqCst) + 1;
     // An OAuth token endpoint (Google's, Microsoft's): a form in, tokens out, laid out as
     // Python's json writes them.
-    if path == "/token" || path.ends_with("/oauth2/v2.0/token") {
+    // Microsoft Entra ID: the tenant's OpenID configuration, then its token endpoint, which
+    // answers a client-credentials grant with an access token alone.
+    if let Some(tenant) = path
+        .strip_suffix("/v2.0/.well-known/openid-configuration")
+        .map(|t| t.trim_start_matches('/').to_string())
+    {
+        let at = format!("https://login.microsoftonline.com/{tenant}");
+        return Ok(json_response(
+            json!({
+                "token_endpoint": format!("{at}/oauth2/v2.0/token"),
+                "authorization_endpoint": format!("{at}/oauth2/v2.0/authorize"),
+                "issuer": format!("{at}/v2.0"),
+                "token_endpoint_auth_methods_supported": ["client_secret_post", "private_key_jwt", "client_secret_basic"],
+            })
+            .to_string(),
+            &[],
+        ));
+    }
+    if path.ends_with("/oauth2/v2.0/token") {
+        let token = format!(
+            "{{\"token_type\":\"Bearer\",\"expires_in\":3599,\"ext_expires_in\":3599,\"access_token\":\"eyJ0eXAiOiJKV1QifQ.fake-entra-{n}\"}}"
+        );
+        return Ok(json_response(token, &[]));
+    }
+    if path == "/token" {
         let tokens = format!(
             "{{\"access_token\": \"ya29.fake-access-{n}\", \"expires_in\": 3599, \"refresh_token\": \"1//fake-refresh-{n}\", \"scope\": \"https://www.googleapis.com/auth/cloud-platform\", \"token_type\": \"Bearer\", \"id_token\": \"eyJhbGciOiJub25lIn0.fake-{n}.\"}}"
         );

@@ -1,7 +1,9 @@
 """Secrets in bodies, sent by the official SDKs: `mcp TOKEN` sends a hosted MCP tool's
 `authorization` with OpenAI's Responses API and an MCP server's `authorization_token` with
 Anthropic's Messages API; `google SECRET REFRESH` refreshes google-auth user credentials at
-Google's token endpoint (through the proxy the environment names). Prints what came back."""
+Google's token endpoint, and `azure SECRET` gets a token with azure-identity's
+ClientSecretCredential from Microsoft Entra ID (both through the proxy the environment
+names). Prints what came back."""
 
 import json
 import sys
@@ -53,5 +55,13 @@ elif mode == "google":
     )
     credentials.refresh(google.auth.transport.requests.Request())
     print(json.dumps({"token": credentials.token, "refresh": credentials.refresh_token}))
+elif mode == "azure":
+    from azure.identity import ClientSecretCredential
+
+    credential = ClientSecretCredential(
+        "00000000-0000-0000-0000-00000000cafe", "11111111-2222-3333-4444-555555555555", sys.argv[2]
+    )
+    token = credential.get_token("https://cognitiveservices.azure.com/.default")
+    print(json.dumps({"token": token.token}))
 else:
     sys.exit(f"unknown mode {mode}")
