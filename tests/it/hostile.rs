@@ -1724,3 +1724,36 @@ fn a_connect_to_a_port_out_of_range_is_refused() {
     }
     assert!(head.starts_with("HTTP/1.1 400"), "{head}");
 }
+
+/// A test id with a percent-encoded newline and terminal escapes (an OSC 52 clipboard write)
+/// forges no line of `serve -v`'s log and puts no raw ESC or BEL on the terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_test_ids_forge_no_log_line_and_send_no_escape() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::in_mode_with(
+        dir.path(),
+        "replay",
+        "openai=http://127.0.0.1:9",
+        &[],
+        &["-v"],
+    );
+    let forged = "h$x\n2026-11-25T10:00:00.000000Z  INFO request{test=\"h$y\"}: replayed\u{1b}]52;c;cHduZWQ=\u{7}";
+    let encoded: String = forged.bytes().map(|b| format!("%{b:02X}")).collect();
+    let r = http()
+        .post(format!("{}/openai/v1/chat/completions", serve.base))
+        .header("x-test-id", encoded)
+        .json(&chat("hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "a miss, in replay");
+    let stopped = serve.stop();
+    let log = &stopped.stderr;
+    assert!(!log.contains(['\u{1b}', '\u{7}']), "{log:?}");
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("INFO request{test=\"h$y\"}")
+                && l.starts_with("2026-11-25T10:00:00")),
+        "a forged line: {log}"
+    );
+}
