@@ -327,3 +327,44 @@ async fn a_hand_edited_request_is_refused_until_status_fix() {
     );
     assert!(replay.stop().status.success());
 }
+
+/// An answer edited by hand with its seal deleted still replays (as cassettes written before
+/// seals must), but `status --check` fails naming it, until `status --fix` seals it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsealed_answer_fails_status_check_until_status_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    crate_root(dir.path());
+    let mut fake = FakeProvider::start().await;
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let url = format!("{}/openai/v1/chat/completions", rec.for_test(TEST));
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "Hi"}]});
+    assert_eq!(
+        http().post(&url).json(&chat).send().await.unwrap().status(),
+        200
+    );
+    rec.stop();
+    fake.stop();
+    let path = cassette_folder(dir.path()).join("openai.json");
+    let mut cassette: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let x = &mut cassette["interactions"][0];
+    x.as_object_mut().unwrap().remove("seal");
+    let text = x["response"]["body"]["choices"][0]["message"]["content"].clone();
+    assert!(text.as_str().unwrap().starts_with("You said"), "{text}");
+    x["response"]["body"]["choices"][0]["message"]["content"] = json!("Edited by hand");
+    std::fs::write(
+        &path,
+        serde_json::to_string_pretty(&cassette).unwrap() + "\n",
+    )
+    .unwrap();
+
+    let (code, err) = status(dir.path(), &["--check"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("interaction 1: its answer has no seal"),
+        "{err}"
+    );
+    let (code, err) = status(dir.path(), &["--fix", "--check"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("answer sealed"), "{err}");
+}
