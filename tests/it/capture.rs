@@ -38,16 +38,11 @@ async fn hard_coded_hosts_are_recorded_through_the_proxy_and_replayed_offline() 
     let registry = FakeProvider::start_tls(&ca).await;
     let mut realtime = FakeRealtime::start().await;
     let sample = Sample::capture();
-    let ca_file = sample.scratch().join("upstream-ca.pem");
-    ca.write_pem(&ca_file);
-    std::fs::write(
-        sample.root.join("llmreplay.toml"),
-        format!(
-            "[upstream]\nca_file = {:?}\n\n[capture]\npass = [\"registry.example\"]\n",
-            ca_file.display().to_string()
-        ),
-    )
-    .unwrap();
+    ca.trusted_by(
+        &sample.root,
+        sample.scratch(),
+        "\n[capture]\npass = [\"registry.example\"]\n",
+    );
     let tls_fake = format!("https://127.0.0.1:{}", fake.addr.port());
     let mut record: Vec<String> = vec!["--record".into()];
     for host in ["api.mistral.ai", "tools.example", "api.anthropic.com"] {

@@ -168,16 +168,7 @@ async fn a_second_run_in_the_same_target_dir_keeps_the_first_runs_ca() {
     let ca = TestCa::new("second-run");
     let fake = FakeProvider::start_tls(&ca).await;
     let sample = Sample::capture();
-    let ca_file = sample.scratch().join("upstream-ca.pem");
-    ca.write_pem(&ca_file);
-    std::fs::write(
-        sample.root.join("llmreplay.toml"),
-        format!(
-            "[upstream]\nca_file = {:?}\n",
-            ca_file.display().to_string()
-        ),
-    )
-    .unwrap();
+    ca.trusted_by(&sample.root, sample.scratch(), "");
     let upstream = format!("tools.example=https://127.0.0.1:{}", fake.addr.port());
     let gate = sample.scratch().join("gate");
     std::fs::create_dir_all(&gate).unwrap();

@@ -97,16 +97,7 @@ impl TokenEndpoint {
         let ca = TestCa::new("secrets");
         let fake = FakeProvider::start_tls(&ca).await;
         let (dir, scratch) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let ca_file = scratch.path().join("upstream-ca.pem");
-        ca.write_pem(&ca_file);
-        std::fs::write(
-            dir.path().join("llmreplay.toml"),
-            format!(
-                "[upstream]\nca_file = {:?}\n",
-                ca_file.display().to_string()
-            ),
-        )
-        .unwrap();
+        ca.trusted_by(dir.path(), scratch.path(), "");
         let upstream = format!("{host}=https://127.0.0.1:{}", fake.addr.port());
         TokenEndpoint {
             fake,

@@ -1260,6 +1260,21 @@ impl TestCa {
         std::fs::write(path, &self.ca_pem).unwrap();
     }
 
+    /// Writes this CA to `scratch` and an `llmreplay.toml` in `root` whose `[upstream] ca_file`
+    /// trusts it (stand-in upstreams on TLS), followed by `more`.
+    pub fn trusted_by(&self, root: &Path, scratch: &Path, more: &str) {
+        let ca_file = scratch.join("upstream-ca.pem");
+        self.write_pem(&ca_file);
+        std::fs::write(
+            root.join("llmreplay.toml"),
+            format!(
+                "[upstream]\nca_file = {:?}\n{more}",
+                ca_file.display().to_string()
+            ),
+        )
+        .unwrap();
+    }
+
     fn server_config(&self) -> Arc<rustls::ServerConfig> {
         let key = rustls::pki_types::PrivateKeyDer::Pkcs8(self.leaf_key.clone().into());
         Arc::new(
