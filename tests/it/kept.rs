@@ -224,6 +224,9 @@ async fn a_second_run_in_the_same_target_dir_keeps_the_first_runs_ca() {
             .join("tests/cassettes/capture--capture--waits_then_calls_a_tool/tools.example.json"),
     );
     assert_eq!(gated["interactions"][0]["request"]["path"], "/tools/gate");
+    // The log is each run's whole: the first run, which ended last, left its own in place.
+    let log = std::fs::read_to_string(Sample::target_dir().join("llmreplay/daemon.log")).unwrap();
+    assert!(log.contains("waits_then_calls_a_tool"), "{log}");
     let theirs = [format!("run-{first_pid}"), format!("run-{second_pid}")];
     let left: Vec<_> = std::fs::read_dir(Sample::target_dir().join("llmreplay"))
         .into_iter()
