@@ -6,8 +6,8 @@
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, code, code_short, fenced, html, plural, term, term_lines, Styles};
-use cassettes::git::{diff_against, ChangeKind, Diff, FileDiff};
-use cassettes::review::{Change, Drift, InteractionDiff};
+use review::git::{diff_against, ChangeKind, Diff, FileDiff};
+use review::review::{Change, Drift, InteractionDiff};
 use cassettes::Tokens;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -146,10 +146,10 @@ pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
 }
 
 /// The word diff of a changed answer, when its text changed.
-pub fn answer_words(d: &InteractionDiff) -> Option<Vec<cassettes::review::Words>> {
+pub fn answer_words(d: &InteractionDiff) -> Option<Vec<review::review::Words>> {
     d.answer_diff.as_ref()?;
     let (before, after) = (d.answer_before.as_deref()?, d.answer_after.as_deref()?);
-    Some(cassettes::review::word_diff(before, after))
+    Some(review::review::word_diff(before, after))
 }
 
 /// The classes of one changed answer: `tool call, wording`.

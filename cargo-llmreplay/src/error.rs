@@ -68,6 +68,9 @@ pub enum Error {
     #[error(transparent)]
     Cassettes(#[from] cassettes::Error),
     #[error(transparent)]
+    /// Cassettes read against git.
+    Review(#[from] review::Error),
+    #[error(transparent)]
     Daemon(#[from] daemon::DaemonError),
     /// The workspace, cargo or cargo-nextest is not as this command needs.
     #[error("{0}")]
@@ -113,6 +116,7 @@ impl Error {
             Error::Usage(_)
             | Error::Config(_)
             | Error::Cassettes(_)
+            | Error::Review(_)
             | Error::Daemon(_)
             | Error::Precondition(_)
             | Error::ReportUnreadable { .. }

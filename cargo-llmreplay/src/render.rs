@@ -5,7 +5,7 @@
 //! end a code span, open a link or clear a reviewer's terminal.
 
 use anstyle::{AnsiColor, Style};
-use cassettes::git::ChangeKind;
+use review::git::ChangeKind;
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -151,8 +151,8 @@ pub fn test_changes(t: &cassettes::TestChanges) -> String {
 /// `{+...+}` (git's word-diff markers, readable without colour), coloured when `styles` say so.
 /// Unless `full`, only the lines that changed and one line around each are shown. Every
 /// piece is escaped for a terminal.
-pub fn word_diff(words: &[cassettes::review::Words], styles: Styles, full: bool) -> String {
-    use cassettes::review::Words;
+pub fn word_diff(words: &[review::review::Words], styles: Styles, full: bool) -> String {
+    use review::review::Words;
     // Lines of (changed, text) pieces: a run that spans lines is split at each newline.
     let mut lines: Vec<(bool, String)> = vec![(false, String::new())];
     for w in words {

@@ -8,7 +8,7 @@ use crate::diff_cmd::Format;
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, fenced, html, table_code, term};
 use cassettes::filter::Filter;
-use cassettes::review::{answer_text, text_diff, tokens};
+use review::review::{answer_text, text_diff, tokens};
 use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
 use clap::Args;
 use daemon::provider::Provider;

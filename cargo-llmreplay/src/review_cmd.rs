@@ -9,8 +9,8 @@ use crate::args::{CassetteDirArg, Resolved};
 use crate::diff_cmd::{drift_suffix, interaction_text};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, plural, term, Styles};
-use cassettes::git::{diff_against, Diff};
-use cassettes::pending::{pending, reject, Pending};
+use review::git::{diff_against, Diff};
+use review::pending::{pending, reject, Pending};
 use clap::{Args, ValueEnum};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -397,9 +397,9 @@ fn screen(
 
 fn change_word(p: &Pending) -> &'static str {
     match p.diff.change {
-        cassettes::review::Change::Added => "added",
-        cassettes::review::Change::Removed => "removed",
-        cassettes::review::Change::Changed => "changed",
+        review::review::Change::Added => "added",
+        review::review::Change::Removed => "removed",
+        review::review::Change::Changed => "changed",
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::render::Styles;
 use crate::report::Report;
-use cassettes::git::Diff;
+use review::git::Diff;
 use serde_json::json;
 use std::path::Path;
 

@@ -6,8 +6,8 @@ use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, term};
 use crate::report::{list_tests, orphan_folders, RunScope};
-use cassettes::audit::{audit_all, ErrorAnswer, Finding, Problem};
-use cassettes::git::{changes_against_head, Change};
+use review::audit::{audit_all, ErrorAnswer, Finding, Problem};
+use review::git::{changes_against_head, Change};
 use cassettes::{cassette_files, fix_cassette, Fixed};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -80,7 +80,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     let cassette_dir = resolved.cassette_dir();
     let mut fixed = Vec::new();
     if args.fix {
-        for path in cassettes::audit::leftover_temps(cassette_dir)? {
+        for path in review::audit::leftover_temps(cassette_dir)? {
             cassettes::remove_leftover_temp(&path)?;
             fixed.push(FixedFile {
                 path,

@@ -468,7 +468,8 @@ pub fn blob_dir(folder: &Path) -> Result<PathBuf, String> {
     }
 }
 
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+/// The SHA-256 of `bytes`, in lowercase hex: a blob's name.
+pub fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
 

@@ -3,27 +3,25 @@
 //! async runtime, so every rule here is tested alone.
 #![warn(missing_docs)]
 
-pub mod audit;
 mod body;
 pub mod eventstream;
 pub mod filter;
 mod format;
-pub mod git;
 pub mod glob;
 mod id;
 mod key;
 pub mod lossy_path;
-pub mod pending;
 pub mod pointer;
-pub mod review;
 pub mod secrets;
 pub mod session;
 mod store;
 mod summary;
-#[cfg(test)]
-mod testing;
+#[doc(hidden)]
+pub mod testing;
 
-pub use body::{Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH};
+pub use body::{
+    blob_dir, sha256_hex, Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH,
+};
 pub use format::{
     recording_ids, seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse,
     RecordingId, ResponseBody, StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
@@ -163,25 +161,6 @@ pub enum Error {
         /// The first byte that is not.
         offset: usize,
     },
-    #[error("git: {source}")]
-    /// git could not read the repository.
-    Git {
-        #[from]
-        /// git's error.
-        source: git2::Error,
-    },
-    #[error("git: cannot find the base revision {name:?} ({source}); fetch it first (git fetch origin {name}) or name another with --base")]
-    /// A base commit that git does not know.
-    NoBase {
-        /// The name given.
-        name: String,
-        #[source]
-        /// git's error.
-        source: git2::Error,
-    },
-    #[error("{0} is not inside a git repository, so there is nothing to compare with; commit your cassettes first")]
-    /// The cassettes are in no git repository.
-    NotInRepository(PathBuf),
     #[error("{path}: {source}")]
     /// A file that could not be read or written.
     Io {
@@ -194,7 +173,7 @@ pub enum Error {
 
 /// A cassette file's text; a file that is not UTF-8 is `NotText`, naming where it stops being
 /// text, so that callers list it as broken.
-pub(crate) fn read_text(path: &Path) -> Result<String, Error> {
+pub fn read_text(path: &Path) -> Result<String, Error> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
     String::from_utf8(bytes).map_err(|e| Error::NotText {
         path: path.to_path_buf(),
@@ -203,7 +182,8 @@ pub(crate) fn read_text(path: &Path) -> Result<String, Error> {
 }
 
 impl Error {
-    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+    /// A file that could not be read or written, named.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
         Error::Io {
             path: path.to_path_buf(),
             source,

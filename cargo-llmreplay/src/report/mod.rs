@@ -10,7 +10,7 @@ pub use command::{run, ReportCommand};
 pub use scope::{list_tests, read_list, spawn_list, RunScope};
 
 use crate::error::{exit, Error, Outcome, Result};
-use cassettes::git::{changes_against_head, Change};
+use review::git::{changes_against_head, Change};
 use cassettes::{Slug, Store, TestId};
 use daemon::{ErrorAnswer, Journal, Miss, Mode, Stats};
 use serde::{Deserialize, Serialize};
@@ -136,11 +136,11 @@ pub struct Inputs<'a> {
     pub log: Option<&'a Path>,
     /// What git says of the cassettes, when read already: a run that writes none reads it
     /// while the tests run.
-    pub changes: Option<Result<Option<Vec<Change>>, cassettes::Error>>,
+    pub changes: Option<Result<Option<Vec<Change>>, review::Error>>,
 }
 
 impl Report {
-    pub fn build(inputs: Inputs) -> Result<Report, cassettes::Error> {
+    pub fn build(inputs: Inputs) -> Result<Report, review::Error> {
         // A retried test asks again for what it missed the first time: report it once.
         let mut seen = BTreeSet::new();
         let mut missing: Vec<Missing> = inputs

@@ -4,7 +4,7 @@
 
 use super::{Report, Unused};
 use crate::render::{self, code, plural, table_code, term, Styles};
-use cassettes::git::ChangeKind;
+use review::git::ChangeKind;
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! one only the base has, at its position there), and rejecting it: the base's interaction
 //! restored under the folder's lock.
 
-use crate::format::Interaction;
+use cassettes::Interaction;
 use crate::git::{Diff, FileDiff};
 use crate::review::{Change, InteractionDiff};
 use crate::Error;
@@ -21,7 +21,7 @@ pub struct Pending {
     /// The provider.
     pub provider: String,
     /// The cassette, relative to the repository's root.
-    #[serde(with = "crate::lossy_path")]
+    #[serde(with = "cassettes::lossy_path")]
     pub cassette: PathBuf,
     /// What differs.
     #[serde(flatten)]
@@ -122,12 +122,12 @@ pub fn reject(diff: &Diff, cassette_dir: &Path, rejected: &[&Pending]) -> Result
             .iter()
             .find(|f| diff.workdir.join(&f.path) == path)
             .expect("a pending interaction comes from a file of its diff");
-        let expected = crate::sealed(file.sides.work.as_ref());
+        let expected = cassettes::sealed(file.sides.work.as_ref());
         let named = file.sides.work.as_ref().or(file.sides.base.as_ref());
         let (test, provider) = named.map_or((String::new(), String::new()), |c| {
             (c.test.to_string(), c.provider.to_string())
         });
-        crate::rewrite_cassette(
+        cassettes::rewrite_cassette(
             path,
             cassette_dir,
             &test,
@@ -165,7 +165,7 @@ pub fn reject(diff: &Diff, cassette_dir: &Path, rejected: &[&Pending]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{Cassette, RecordedResponse};
+    use cassettes::{Cassette, RecordedResponse};
     use crate::testing::{commit_all, interaction};
 
     /// A changed, a removed (its answer in a blob) and an added interaction: their ids, and
@@ -179,7 +179,7 @@ mod tests {
         let path = folder.join("openai.json");
         let mut audio = interaction("speak", "{}");
         // Another path: a call of its own, never paired with another as a drifted prompt.
-        audio.request = crate::Normalizer::default().request(
+        audio.request = cassettes::Normalizer::default().request(
             "POST",
             "/v1/audio/speech",
             None,
@@ -187,14 +187,14 @@ mod tests {
             br#"{"input":"speak"}"#,
             &[],
         );
-        audio.key = crate::Key::of(&audio.request);
-        let bytes = vec![0xfe; crate::INLINE_LIMIT + 1];
+        audio.key = cassettes::Key::of(&audio.request);
+        let bytes = vec![0xfe; cassettes::INLINE_LIMIT + 1];
         audio.response = RecordedResponse::with_body(200, Default::default(), &bytes);
-        let store = crate::Store::new(&cassettes);
+        let store = cassettes::Store::new(&cassettes);
         let entry = store
             .entry(
-                &crate::TestId::new("c$t"),
-                &crate::ProviderName::new("openai").unwrap(),
+                &cassettes::TestId::new("c$t"),
+                &cassettes::ProviderName::new("openai").unwrap(),
             )
             .unwrap();
         for x in [
@@ -208,11 +208,11 @@ mod tests {
         commit_all(&repo);
         let head = std::fs::read(&path).unwrap();
         let blob = folder
-            .join(crate::BLOB_DIR)
-            .join(crate::body::sha256_hex(&bytes));
+            .join(cassettes::BLOB_DIR)
+            .join(cassettes::sha256_hex(&bytes));
         assert!(blob.is_file());
 
-        let mut work: Cassette = crate::read_cassette(&path).unwrap();
+        let mut work: Cassette = cassettes::read_cassette(&path).unwrap();
         work.interactions = vec![
             interaction("a", r#"{"v":2}"#),
             work.interactions[2].clone(),
@@ -236,11 +236,11 @@ mod tests {
 
         // A write since the review read the file: stale, nothing changes.
         let edited = std::fs::read(&path).unwrap();
-        let mut newer = crate::read_cassette(&path).unwrap();
+        let mut newer = cassettes::read_cassette(&path).unwrap();
         newer.interactions.push(interaction("e", "{}"));
         std::fs::write(&path, newer.to_bytes()).unwrap();
         let stale = reject(&diff, &cassettes, &refs).unwrap_err();
-        assert!(matches!(stale, Error::Stale { .. }), "{stale}");
+        assert!(matches!(stale, Error::Cassettes(cassettes::Error::Stale { .. })), "{stale}");
         std::fs::write(&path, &edited).unwrap();
 
         assert_eq!(reject(&diff, &cassettes, &refs).unwrap(), 3);

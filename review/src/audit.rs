@@ -3,9 +3,9 @@
 //! missing or damaged blobs, and cassettes in a folder or file their test and provider would not
 //! be looked up in.
 
-use crate::format::{Cassette, Summary};
-use crate::id::{Slug, TestId};
-use crate::store::cassette_files;
+use cassettes::{Cassette, Summary};
+use cassettes::{Slug, TestId};
+use cassettes::cassette_files;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ pub enum Problem {
     },
     /// Replay looks this test and provider up at `expected`, not here.
     Misplaced {
-        #[serde(with = "crate::lossy_path")]
+        #[serde(with = "cassettes::lossy_path")]
         /// Where replay looks for it.
         expected: PathBuf,
     },
@@ -69,7 +69,7 @@ pub enum Problem {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 /// A problem, and the file it is in.
 pub struct Finding {
-    #[serde(with = "crate::lossy_path")]
+    #[serde(with = "cassettes::lossy_path")]
     /// The file (or leftover temporary file).
     pub path: PathBuf,
     #[serde(flatten)]
@@ -106,7 +106,7 @@ pub fn leftover_temps(dir: &Path) -> Result<Vec<PathBuf>, Error> {
         }
         let folder = folder.path();
         out.extend(list(&folder));
-        if let Ok(blobs) = crate::body::blob_dir(&folder) {
+        if let Ok(blobs) = cassettes::blob_dir(&folder) {
             out.extend(list(&blobs));
         }
     }
@@ -118,7 +118,7 @@ pub fn leftover_temps(dir: &Path) -> Result<Vec<PathBuf>, Error> {
 /// listed, since a wrong request recorded by mistake looks the same.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorAnswer {
-    #[serde(with = "crate::lossy_path")]
+    #[serde(with = "cassettes::lossy_path")]
     /// The cassette file.
     pub cassette: PathBuf,
     /// Its interaction, from 1.
@@ -156,9 +156,9 @@ pub fn audit_all(dir: &Path) -> Result<Audit, Error> {
         .collect();
     let mut error_answers = Vec::new();
     for path in cassette_files(dir)? {
-        let text = match crate::read_text(&path) {
+        let text = match cassettes::read_text(&path) {
             Ok(text) => text,
-            Err(e @ Error::NotText { .. }) => {
+            Err(e @ cassettes::Error::NotText { .. }) => {
                 out.push(Finding {
                     path: path.clone(),
                     problem: Problem::Corrupt {
@@ -167,7 +167,7 @@ pub fn audit_all(dir: &Path) -> Result<Audit, Error> {
                 });
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         match Cassette::parse(&path, &text) {
             Ok(mut cassette) => {
@@ -233,7 +233,7 @@ fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
     for (index, x) in cassette.interactions.iter().enumerate() {
         let found = serde_json::to_value(x)
             .ok()
-            .and_then(|v| crate::secrets::find(&v, &[]));
+            .and_then(|v| cassettes::secrets::find(&v, &[]));
         if let Some(found) = found {
             out.push(Finding {
                 path: path.to_path_buf(),
@@ -289,7 +289,7 @@ mod tests {
         let mut good = Cassette::new("c::t$ok", "openai");
         let mut x = interaction("q", answer);
         x.summary = Summary::of(&x.response);
-        x.seal = Some(crate::format::seal_of(&x.response));
+        x.seal = Some(cassettes::seal_of(&x.response));
         good.interactions.push(x.clone());
         write("c--t--ok/openai.json", &good.to_bytes());
         assert_eq!(audit(dir.path()).unwrap(), []);
@@ -305,19 +305,19 @@ mod tests {
         write("c--t--rekeyed/openai.json", &rekeyed.to_bytes());
         let mut blobbed = good.clone();
         blobbed.test = "c::t$blob".into();
-        blobbed.interactions[0].response = crate::RecordedResponse::with_body(
+        blobbed.interactions[0].response = cassettes::RecordedResponse::with_body(
             200,
             Default::default(),
-            &vec![0xffu8; crate::INLINE_LIMIT + 1],
+            &vec![0xffu8; cassettes::INLINE_LIMIT + 1],
         );
         blobbed.interactions[0].summary = None;
         blobbed.interactions[0].seal =
-            Some(crate::format::seal_of(&blobbed.interactions[0].response));
+            Some(cassettes::seal_of(&blobbed.interactions[0].response));
         write("c--t--blob/openai.json", &blobbed.to_bytes());
         let mut leaked = good.clone();
         leaked.test = "c::t$leaked".into();
         leaked.interactions[0].request.path = "/v1/sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ".into();
-        leaked.interactions[0].key = crate::Key::of(&leaked.interactions[0].request);
+        leaked.interactions[0].key = cassettes::Key::of(&leaked.interactions[0].request);
         write("c--t--leaked/openai.json", &leaked.to_bytes());
         let mut unsealed = good.clone();
         unsealed.test = "c::t$unsealed".into();
@@ -327,7 +327,7 @@ mod tests {
         let mut resealed = good.clone();
         resealed.test = "c::t$sealed".into();
         resealed.interactions[0].seal =
-            Some(crate::format::seal_of(&resealed.interactions[0].response));
+            Some(cassettes::seal_of(&resealed.interactions[0].response));
         resealed.interactions[0].response.status = 201;
         write("c--t--sealed/openai.json", &resealed.to_bytes());
         write("c--t--ok/.llmreplay-x1.tmp", b"{");

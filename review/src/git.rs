@@ -2,10 +2,10 @@
 //! interactions were added, replaced, removed or left alone: what a pull request's reviewer
 //! will see, told before it is pushed.
 
-use crate::body::BLOB_DIR;
-use crate::format::{recording_ids, Cassette, Interaction, RecordingId};
+use cassettes::BLOB_DIR;
+use cassettes::{recording_ids, Cassette, Interaction, RecordingId};
 use crate::review::{paired_diffs, InteractionDiff};
-use crate::store::cassette_files;
+use cassettes::cassette_files;
 use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -29,7 +29,7 @@ pub enum ChangeKind {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Change {
     /// Relative to the repository's root.
-    #[serde(with = "crate::lossy_path")]
+    #[serde(with = "cassettes::lossy_path")]
     pub path: PathBuf,
     /// How the file changed.
     pub kind: ChangeKind,
@@ -138,9 +138,9 @@ pub fn changes_against_head_after(
             .and_then(|e| e.to_object(&repo).ok())
             .and_then(|o| o.peel_to_blob().ok())
             .map(|b| String::from_utf8_lossy(b.content()).into_owned());
-        let new = match crate::read_text(&workdir.join(&path)) {
+        let new = match cassettes::read_text(&workdir.join(&path)) {
             Ok(text) => Some(Ok(text)),
-            Err(e @ Error::NotText { .. }) => Some(Err(e)),
+            Err(e @ cassettes::Error::NotText { .. }) => Some(Err(e)),
             Err(_) => None,
         };
         let parse = |text: Option<&String>| -> Result<Vec<Interaction>, Error> {
@@ -182,10 +182,10 @@ pub fn changes_against_head_after(
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct FileDiff {
     /// Relative to the repository's root.
-    #[serde(with = "crate::lossy_path")]
+    #[serde(with = "cassettes::lossy_path")]
     pub path: PathBuf,
     /// Whose cassette it is.
-    pub test: crate::TestId,
+    pub test: cassettes::TestId,
     /// The provider's name.
     pub provider: String,
     /// How the file changed.
@@ -196,7 +196,7 @@ pub struct FileDiff {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "crate::lossy_path::option"
+        with = "cassettes::lossy_path::option"
     )]
     pub moved_from: Option<PathBuf>,
     /// How many recordings a moved cassette holds.
@@ -267,17 +267,17 @@ pub fn diff_against(
     }
     let mut new: BTreeMap<PathBuf, String> = BTreeMap::new();
     // Files that are not text: listed as broken, their bytes compared as text with U+FFFD.
-    let mut not_text: BTreeMap<PathBuf, Error> = BTreeMap::new();
+    let mut not_text: BTreeMap<PathBuf, cassettes::Error> = BTreeMap::new();
     for file in cassette_files(&workdir.join(&rel))? {
         let rel_path = file.strip_prefix(&workdir).unwrap_or(&file).to_path_buf();
-        let text = match crate::read_text(&file) {
+        let text = match cassettes::read_text(&file) {
             Ok(text) => text,
-            Err(e @ Error::NotText { .. }) => {
+            Err(e @ cassettes::Error::NotText { .. }) => {
                 let bytes = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
                 not_text.insert(rel_path.clone(), e);
                 String::from_utf8_lossy(&bytes).into_owned()
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         new.insert(rel_path, text);
     }
@@ -310,7 +310,7 @@ pub fn diff_against(
             _ => ChangeKind::Modified,
         };
         let parse = |text: Option<&String>| -> Result<Option<Cassette>, Error> {
-            text.map(|t| Cassette::parse(path, t)).transpose()
+            text.map(|t| Cassette::parse(path, t)).transpose().map_err(Error::from)
         };
         let folder = path.parent().unwrap_or(Path::new("")).join(BLOB_DIR);
         // Blob sizes for the review: from the base commit on one side, the work tree on the other.
@@ -343,7 +343,7 @@ pub fn diff_against(
         };
         let mut file = FileDiff {
             path: path.clone(),
-            test: crate::TestId::new(""),
+            test: cassettes::TestId::new(""),
             provider: String::new(),
             kind,
             interactions: Vec::new(),
@@ -598,8 +598,8 @@ mod tests {
         let record = |len: usize| {
             let audio = bytes::Bytes::from(vec![0xffu8; len]);
             let mut x = interaction("speak", "{}");
-            x.response = crate::RecordedResponse::with_body(200, Default::default(), &audio);
-            let sha = crate::body::sha256_hex(&audio);
+            x.response = cassettes::RecordedResponse::with_body(200, Default::default(), &audio);
+            let sha = cassettes::sha256_hex(&audio);
             std::fs::create_dir_all(folder.join(BLOB_DIR)).unwrap();
             std::fs::write(folder.join(BLOB_DIR).join(&sha), &audio).unwrap();
             write(&folder.join("openai.json"), vec![x]);

@@ -3,9 +3,9 @@
 //! the answer's text as a line diff, and the token counts before and after. Ids, timestamps and
 //! headers alone are not a change, as for a re-record.
 
-use crate::format::{recording_ids, Cassette, Interaction, RecordedResponse, RecordingId, Summary};
-use crate::key::differing_fields;
-use crate::summary::Tokens;
+use cassettes::{recording_ids, Cassette, Interaction, RecordedResponse, RecordingId, Summary};
+use cassettes::differing_fields;
+use cassettes::Tokens;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -133,7 +133,7 @@ pub fn drift(old: &RecordedResponse, new: &RecordedResponse) -> Vec<Drift> {
 fn read(response: &RecordedResponse) -> providers::Answer {
     if let Some(frames) = response.frames() {
         return providers::Answer {
-            text: crate::session::transcript(frames),
+            text: cassettes::session::transcript(frames),
             ..providers::Answer::default()
         };
     }
@@ -448,7 +448,20 @@ fn changed(old: &Interaction, new: &Interaction) -> Option<InteractionDiff> {
 mod tests {
     use super::*;
     use crate::testing::interaction;
-    use crate::Key;
+    use cassettes::Key;
+
+    /// An answer kept as the gzip bytes received reads as its decoded text.
+    #[test]
+    fn a_gzip_answer_reads_decoded() {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(br#"{"choices":[{"message":{"content":"Zipped"}}]}"#)
+            .unwrap();
+        let headers =
+            std::collections::BTreeMap::from([("content-encoding".into(), "gzip".into())]);
+        let r = RecordedResponse::with_body(200, headers, &gz.finish().unwrap());
+        assert_eq!(answer_text(&r), "Zipped");
+    }
 
     fn cassette(list: Vec<Interaction>) -> Cassette {
         let mut c = Cassette::new("t", "openai");
@@ -460,7 +473,7 @@ mod tests {
     /// assembled, with new event ids alone not a change.
     #[test]
     fn a_session_is_reviewed_by_its_transcript() {
-        use crate::session::{Side, WsFrame};
+        use cassettes::session::{Side, WsFrame};
         let session = |ids: &str, deltas: &[&str]| {
             let mut frames = vec![WsFrame::new(
                 Side::Client,
@@ -472,7 +485,7 @@ mod tests {
                 let v = serde_json::json!({"type": "response.output_text.delta", "event_id": ids, "delta": d});
                 frames.push(WsFrame::new(Side::Server, false, v.to_string().into(), 2));
             }
-            let request = crate::Normalizer::default().session(
+            let request = cassettes::Normalizer::default().session(
                 "/v1/realtime",
                 Some("model=gpt-realtime"),
                 &[],
