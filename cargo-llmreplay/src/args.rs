@@ -174,8 +174,3 @@ pub fn target_dir(root: &Path) -> PathBuf {
         None => root.join("target"),
     }
 }
-
-/// The cargo that runs us, for `cargo nextest` calls.
-pub fn cargo() -> std::ffi::OsString {
-    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
-}

@@ -6,10 +6,10 @@
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, code, code_short, fenced, html, plural, term, term_lines, Styles};
-use review::git::{diff_against, ChangeKind, Diff, FileDiff};
-use review::review::{Change, Drift, InteractionDiff};
 use cassettes::Tokens;
 use clap::{Args, ValueEnum};
+use review::git::{diff_against, ChangeKind, Diff, FileDiff};
+use review::review::{Change, Drift, InteractionDiff};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -2,7 +2,6 @@
 //! safe: each cargo call costs a few tens of milliseconds before the tests even start, on
 //! every run. When the manifests leave any doubt, cargo itself is asked.
 
-use crate::args::cargo;
 use crate::error::{Error, Result};
 use cassettes::glob::{glob, Separator};
 use std::path::{Path, PathBuf};
@@ -254,6 +253,11 @@ fn check_version(out: &std::process::Output) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The cargo that runs us, for `cargo nextest` calls.
+pub fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
 }
 
 #[cfg(test)]

@@ -521,9 +521,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
                 store.preload();
             }
             git.then(|| {
-                review::git::changes_against_head_after(&dir, |path| {
-                    store.interactions_read(path)
-                })
+                review::git::changes_against_head_after(&dir, |path| store.interactions_read(path))
             })
         })
     });

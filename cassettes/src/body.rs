@@ -304,7 +304,7 @@ impl Body {
             Body::Empty => {}
             Body::Json { value, .. } => {
                 out.extend_from_slice(b"json:");
-                crate::key::write_canonical(value, out);
+                crate::canonical::write_canonical(value, out);
             }
             Body::Text(t) => {
                 out.extend_from_slice(b"text:");
@@ -325,7 +325,7 @@ impl Body {
                         "content_type": p.content_type,
                         "content": String::from_utf8_lossy(&content),
                     });
-                    crate::key::write_canonical(&head, out);
+                    crate::canonical::write_canonical(&head, out);
                     out.push(b'\n');
                 }
             }

@@ -4,13 +4,17 @@
 #![warn(missing_docs)]
 
 mod body;
+mod canonical;
+mod entry;
 pub mod eventstream;
 pub mod filter;
 mod format;
+mod fs;
 pub mod glob;
 mod id;
 mod key;
 pub mod lossy_path;
+mod maintenance;
 pub mod pointer;
 pub mod secrets;
 pub mod session;
@@ -22,18 +26,21 @@ pub mod testing;
 pub use body::{
     blob_dir, sha256_hex, Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH,
 };
+pub use canonical::write_canonical;
+pub use entry::{Closest, Entry, Lookup, RecordOutcome};
 pub use format::{
     recording_ids, seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse,
     RecordingId, ResponseBody, StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
 };
+pub use fs::{confined, DEFAULT_LOCK_TIMEOUT};
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
-pub use key::{differing_fields, write_canonical, Key, Normalizer, RecordedRequest, ReplaceRule};
-pub use store::{
-    cassette_files, confined, fix_cassette, move_test, mv_command, read_cassette,
-    read_cassette_with_blobs, remove_folder, remove_leftover_temp, remove_recordings,
-    remove_unreferenced_blobs, rewrite_cassette, sealed, Closest, Entry, Fixed, Lookup, Moved,
-    RecordOutcome, Store, TestChanges, Unused, DEFAULT_LOCK_TIMEOUT,
+pub use key::{differing_fields, Key, Normalizer, RecordedRequest, ReplaceRule};
+pub use maintenance::{
+    cassette_files, fix_cassette, move_test, mv_command, read_cassette, read_cassette_with_blobs,
+    remove_folder, remove_leftover_temp, remove_recordings, remove_unreferenced_blobs,
+    rewrite_cassette, sealed, Fixed, Moved, TestChanges,
 };
+pub use store::{Store, Unused};
 pub use summary::Tokens;
 
 use std::path::{Path, PathBuf};

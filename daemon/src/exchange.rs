@@ -3,9 +3,10 @@
 //! or a miss explained, and a new recording saved and journalled. Forwarding is `proxy`'s;
 //! building answers is `respond`'s.
 
+use crate::call::Call;
 use crate::config::Mode;
 use crate::faults::FaultKind;
-use crate::journal::{Call, Detail, FieldValues, Outcome};
+use crate::journal::{Detail, FieldValues, Outcome};
 use crate::provider::Kind;
 use crate::proxy::Forwarded;
 use crate::respond::{provider_error, text, Body, Refused};

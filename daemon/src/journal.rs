@@ -2,10 +2,10 @@
 //! are recorded cheaply (shared handles, no strings built); details are made only for misses
 //! and errors, and everything is rendered to JSON on demand.
 
-use cassettes::{Entry, Key};
+use crate::call::Call;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// Hits kept one by one; past this they are only counted, so a long-running daemon (or a load
 /// test) does not grow without bound.
@@ -67,28 +67,6 @@ impl Outcome {
             Outcome::Recorded | Outcome::Replaced | Outcome::Unchanged
         )
     }
-}
-
-/// Which request a record is about: built once per request, consumed when it is logged.
-pub struct Call {
-    /// The cassette it belongs to.
-    pub entry: Arc<Entry>,
-    /// Its method.
-    pub method: http::Method,
-    /// The upstream path, e.g. `/v1/chat/completions`.
-    pub path: String,
-    /// Its key.
-    pub key: Key,
-    /// 0 for the first request with this key in its test, 1 for the second, ...
-    pub ordinal: usize,
-    /// When the daemon began on it, for the log's milliseconds.
-    pub started: std::time::Instant,
-    /// The answer's size, where it is known when the outcome is (a replayed or recorded
-    /// body, a session's frames).
-    pub bytes: Option<u64>,
-    /// A WebSocket session rather than one HTTP exchange: its log lines are headed
-    /// `session{…}`, without the method.
-    pub session: bool,
 }
 
 /// Why a request missed or failed, for the report.

@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod ca;
+pub mod call;
 mod capture;
 pub mod config;
 mod control;

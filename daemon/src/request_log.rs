@@ -5,7 +5,7 @@
 //! reads the same either way. Where a tracing layer wants requests (`-v`, `RUST_LOG`), the
 //! span and events are made for it as before.
 
-use crate::journal::Call;
+use crate::call::Call;
 use std::fmt::{self, Write as _};
 use std::sync::OnceLock;
 use tracing::Level;

@@ -6,8 +6,9 @@
 //! it. A frame that does not match gets an `error` event in the provider's shape and a close
 //! with 1008, and the session is reported as missing, naming the field that differs.
 
+use crate::call::Call;
 use crate::config::Mode;
-use crate::journal::{Call, Detail, Outcome};
+use crate::journal::{Detail, Outcome};
 use crate::provider::Kind;
 use crate::respond::Body;
 use crate::route::Route;
@@ -124,7 +125,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
     );
     let key = Key::of(&request);
     let call = match crate::exchange::call_for(&state, &route, http::Method::GET, key) {
-        Ok(call) => crate::journal::Call {
+        Ok(call) => Call {
             session: true,
             ..call
         },

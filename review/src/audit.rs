@@ -3,10 +3,10 @@
 //! missing or damaged blobs, and cassettes in a folder or file their test and provider would not
 //! be looked up in.
 
+use crate::Error;
+use cassettes::cassette_files;
 use cassettes::{Cassette, Summary};
 use cassettes::{Slug, TestId};
-use cassettes::cassette_files;
-use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -311,8 +311,7 @@ mod tests {
             &vec![0xffu8; cassettes::INLINE_LIMIT + 1],
         );
         blobbed.interactions[0].summary = None;
-        blobbed.interactions[0].seal =
-            Some(cassettes::seal_of(&blobbed.interactions[0].response));
+        blobbed.interactions[0].seal = Some(cassettes::seal_of(&blobbed.interactions[0].response));
         write("c--t--blob/openai.json", &blobbed.to_bytes());
         let mut leaked = good.clone();
         leaked.test = "c::t$leaked".into();

@@ -2,11 +2,11 @@
 //! interactions were added, replaced, removed or left alone: what a pull request's reviewer
 //! will see, told before it is pushed.
 
+use crate::review::{paired_diffs, InteractionDiff};
+use crate::Error;
+use cassettes::cassette_files;
 use cassettes::BLOB_DIR;
 use cassettes::{recording_ids, Cassette, Interaction, RecordingId};
-use crate::review::{paired_diffs, InteractionDiff};
-use cassettes::cassette_files;
-use crate::Error;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -310,7 +310,9 @@ pub fn diff_against(
             _ => ChangeKind::Modified,
         };
         let parse = |text: Option<&String>| -> Result<Option<Cassette>, Error> {
-            text.map(|t| Cassette::parse(path, t)).transpose().map_err(Error::from)
+            text.map(|t| Cassette::parse(path, t))
+                .transpose()
+                .map_err(Error::from)
         };
         let folder = path.parent().unwrap_or(Path::new("")).join(BLOB_DIR);
         // Blob sizes for the review: from the base commit on one side, the work tree on the other.

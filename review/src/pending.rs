@@ -3,10 +3,10 @@
 //! one only the base has, at its position there), and rejecting it: the base's interaction
 //! restored under the folder's lock.
 
-use cassettes::Interaction;
 use crate::git::{Diff, FileDiff};
 use crate::review::{Change, InteractionDiff};
 use crate::Error;
+use cassettes::Interaction;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -165,8 +165,8 @@ pub fn reject(diff: &Diff, cassette_dir: &Path, rejected: &[&Pending]) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cassettes::{Cassette, RecordedResponse};
     use crate::testing::{commit_all, interaction};
+    use cassettes::{Cassette, RecordedResponse};
 
     /// A changed, a removed (its answer in a blob) and an added interaction: their ids, and
     /// rejecting all three gives back HEAD's file and blob, byte for byte.
@@ -240,7 +240,10 @@ mod tests {
         newer.interactions.push(interaction("e", "{}"));
         std::fs::write(&path, newer.to_bytes()).unwrap();
         let stale = reject(&diff, &cassettes, &refs).unwrap_err();
-        assert!(matches!(stale, Error::Cassettes(cassettes::Error::Stale { .. })), "{stale}");
+        assert!(
+            matches!(stale, Error::Cassettes(cassettes::Error::Stale { .. })),
+            "{stale}"
+        );
         std::fs::write(&path, &edited).unwrap();
 
         assert_eq!(reject(&diff, &cassettes, &refs).unwrap(), 3);

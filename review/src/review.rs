@@ -3,9 +3,9 @@
 //! the answer's text as a line diff, and the token counts before and after. Ids, timestamps and
 //! headers alone are not a change, as for a re-record.
 
-use cassettes::{recording_ids, Cassette, Interaction, RecordedResponse, RecordingId, Summary};
 use cassettes::differing_fields;
 use cassettes::Tokens;
+use cassettes::{recording_ids, Cassette, Interaction, RecordedResponse, RecordingId, Summary};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::HashMap;

@@ -10,9 +10,9 @@ pub use command::{run, ReportCommand};
 pub use scope::{list_tests, read_list, spawn_list, RunScope};
 
 use crate::error::{exit, Error, Outcome, Result};
-use review::git::{changes_against_head, Change};
 use cassettes::{Slug, Store, TestId};
 use daemon::{ErrorAnswer, Journal, Miss, Mode, Stats};
+use review::git::{changes_against_head, Change};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,461 @@
+//! One test's cassette for one provider: the recordings it holds, prepared for replay, this
+//! run's sequence over them, and a new recording merged into the file under its folder's lock.
+
+use crate::format::{ordinals, Cassette, Interaction, Prepared, RecordingId, Summary};
+use crate::fs::{confined, lock_creating, write_atomic};
+use crate::id::{ProviderName, Slug, TestId};
+use crate::key::{differing_fields, Key, RecordedRequest};
+use crate::maintenance::{mv_command, remove_unreferenced_blobs, sealed_ids, write_blobs};
+use crate::secrets::Guard;
+use crate::Error;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+/// One test's cassette for one provider, and this run's sequence cursors over it.
+pub struct Entry {
+    /// The test.
+    pub test: TestId,
+    /// Its folder's name.
+    pub slug: Slug,
+    /// The provider.
+    pub provider: ProviderName,
+    /// The cassette file.
+    pub path: PathBuf,
+    /// The cassette directory, which no write may leave.
+    pub(crate) root: PathBuf,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) guard: Arc<Guard>,
+    /// Held (on a blocking thread) for the whole of a write, so this process writes the file
+    /// one recording at a time; `state` is only ever held briefly, never across a file lock, so
+    /// a lock another process holds delays this test's recordings alone.
+    pub(crate) writing: Mutex<()>,
+    pub(crate) state: Mutex<State>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) loaded: Option<Loaded>,
+    pub(crate) cursors: HashMap<Key, usize>,
+    /// The recordings this run replayed, recorded or served through a fault, by key and
+    /// ordinal: unlike positions, these survive a trim and another process's appends.
+    pub(crate) used: Used,
+    pub(crate) run: RunAccount,
+}
+
+/// Recordings by key and which recording of the key: a set of [`RecordingId`] that takes a
+/// borrowed key, so replay's hot path allocates only for a key's first use.
+#[derive(Default)]
+pub(crate) struct Used(pub(crate) HashMap<Key, Vec<usize>>);
+
+impl Used {
+    pub(crate) fn insert(&mut self, key: &Key, ordinal: usize) {
+        match self.0.get_mut(key) {
+            Some(ordinals) if ordinals.contains(&ordinal) => {}
+            Some(ordinals) => ordinals.push(ordinal),
+            None => {
+                self.0.insert(key.clone(), vec![ordinal]);
+            }
+        }
+    }
+
+    pub(crate) fn contains(&self, key: &Key, ordinal: usize) -> bool {
+        self.0.get(key).is_some_and(|o| o.contains(&ordinal))
+    }
+}
+
+/// Recordings an attempt may name for its trim; past this, the test keeps everything (a
+/// long-lived daemon recording one test without end must not grow without bound).
+pub(crate) const MAX_ACCOUNTED: usize = 100_000;
+
+/// What this run did to one cassette, for the report and for a re-recorded test's trim.
+#[derive(Default)]
+pub(crate) struct RunAccount {
+    /// Each recording this attempt wrote or found unchanged, in the order they were saved.
+    pub(crate) recorded: Vec<RecordingId>,
+    /// Requests of this attempt that went upstream and were not saved (an upstream error, a
+    /// refused key, a broken stream): the test's old recordings may be all it has for them.
+    pub(crate) unsaved: usize,
+    /// More recordings than `MAX_ACCOUNTED`: the attempt's list is incomplete.
+    pub(crate) overflowed: bool,
+    /// Recordings this attempt was served through a fault (a cut or broken answer): used,
+    /// so a trim keeps them though nothing recorded them again.
+    pub(crate) served: Vec<RecordingId>,
+    /// The recordings the file held, read under its lock, when this run first wrote to it,
+    /// and their seals: a trim may remove only these, never what another process added since.
+    pub(crate) before: Option<Vec<(RecordingId, Option<String>)>>,
+}
+
+impl RunAccount {
+    /// Whether the attempt made any call through this entry.
+    pub(crate) fn called(&self) -> bool {
+        !self.recorded.is_empty() || self.unsaved > 0 || !self.served.is_empty()
+    }
+}
+
+pub(crate) struct Loaded {
+    pub(crate) cassette: Cassette,
+    pub(crate) index: HashMap<Key, Vec<usize>>,
+    /// Each position's ordinal among the recordings of its key.
+    pub(crate) ordinals: Vec<usize>,
+    pub(crate) prepared: Vec<Arc<Prepared>>,
+}
+
+impl Loaded {
+    /// Keeps each answer once, as prepared bytes: the cassette kept beside them holds the
+    /// requests (their large bodies by hash only) and summaries, which is all a miss or the
+    /// report reads of it.
+    pub(crate) fn new(mut cassette: Cassette) -> Self {
+        let mut index: HashMap<Key, Vec<usize>> = HashMap::new();
+        for (i, interaction) in cassette.interactions.iter().enumerate() {
+            index.entry(interaction.key.clone()).or_default().push(i);
+        }
+        let ordinals = ordinals(&cassette.interactions);
+        let prepared = cassette
+            .interactions
+            .iter_mut()
+            .map(|i| {
+                for blob in i.request.body.blobs_mut() {
+                    blob.bytes = None;
+                }
+                Arc::new(Prepared::take(i))
+            })
+            .collect();
+        Loaded {
+            cassette,
+            index,
+            ordinals,
+            prepared,
+        }
+    }
+}
+
+/// The answer to "what does the n-th request with this key get?".
+pub struct Lookup {
+    /// 0 for the first request with this key in this test, 1 for the second, ...
+    pub ordinal: usize,
+    /// The recording it gets, if there is one.
+    pub hit: Option<Arc<Prepared>>,
+}
+
+/// What a recording did to the cassette file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// A new recording, at the end.
+    Appended,
+    /// A changed answer, in place.
+    Replaced,
+    /// The stored entry differs only in volatile fields, or not at all: the file is untouched.
+    Unchanged,
+}
+
+/// The closest recording to a request that found none.
+#[derive(Clone, Debug)]
+pub struct Closest {
+    /// Its position in the cassette, from 0.
+    pub index: usize,
+    /// The JSON pointers of the fields that differ.
+    pub differing: Vec<String>,
+    /// For each differing field, the recorded value and the new one (`None`: absent).
+    pub values: Vec<(Option<serde_json::Value>, Option<serde_json::Value>)>,
+}
+
+impl Closest {
+    /// The same call (method and path) with other parameters: a drifted prompt or model,
+    /// which re-recording the test replaces.
+    pub fn same_call(&self) -> bool {
+        !self
+            .differing
+            .iter()
+            .any(|p| p == "/method" || p == "/path")
+    }
+}
+
+impl Entry {
+    /// Takes the next ordinal for `key` and returns the recording it maps to, if any. With
+    /// `repeat_last`, a request beyond the recordings gets the last one (vcrpy's playback repeats).
+    pub fn next(&self, key: &Key, repeat_last: bool) -> Result<Lookup, Error> {
+        self.lookup(key, repeat_last, true)
+    }
+
+    /// The recording the next request with `key` would get, for a fault to serve in part,
+    /// without taking it: a faulted request must not move the sequence. The recording counts
+    /// as used, and a trim keeps it.
+    pub fn serve_fault(
+        &self,
+        key: &Key,
+        repeat_last: bool,
+    ) -> Result<Option<Arc<Prepared>>, Error> {
+        let mut state = self.state.lock().expect("entry lock");
+        let state = &mut *state;
+        let loaded = self.ensure_loaded(&mut state.loaded)?;
+        let ordinal = state.cursors.get(key).copied().unwrap_or(0);
+        let Some(positions) = loaded.index.get(key) else {
+            return Ok(None);
+        };
+        let n = if repeat_last {
+            ordinal.min(positions.len() - 1)
+        } else {
+            ordinal
+        };
+        let Some(&i) = positions.get(n) else {
+            return Ok(None);
+        };
+        let prepared = loaded.prepared[i].clone();
+        state.used.insert(key, n);
+        let id = RecordingId {
+            key: key.clone(),
+            ordinal: n,
+        };
+        if !state.run.served.contains(&id) && state.run.served.len() < MAX_ACCOUNTED {
+            state.run.served.push(id);
+        }
+        Ok(Some(prepared))
+    }
+
+    /// As [`Entry::next`], for replay: a key with no recording gets ordinal 0 and no cursor, so
+    /// a stream of requests that miss (every one a new key) takes no memory.
+    pub fn next_recorded(&self, key: &Key, repeat_last: bool) -> Result<Lookup, Error> {
+        self.lookup(key, repeat_last, false)
+    }
+
+    pub(crate) fn lookup(
+        &self,
+        key: &Key,
+        repeat_last: bool,
+        count_unrecorded: bool,
+    ) -> Result<Lookup, Error> {
+        let mut state = self.state.lock().expect("entry lock");
+        let state = &mut *state;
+        let loaded = self.ensure_loaded(&mut state.loaded)?;
+        // The hot path: no allocation once a key has been seen.
+        let ordinal = match state.cursors.get_mut(key) {
+            Some(cursor) => {
+                *cursor += 1;
+                *cursor - 1
+            }
+            None if count_unrecorded || loaded.index.contains_key(key) => {
+                state.cursors.insert(key.clone(), 1);
+                0
+            }
+            None => 0,
+        };
+        let position = loaded.index.get(key).and_then(|positions| {
+            let n = if repeat_last {
+                ordinal.min(positions.len() - 1)
+            } else {
+                ordinal
+            };
+            positions.get(n).copied()
+        });
+        if let Some(i) = position {
+            state.used.insert(key, loaded.ordinals[i]);
+        }
+        Ok(Lookup {
+            ordinal,
+            hit: position.map(|i| loaded.prepared[i].clone()),
+        })
+    }
+
+    /// Counts a request of this attempt that went upstream and was not saved: the test then
+    /// keeps its old recordings when the run ends (see [`Store::finish_test`]).
+    pub fn note_unsaved(&self) {
+        self.state.lock().expect("entry lock").run.unsaved += 1;
+    }
+
+    /// The recording of this test closest to `request`: fewest differing fields.
+    pub fn closest(&self, request: &RecordedRequest) -> Option<Closest> {
+        let state = self.state.lock().expect("entry lock");
+        let loaded = state.loaded.as_ref()?;
+        let wanted = request.to_value();
+        let (index, recorded, differing) = loaded
+            .cassette
+            .interactions
+            .iter()
+            .enumerate()
+            .map(|(index, i)| {
+                let recorded = i.request.to_value();
+                let differing = differing_fields(&recorded, &wanted);
+                (index, recorded, differing)
+            })
+            // On a tie, a recording this run has not replayed yet: the n-th call of a test
+            // that drifted is closest to its own old recording, not to one already used.
+            .min_by_key(|(index, _, d)| {
+                let i = &loaded.cassette.interactions[*index];
+                (
+                    d.len(),
+                    state.used.contains(&i.key, loaded.ordinals[*index]),
+                )
+            })?;
+        let values = differing
+            .iter()
+            .map(|p| (recorded.pointer(p).cloned(), wanted.pointer(p).cloned()))
+            .collect();
+        Some(Closest {
+            index,
+            differing,
+            values,
+        })
+    }
+
+    /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
+    /// when there is one, appends otherwise. Merges with the file on disk under its lock, so
+    /// another run's interactions written meanwhile are kept.
+    /// Blocks on the folder's file lock: call it off the async workers.
+    pub fn record(
+        &self,
+        ordinal: usize,
+        mut interaction: Interaction,
+    ) -> Result<RecordOutcome, Error> {
+        if self.guard.redact_answer(&mut interaction) {
+            interaction.summary = Summary::of(&interaction.response);
+        }
+        if let Some(found) = self.guard.check(&interaction) {
+            return Err(Error::Secret {
+                path: self.path.clone(),
+                pointer: found.pointer,
+                what: found.what,
+            });
+        }
+        interaction.seal = Some(crate::format::seal_of(&interaction.response));
+        let _writing = self.writing.lock().expect("entry write lock");
+        let first = self.state.lock().expect("entry lock").run.before.is_none();
+        let key = interaction.key.clone();
+        let mut outcome = RecordOutcome::Unchanged;
+        let mut before = None;
+        let merged = self.write_locked(|cassette| {
+            // What the file holds now, under its lock, is what this run's trim may remove:
+            // another run's recordings written after this point are not.
+            if first {
+                before = Some(sealed_ids(&cassette.interactions));
+            }
+            outcome = put(cassette, ordinal, interaction);
+            outcome != RecordOutcome::Unchanged
+        })?;
+        let mut state = self.state.lock().expect("entry lock");
+        if state.run.before.is_none() {
+            state.run.before = before;
+        }
+        let account = &mut state.run;
+        if account.recorded.len() < MAX_ACCOUNTED {
+            account.recorded.push(RecordingId {
+                key: key.clone(),
+                ordinal,
+            });
+        } else {
+            account.overflowed = true;
+        }
+        // What was just recorded was used by this run, wherever the merge put it.
+        state.used.insert(&key, ordinal);
+        state.loaded = Some(Loaded::new(merged));
+        Ok(outcome)
+    }
+
+    pub(crate) fn ensure_loaded<'s>(
+        &self,
+        loaded: &'s mut Option<Loaded>,
+    ) -> Result<&'s Loaded, Error> {
+        if loaded.is_none() {
+            *loaded = Some(Loaded::new(self.read()?));
+        }
+        Ok(loaded.as_ref().expect("just loaded"))
+    }
+
+    pub(crate) fn read(&self) -> Result<Cassette, Error> {
+        // Read only inside the cassette dir, as writes are: a folder that links elsewhere is
+        // refused, not followed.
+        if self.folder().exists() {
+            confined(&self.root, self.folder())?;
+        }
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Cassette::new(self.test.as_str(), self.provider.as_str()));
+            }
+            Err(e) => return Err(Error::io(&self.path, e)),
+        };
+        self.check(Cassette::parse(&self.path, &text)?)
+    }
+
+    /// The cassette read from this entry's file, once it is known to be this test's and
+    /// whole, with its blobs.
+    pub(crate) fn check(&self, mut cassette: Cassette) -> Result<Cassette, Error> {
+        let recorded_for = TestId::new(cassette.test.as_str());
+        if cassette.test != self.test.as_str() && Slug::from_test_id(&recorded_for) != self.slug {
+            return Err(Error::MovedByHand {
+                path: self.path.clone(),
+                command: mv_command(&recorded_for, &self.test),
+                recorded_for: cassette.test.to_string(),
+                test: self.test.to_string(),
+            });
+        }
+        if cassette.test != self.test.as_str() {
+            return Err(Error::SlugCollision {
+                slug: self.slug.to_string(),
+                first: cassette.test.to_string(),
+                second: self.test.to_string(),
+            });
+        }
+        if let Some(&index) = cassette.key_mismatches().first() {
+            return Err(Error::KeyMismatch {
+                path: self.path.clone(),
+                index,
+            });
+        }
+        if let Some(&index) = cassette.seal_mismatches().first() {
+            return Err(Error::SealMismatch {
+                path: self.path.clone(),
+                index,
+            });
+        }
+        cassette.load_blobs(self.folder())?;
+        Ok(cassette)
+    }
+
+    pub(crate) fn folder(&self) -> &Path {
+        self.path.parent().expect("cassette paths have a folder")
+    }
+
+    pub(crate) fn write_locked(
+        &self,
+        change: impl FnOnce(&mut Cassette) -> bool,
+    ) -> Result<Cassette, Error> {
+        let dir = self.path.parent().expect("cassette paths have a folder");
+        let _lock = lock_creating(dir, &self.root, self.lock_timeout)?;
+        // Read under the lock: another run may have written since this one loaded the file.
+        let mut cassette = self.read()?;
+        if change(&mut cassette) {
+            // Blobs first: a crash between the two leaves an unreferenced blob, never a
+            // cassette that refers to a missing one.
+            write_blobs(dir, &cassette, &self.root)?;
+            write_atomic(&self.path, &cassette.to_bytes())?;
+            remove_unreferenced_blobs(dir)?;
+        }
+        Ok(cassette)
+    }
+}
+
+/// Writes a temporary file beside `path` and renames it over: a crash leaves the old file or
+/// the new one, never half of either.
+pub(crate) fn put(cassette: &mut Cassette, ordinal: usize, new: Interaction) -> RecordOutcome {
+    let existing = cassette
+        .interactions
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.key == new.key)
+        .nth(ordinal)
+        .map(|(i, _)| i);
+    match existing {
+        Some(i) if cassette.interactions[i].response.comparable() == new.response.comparable() => {
+            RecordOutcome::Unchanged
+        }
+        Some(i) => {
+            cassette.interactions[i] = new;
+            RecordOutcome::Replaced
+        }
+        None => {
+            cassette.interactions.push(new);
+            RecordOutcome::Appended
+        }
+    }
+}

@@ -1,0 +1,610 @@
+//! The store, its entries and the offline maintenance, on real folders.
+
+use super::*;
+use crate::entry::RecordOutcome;
+use crate::format::{Interaction, RecordingId};
+use crate::fs::lock_file;
+use crate::maintenance::remove_recordings;
+use crate::testing::interaction;
+use crate::BLOB_DIR;
+use std::fs::File;
+
+fn file_key(e: &Entry, i: usize) -> Key {
+    let c: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();
+    c.interactions[i].key.clone()
+}
+
+fn id(key: &Key, ordinal: usize) -> RecordingId {
+    RecordingId {
+        key: key.clone(),
+        ordinal,
+    }
+}
+
+fn ids() -> (TestId, ProviderName) {
+    (TestId::new("crate$t"), ProviderName::new("openai").unwrap())
+}
+
+/// The test of [`ids`] with one recording, in a cassette under `dir`; and its key.
+fn one_recording(dir: &Path) -> (Arc<Entry>, Key) {
+    let (t, p) = ids();
+    let a = interaction("a", r#"{"id":"1"}"#);
+    let key = a.key.clone();
+    let entry = Store::new(dir).entry(&t, &p).unwrap();
+    entry.record(0, a).unwrap();
+    (entry, key)
+}
+
+/// Preloading parses each test's own cassettes ahead of its requests, which then replay
+/// from them; a folder moved by hand is left to the request, which names it.
+#[test]
+fn preloaded_cassettes_replay_and_a_moved_folder_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let (recorded, key) = one_recording(dir.path());
+    let moved = dir.path().join("crate--moved");
+    std::fs::create_dir(&moved).unwrap();
+    std::fs::copy(&recorded.path, moved.join("openai.json")).unwrap();
+
+    let store = Store::new(dir.path());
+    assert_eq!(store.interactions_read(&recorded.path), None);
+    store.preload();
+    let entry = store.find(t.as_str(), &p).expect("preloaded");
+    assert!(entry.state.lock().unwrap().loaded.is_some());
+    assert!(store.find("crate$moved", &p).is_none());
+    // What was read is told by path, and only what was read whole and sound.
+    assert_eq!(store.interactions_read(&recorded.path), Some(1));
+    assert_eq!(store.interactions_read(&moved.join("openai.json")), None);
+    assert!(entry.next_recorded(&key, false).unwrap().hit.is_some());
+    let elsewhere = store.entry(&TestId::new("crate$moved"), &p).unwrap();
+    assert!(matches!(
+        elsewhere.next_recorded(&key, false),
+        Err(Error::MovedByHand { .. })
+    ));
+}
+
+/// A replay's unused recordings come from the files preloading listed: those of a
+/// provider the test no longer calls too, and not a file that appeared after.
+#[test]
+fn unused_after_preload_are_the_files_it_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let (_, key) = one_recording(dir.path());
+    let other = ProviderName::new("anthropic").unwrap();
+    let dropped = Store::new(dir.path()).entry(&t, &other).unwrap();
+    dropped
+        .record(0, interaction("b", r#"{"id":"2"}"#))
+        .unwrap();
+
+    let store = Store::new(dir.path());
+    store.preload();
+    std::fs::copy(&dropped.path, dropped.path.with_file_name("gemini.json")).unwrap();
+    let entry = store.find(t.as_str(), &p).unwrap();
+    assert!(entry.next_recorded(&key, false).unwrap().hit.is_some());
+    let unused = store.unused_in(&t).unwrap();
+    let providers: Vec<&str> = unused.iter().map(|u| u.provider.as_str()).collect();
+    assert_eq!(providers, ["anthropic"]);
+    // Without preloading, the folder is read when asked.
+    let fresh = Store::new(dir.path());
+    let providers: Vec<String> = fresh
+        .unused_in(&t)
+        .unwrap()
+        .iter()
+        .map(|u| u.provider.as_str().to_string())
+        .collect();
+    assert_eq!(providers, ["anthropic", "gemini", "openai"]);
+}
+
+#[test]
+fn sequence_replace_in_place_and_append() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let (t, p) = ids();
+    let e = store.entry(&t, &p).unwrap();
+    let a = interaction("a", r#"{"id":"1","n":1}"#);
+    let key = a.key.clone();
+    assert_eq!(e.next(&key, false).unwrap().ordinal, 0);
+    assert_eq!(e.record(0, a).unwrap(), RecordOutcome::Appended);
+    assert_eq!(
+        e.record(1, interaction("a", r#"{"n":2}"#)).unwrap(),
+        RecordOutcome::Appended
+    );
+    assert_eq!(
+        e.record(0, interaction("b", r#"{"n":3}"#)).unwrap(),
+        RecordOutcome::Appended
+    );
+    let before = std::fs::read(&e.path).unwrap();
+    // Only a volatile field differs: nothing is written.
+    assert_eq!(
+        e.record(0, interaction("a", r#"{"id":"9","n":1}"#))
+            .unwrap(),
+        RecordOutcome::Unchanged
+    );
+    assert_eq!(std::fs::read(&e.path).unwrap(), before);
+    assert_eq!(
+        e.record(1, interaction("a", r#"{"n":22}"#)).unwrap(),
+        RecordOutcome::Replaced
+    );
+
+    let fresh = Store::new(dir.path());
+    let e = fresh.entry(&t, &p).unwrap();
+    assert_eq!(
+        &e.next(&key, false).unwrap().hit.unwrap().body[..],
+        br#"{"id":"1","n":1}"#
+    );
+    assert_eq!(
+        &e.next(&key, false).unwrap().hit.unwrap().body[..],
+        br#"{"n":22}"#
+    );
+    assert!(
+        e.next(&key, false).unwrap().hit.is_none(),
+        "a third request has no recording"
+    );
+    let other = file_key(&e, 2);
+    let unused: Vec<_> = fresh
+        .unused_in(&t)
+        .unwrap()
+        .into_iter()
+        .map(|u| (u.key, u.ordinal))
+        .collect();
+    assert_eq!(
+        unused,
+        vec![(other, 0)],
+        "only the recording of prompt b was not replayed"
+    );
+    assert!(
+        e.next(&key, true).unwrap().hit.is_some(),
+        "unless repeats are allowed"
+    );
+    fresh.reset_test(&t);
+    assert_eq!(
+        e.next(&key, false).unwrap().ordinal,
+        0,
+        "a retry starts afresh"
+    );
+    let file: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();
+    assert_eq!(file.interactions.len(), 3);
+    assert_eq!(
+        file.interactions[2].response.payloads(),
+        [serde_json::json!({"n": 3})],
+        "order kept"
+    );
+}
+
+/// A re-recorded test that passed keeps exactly what it recorded, in order; a provider it
+/// no longer calls loses its file; a test with an unsaved call keeps everything.
+#[test]
+fn finishing_a_rerecorded_test_keeps_exactly_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let anthropic = ProviderName::new("anthropic").unwrap();
+    let before = Store::new(dir.path());
+    let e = before.entry(&t, &p).unwrap();
+    for (prompt, answer) in [("a", "1"), ("b", "2"), ("c", "3")] {
+        e.record(0, interaction(prompt, answer)).unwrap();
+    }
+    before
+        .entry(&t, &anthropic)
+        .unwrap()
+        .record(0, interaction("old", "9"))
+        .unwrap();
+
+    // Each run records afresh, in a new store; an unsaved call keeps the old recordings.
+    let rerecord = |unsaved: bool| {
+        let run = Store::new(dir.path());
+        let e = run.entry(&t, &p).unwrap();
+        for (prompt, answer) in [("d", "4"), ("a", "11")] {
+            let x = interaction(prompt, answer);
+            let ordinal = e.next(&x.key, false).unwrap().ordinal;
+            e.record(ordinal, x).unwrap();
+        }
+        if unsaved {
+            e.note_unsaved();
+        }
+        run.finish_test(&t, true).unwrap()
+    };
+    let kept = rerecord(true);
+    assert!(
+        kept.kept.as_deref().unwrap().contains("not saved"),
+        "{kept:?}"
+    );
+    assert_eq!((kept.added, kept.replaced, kept.removed), (1, 1, 0));
+    assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 4);
+
+    let done = rerecord(false);
+    assert_eq!(done.kept, None);
+    let file = read_cassette(&e.path).unwrap();
+    let prompts: Vec<_> = file
+        .interactions
+        .iter()
+        .map(|x| x.request.last_user_text().unwrap())
+        .collect();
+    assert_eq!(prompts, ["d", "a"], "this run's calls, in its order");
+    assert_eq!(
+        (done.added, done.replaced, done.removed),
+        (0, 0, 3),
+        "against the file as this run found it: b, c and anthropic's gone"
+    );
+    assert!(!e.path.with_file_name("anthropic.json").exists());
+}
+
+/// A re-record that shifts positions (an old recording trimmed before the new one): what
+/// the run recorded is never reported unused after the trim.
+#[test]
+fn a_trimmed_rerecord_reports_none_of_its_recordings_unused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let old = Store::new(dir.path());
+    let e = old.entry(&t, &p).unwrap();
+    e.record(0, interaction("stale", "1")).unwrap();
+    e.record(0, interaction("kept", "2")).unwrap();
+    let run = Store::new(dir.path());
+    let e = run.entry(&t, &p).unwrap();
+    for prompt in ["kept", "fresh"] {
+        let x = interaction(prompt, "3");
+        let ordinal = e.next(&x.key, false).unwrap().ordinal;
+        e.record(ordinal, x).unwrap();
+    }
+    let changes = run.finish_test(&t, true).unwrap();
+    assert_eq!(changes.removed, 1, "{changes:?}");
+    assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 2);
+    assert_eq!(run.unused_in(&t).unwrap(), Vec::new());
+}
+
+/// Two runs re-record one test with other prompts, their writes interleaved: each trim
+/// removes only what the file held before its own first write, so the file always ends
+/// holding one run's recording, never none.
+#[test]
+fn two_interleaved_rerecords_never_empty_a_cassette() {
+    for a_trims_first in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, p) = ids();
+        Store::new(dir.path())
+            .entry(&t, &p)
+            .unwrap()
+            .record(0, interaction("old", "0"))
+            .unwrap();
+        let (a, b) = (Store::new(dir.path()), Store::new(dir.path()));
+        a.entry(&t, &p)
+            .unwrap()
+            .record(0, interaction("A", "1"))
+            .unwrap();
+        b.entry(&t, &p)
+            .unwrap()
+            .record(0, interaction("B", "2"))
+            .unwrap();
+        let order = if a_trims_first { [&a, &b] } else { [&b, &a] };
+        for run in order {
+            run.finish_test(&t, true).unwrap();
+        }
+        let file = read_cassette(&a.entry(&t, &p).unwrap().path).unwrap();
+        let prompts: Vec<_> = file
+            .interactions
+            .iter()
+            .map(|x| x.request.last_user_text().unwrap())
+            .collect();
+        assert_eq!(prompts, ["B"], "a_trims_first: {a_trims_first}");
+    }
+}
+
+/// A recording served only through a fault (a cut answer) is used: a trim keeps it, and it
+/// is not unused. A passing test that made no call keeps what it had.
+#[test]
+fn a_fault_served_recording_and_a_silent_test_keep_their_recordings() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let x = interaction("cut me", "1");
+    Store::new(dir.path())
+        .entry(&t, &p)
+        .unwrap()
+        .record(0, x.clone())
+        .unwrap();
+    let run = Store::new(dir.path());
+    let e = run.entry(&t, &p).unwrap();
+    assert!(e.serve_fault(&x.key, false).unwrap().is_some());
+    let changes = run.finish_test(&t, true).unwrap();
+    assert_eq!(changes.removed, 0, "{changes:?}");
+    assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 1);
+    assert_eq!(run.unused_in(&t).unwrap(), Vec::new());
+
+    let silent = Store::new(dir.path());
+    let changes = silent.finish_test(&t, true).unwrap();
+    assert_eq!(changes.removed, 0, "{changes:?}");
+    assert_eq!(read_cassette(&e.path).unwrap().interactions.len(), 1);
+    assert_eq!(
+        silent.unused_in(&t).unwrap().len(),
+        1,
+        "unused, for prune to take"
+    );
+}
+
+/// A provider's file the test no longer calls is removed by a trim, unless another
+/// process wrote it while this run went on.
+#[test]
+fn a_trim_leaves_a_file_another_run_wrote_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let anthropic = ProviderName::new("anthropic").unwrap();
+    let run = Store::new(dir.path());
+    let other = Store::new(dir.path());
+    let theirs = other.entry(&t, &anthropic).unwrap();
+    theirs.record(0, interaction("theirs", "1")).unwrap();
+    // Written after this run began, whatever the clock's grain.
+    let later = run.opened + Duration::from_secs(1);
+    File::options()
+        .write(true)
+        .open(&theirs.path)
+        .and_then(|f| f.set_modified(later))
+        .unwrap();
+    run.entry(&t, &p)
+        .unwrap()
+        .record(0, interaction("mine", "2"))
+        .unwrap();
+    run.finish_test(&t, true).unwrap();
+    assert_eq!(read_cassette(&theirs.path).unwrap().interactions.len(), 1);
+}
+
+#[test]
+fn corrupt_files_are_reported_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let (t, p) = ids();
+    let e = store.entry(&t, &p).unwrap();
+    std::fs::create_dir_all(e.path.parent().unwrap()).unwrap();
+    std::fs::write(&e.path, "{\n  \"llmreplay\": 1,\n  oops\n").unwrap();
+    let err = e
+        .next(&interaction("a", "{}").key, false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("openai.json") && err.contains("line 3"),
+        "{err}"
+    );
+    assert!(e.record(0, interaction("a", "{}")).is_err());
+    assert_eq!(
+        std::fs::read_to_string(&e.path).unwrap(),
+        "{\n  \"llmreplay\": 1,\n  oops\n"
+    );
+}
+
+#[test]
+fn removing_recordings_takes_exactly_those_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t/openai.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut c = Cassette::new("t", "openai");
+    c.interactions = vec![
+        interaction("a", "1"),
+        interaction("a", "2"),
+        interaction("b", "3"),
+    ];
+    std::fs::write(&path, c.to_bytes()).unwrap();
+    let a = c.interactions[0].key.clone();
+    let stale = remove_recordings(&path, &[id(&a, 0), id(&a, 5)]);
+    assert!(matches!(stale, Err(Error::Stale { .. })), "{stale:?}");
+    assert_eq!(
+        read_cassette(&path).unwrap(),
+        c,
+        "a stale removal changes nothing"
+    );
+    assert_eq!(remove_recordings(&path, &[id(&a, 1)]).unwrap(), 1);
+    let left = read_cassette(&path).unwrap().interactions;
+    assert_eq!(left, [c.interactions[0].clone(), c.interactions[2].clone()]);
+    let b = c.interactions[2].key.clone();
+    remove_recordings(&path, &[id(&a, 0), id(&b, 0)]).unwrap();
+    assert!(!path.exists(), "an empty cassette is deleted");
+}
+
+/// Blobs are written with their cassette, replaced with it, and removed with the last
+/// recording that refers to them, by a re-record or by `prune`.
+#[test]
+fn blobs_live_and_go_with_their_recordings() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let entry = store
+        .entry(
+            &TestId::new("t$speech"),
+            &ProviderName::new("openai").unwrap(),
+        )
+        .unwrap();
+    let audio = |byte: u8| {
+        let mut x = interaction("speak", "{}");
+        let bytes = vec![0x80 | byte; crate::INLINE_LIMIT + 10];
+        x.response = crate::RecordedResponse::with_body(200, Default::default(), &bytes);
+        (x, crate::body::sha256_hex(&bytes), bytes)
+    };
+    let blobs = entry.path.parent().unwrap().join(BLOB_DIR);
+    let (first, first_sha, _) = audio(1);
+    entry.record(0, first).unwrap();
+    assert!(blobs.join(&first_sha).is_file());
+    let (second, second_sha, second_bytes) = audio(2);
+    let key = second.key.clone();
+    assert_eq!(entry.record(0, second).unwrap(), RecordOutcome::Replaced);
+    assert!(
+        !blobs.join(&first_sha).exists(),
+        "the replaced answer's blob"
+    );
+    assert!(blobs.join(&second_sha).is_file());
+
+    // A fresh run reads the blob back and replays its bytes.
+    let fresh = Store::new(dir.path());
+    let e = fresh
+        .entry(
+            &TestId::new("t$speech"),
+            &ProviderName::new("openai").unwrap(),
+        )
+        .unwrap();
+    assert_eq!(e.next(&key, false).unwrap().hit.unwrap().body, second_bytes);
+
+    std::fs::write(blobs.join(&second_sha), b"damaged").unwrap();
+    let damaged = Store::new(dir.path())
+        .entry(
+            &TestId::new("t$speech"),
+            &ProviderName::new("openai").unwrap(),
+        )
+        .unwrap()
+        .next(&key, false)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(damaged.contains("missing or damaged"), "{damaged}");
+
+    remove_recordings(&entry.path, &[id(&key, 0)]).unwrap();
+    assert!(!blobs.exists(), "pruned with the last recording");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// Any bytes as request and answer, recorded through the store and read back by a fresh
+    /// one, replay identical: JSON, text, base64 and blob forms alike.
+    #[test]
+    fn any_bytes_record_and_replay_identical(
+        request in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        answer in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256),
+        big in proptest::prelude::any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (test, provider) = (TestId::new("t$bytes"), ProviderName::new("openai").unwrap());
+        let mut answer = answer;
+        if big {
+            answer = answer.repeat(crate::INLINE_LIMIT / answer.len().max(1) + 1);
+        }
+        let req = crate::Normalizer::default().request("POST", "/p", None, None, &request, &[]);
+        let x = Interaction {
+            key: Key::of(&req),
+            seal: None,
+            request: req,
+            response: crate::RecordedResponse::with_body(200, Default::default(), &answer),
+            timing: None,
+            summary: None,
+        };
+        let key = x.key.clone();
+        Store::new(dir.path()).entry(&test, &provider).unwrap().record(0, x).unwrap();
+        let hit = Store::new(dir.path()).entry(&test, &provider).unwrap().next(&key, false).unwrap().hit;
+        proptest::prop_assert_eq!(&hit.unwrap().body[..], &answer[..]);
+    }
+}
+
+/// A folder another process holds delays that folder's recordings alone, then fails
+/// naming it; the entry stays usable meanwhile and after.
+#[test]
+fn a_held_folder_lock_times_out_naming_the_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path()).with_lock_timeout(Duration::from_millis(200));
+    let (test, provider) = (
+        TestId::new("t$locked"),
+        ProviderName::new("openai").unwrap(),
+    );
+    let entry = store.entry(&test, &provider).unwrap();
+    let folder = entry.path.parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(&folder).unwrap();
+    let held = lock_file(&folder).unwrap();
+    held.lock().unwrap();
+    let x = interaction("held", "{}");
+    let key = x.key.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let writer = entry.clone();
+    let handle = std::thread::spawn(move || tx.send(writer.record(0, x)).unwrap());
+    // While the write waits for the lock, the same entry still answers lookups.
+    assert_eq!(entry.next(&key, false).unwrap().ordinal, 0);
+    let err = rx.recv().unwrap().unwrap_err().to_string();
+    handle.join().unwrap();
+    assert!(
+        err.contains(&folder.display().to_string()) && err.contains("lock"),
+        "{err}"
+    );
+    held.unlock().unwrap();
+    entry.record(0, interaction("held", "{}")).unwrap();
+}
+
+/// A cassette folder that is a link out of the cassette dir is refused, and nothing is
+/// written where it points.
+#[cfg(unix)]
+#[test]
+fn writes_never_leave_the_cassette_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path().join("c"));
+    let (test, provider) = (
+        TestId::new("t$linked"),
+        ProviderName::new("openai").unwrap(),
+    );
+    let entry = store.entry(&test, &provider).unwrap();
+    std::fs::create_dir_all(dir.path().join("c")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), entry.path.parent().unwrap()).unwrap();
+    let err = entry.record(0, interaction("x", "{}")).unwrap_err();
+    assert!(matches!(err, Error::Outside { .. }), "{err}");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
+
+/// New cassettes are 0666 less the umask, not 0600; a re-record keeps the file's mode.
+#[cfg(unix)]
+#[test]
+fn file_modes_are_ordinary_and_kept() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let (test, provider) = (TestId::new("t$modes"), ProviderName::new("openai").unwrap());
+    let entry = store.entry(&test, &provider).unwrap();
+    entry.record(0, interaction("a", "{}")).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    // The umask of this process, read without changing it: a file made with 0666.
+    let probe = dir.path().join("probe");
+    std::fs::write(&probe, b"").unwrap();
+    assert_eq!(mode(&entry.path), mode(&probe));
+    assert_ne!(mode(&entry.path), 0o600);
+    std::fs::set_permissions(&entry.path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    entry.record(1, interaction("b", "{}")).unwrap();
+    assert_eq!(mode(&entry.path), 0o640, "a re-record keeps the mode");
+}
+
+/// Replay keeps no cursor for a key that has no recording: misses take no memory.
+#[test]
+fn misses_in_replay_take_no_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let entry = store
+        .entry(
+            &TestId::new("t$miss"),
+            &ProviderName::new("openai").unwrap(),
+        )
+        .unwrap();
+    for i in 0..1000 {
+        let x = interaction(&format!("never {i}"), "{}");
+        assert!(entry.next_recorded(&x.key, false).unwrap().hit.is_none());
+    }
+    assert!(entry.state.lock().unwrap().cursors.is_empty());
+    let x = interaction("never 1", "{}");
+    assert_eq!(entry.next(&x.key, false).unwrap().ordinal, 0);
+    assert_eq!(
+        entry.next(&x.key, false).unwrap().ordinal,
+        1,
+        "record modes count"
+    );
+}
+
+#[test]
+fn slug_collisions_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let p = ProviderName::new("openai").unwrap();
+    store.entry(&TestId::new("a$b c"), &p).unwrap();
+    let err = store
+        .entry(&TestId::new("a$b.c"), &p)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("a$b c") && err.contains("a$b.c"), "{err}");
+}
+
+#[test]
+fn closest_names_differences() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::new(dir.path());
+    let (t, p) = ids();
+    let e = store.entry(&t, &p).unwrap();
+    e.record(0, interaction("hello", "{}")).unwrap();
+    let c = e.closest(&interaction("hullo", "{}").request).unwrap();
+    assert_eq!(c.differing, vec!["/body/messages/0/content"]);
+}
