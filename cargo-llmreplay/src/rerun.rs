@@ -260,7 +260,7 @@ fn send_all(items: Vec<Item>, request: &Request, jobs: usize) -> Result<Vec<(Ite
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    let resender = Resender::new(request.settings)?;
+    let resender = Resender::new(request.settings).map_err(daemon::DaemonError::Upstream)?;
     let progress = indicatif::ProgressBar::new(items.len() as u64).with_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} requests {msg}")
             .expect("a valid template"),

@@ -150,10 +150,7 @@ fn accepted_file(target_dir: &Path, cassette_dir: &Path) -> PathBuf {
     let dir = cassette_dir
         .canonicalize()
         .unwrap_or_else(|_| cassette_dir.to_path_buf());
-    let hash = format!(
-        "{:x}",
-        sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes())
-    );
+    let hash = hex::encode(sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes()));
     target_dir.join(format!("llmreplay/review-{}.json", &hash[..12]))
 }
 

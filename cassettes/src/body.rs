@@ -470,7 +470,7 @@ pub fn blob_dir(folder: &Path) -> Result<PathBuf, String> {
 
 /// The SHA-256 of `bytes`, in lowercase hex: a blob's name.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(bytes))
+    hex::encode(Sha256::digest(bytes))
 }
 
 pub(crate) fn is_sha256(s: &str) -> bool {

@@ -193,7 +193,7 @@ pub fn seal_of(response: &RecordedResponse) -> String {
         _ => serde_json::to_writer(&mut hashing, response),
     }
     .expect("answers serialise");
-    format!("{:x}", hashing.0.finalize())
+    hex::encode(hashing.0.finalize())
 }
 
 /// A recorded answer: status, the headers worth keeping, and its body or stream.

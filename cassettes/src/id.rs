@@ -133,7 +133,7 @@ impl Slug {
             let hash = Sha256::digest(id.as_str().as_bytes());
             slug.truncate(MAX_SLUG_LEN);
             slug.truncate(slug.trim_end_matches('-').len());
-            slug.push_str(&format!("-{:x}", hash)[..9]);
+            slug.push_str(&format!("-{}", hex::encode(hash))[..9]);
         }
         Slug(slug)
     }

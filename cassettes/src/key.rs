@@ -32,7 +32,7 @@ impl Key {
         if request.websocket {
             canonical.extend_from_slice(b"\nwebsocket");
         }
-        Key(format!("{:x}", Sha256::digest(&canonical)))
+        Key(hex::encode(Sha256::digest(&canonical)))
     }
 
     /// The key as 64 hex digits.

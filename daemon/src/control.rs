@@ -3,8 +3,9 @@
 //! from the runner; and `faults`, where a test registers the faults of its own requests.
 
 use crate::faults::FaultSpec;
+use crate::identity::{identify_on, Claims};
 use crate::respond::{json, text, Body};
-use crate::{Conn, State};
+use crate::state::{Conn, State};
 use cassettes::TestId;
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
@@ -83,29 +84,26 @@ pub(crate) async fn faults(
     prefix: &str,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let from_path = match prefix.strip_prefix("/t/") {
-        Some(encoded) if !encoded.contains('/') => match crate::identity::path_id(encoded) {
-            Ok(id) => Some(id),
-            Err(why) => return text(StatusCode::BAD_REQUEST, why),
-        },
+    let path = match prefix.strip_prefix("/t/") {
+        Some(encoded) if !encoded.contains('/') => Some(encoded),
         _ if prefix.is_empty() => None,
         _ => {
             return text(StatusCode::NOT_FOUND, format!("cargo-llmreplay: faults live at <LLMREPLAY_BASE_URL>/__llmreplay/faults, not under {prefix:?}"))
         }
     };
-    let from_query = req.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|kv| kv.strip_prefix("test="))
-            .map(|v| TestId::new(percent_encoding::percent_decode_str(v).decode_utf8_lossy()))
-    });
-    let from_header =
-        match crate::identity::header(req.headers()).and_then(crate::identity::header_id) {
-            Ok(id) => id,
-            Err(why) => return text(StatusCode::BAD_REQUEST, why),
-        };
-    let test = match from_path.or(from_query).or(from_header) {
-        Some(test) => test,
-        None => crate::identity::unnamed(state, conn).await,
+    let query = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("test=")));
+    let claims = Claims {
+        path,
+        query,
+        header: req.headers().get("x-test-id"),
+        ..Claims::default()
+    };
+    let test = match identify_on(state, conn, claims).await {
+        Ok(identity) => identity.test,
+        Err(refused) => return refused.answer(),
     };
     match *req.method() {
         Method::DELETE => {

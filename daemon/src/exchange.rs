@@ -4,16 +4,16 @@
 //! building answers is `respond`'s.
 
 use crate::call::Call;
-use crate::config::Mode;
 use crate::faults::FaultKind;
-use crate::journal::{Detail, FieldValues, Outcome};
+use crate::journal::{Detail, Outcome};
+use crate::plan::{plan, Form, Plan, Save};
 use crate::provider::Kind;
 use crate::proxy::Forwarded;
-use crate::respond::{provider_error, text, Body, Refused};
+use crate::respond::{provider_error, text, Body};
 use crate::route::Route;
-use crate::State;
+use crate::state::State;
 use bytes::Bytes;
-use cassettes::{Interaction, Key, Prepared, RecordedRequest, StreamFormat, TestId};
+use cassettes::{Interaction, Key, RecordedRequest, StreamFormat};
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
@@ -23,9 +23,6 @@ use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-/// Longest prompt preview in a miss message.
-const PROMPT_PREVIEW: usize = 200;
 
 /// Bodies up to this size are keyed on the async worker that read them; larger ones with the
 /// worker's other tasks handed to another thread.
@@ -76,15 +73,16 @@ pub(crate) async fn http(
             _ => keyed(&state, query.as_deref(), content_type.as_deref()),
         }
     };
-    let call = match call_for(&state, &route, parts.method.clone(), key) {
-        Ok(call) => call,
+    let planned = match plan(&state, &route, parts.method.clone(), key, Form::Http) {
+        Ok(planned) => planned,
         Err(refused) => return *refused,
     };
-    // With no fault registered this is one atomic load.
-    match state.faults.take(&route.test, &route.provider.name) {
-        None => {}
-        Some(FaultKind::Delay { ms }) => tokio::time::sleep(Duration::from_millis(ms)).await,
-        Some(fault) => {
+    if let Some(delay) = planned.delay {
+        tokio::time::sleep(delay).await;
+    }
+    let call = planned.call;
+    match planned.plan {
+        Plan::Fault(fault) => {
             // A cut or broken answer is the recording's, which the test then used.
             let recorded = match fault {
                 FaultKind::Status { .. } => None,
@@ -97,19 +95,9 @@ pub(crate) async fn http(
             let response = crate::respond::fault(kind, fault, recorded.as_deref());
             let status = response.status().as_u16();
             state.journal.log(call, Outcome::Fault, status, None);
-            return response;
+            response
         }
-    }
-    if state.settings.mode == Mode::Passthrough {
-        let recording = Recording { call, request };
-        return record(&state, &parts, &route, body, recording, false).await;
-    }
-    let (call, hit) = match next_in_sequence(&state, call, kind) {
-        Ok(found) => found,
-        Err(refused) => return *refused,
-    };
-    match (state.settings.mode, hit) {
-        (Mode::Replay | Mode::RecordMissing, Some(prepared)) => {
+        Plan::Replay(prepared) => {
             let call = Call {
                 bytes: Some(prepared.body.len() as u64),
                 ..call
@@ -117,77 +105,19 @@ pub(crate) async fn http(
             state.journal.log(call, Outcome::Hit, prepared.status, None);
             crate::respond::replay(prepared, state.settings.realtime).await
         }
-        (Mode::Replay, None) => miss(&state, &route, call, request),
-        _ => {
-            let recording = Recording { call, request };
-            record(&state, &parts, &route, body, recording, true).await
-        }
-    }
-}
-
-/// The journal's record of a request to `route` with `key`, before its place in the sequence
-/// is known; a cassette the store cannot open refuses it in the provider's shape.
-pub(crate) fn call_for(
-    state: &State,
-    route: &Route,
-    method: Method,
-    key: Key,
-) -> Result<Call, Refused> {
-    let entry = state
-        .store
-        .entry(&route.test, &route.provider.name)
-        .map_err(|e| {
-            Box::new(provider_error(
-                route.provider.kind,
-                StatusCode::BAD_REQUEST,
-                "llmreplay_error",
-                &e.to_string(),
-            ))
-        })?;
-    Ok(Call {
-        entry,
-        method,
-        path: route.upstream_path.clone(),
-        key,
-        ordinal: 0,
-        started: Instant::now(),
-        bytes: None,
-        session: false,
-    })
-}
-
-/// The recording this call gets, if any, and its place in the test's sequence: replay never
-/// starts a sequence for a key with no recording; a cassette that cannot be read is journalled
-/// and refused in the provider's shape.
-pub(crate) fn next_in_sequence(
-    state: &State,
-    mut call: Call,
-    kind: Kind,
-) -> Result<(Call, Option<Arc<Prepared>>), Refused> {
-    let repeat = state.settings.allow_repeats;
-    let lookup = match state.settings.mode {
-        Mode::Replay => call.entry.next_recorded(&call.key, repeat),
-        _ => call.entry.next(&call.key, repeat),
-    };
-    match lookup {
-        Ok(lookup) => {
-            call.ordinal = lookup.ordinal;
-            Ok((call, lookup.hit))
-        }
-        Err(e) => {
-            let message = e.to_string();
-            state.journal.log(
-                call,
-                Outcome::Error,
-                400,
-                Some(Detail::message(message.clone())),
-            );
-            Err(Box::new(provider_error(
+        Plan::Miss => {
+            let (message, detail) = crate::explain::miss(&route, &call, &request);
+            state.journal.log(call, Outcome::Miss, 404, Some(detail));
+            provider_error(
                 kind,
-                StatusCode::BAD_REQUEST,
-                "llmreplay_error",
+                StatusCode::NOT_FOUND,
+                "llmreplay_missing_recording",
                 &message,
-            )))
+            )
+        }
+        Plan::Forward(save) => {
+            let recording = Recording { call, request };
+            record(&state, &parts, &route, body, recording, save).await
         }
     }
 }
@@ -271,120 +201,6 @@ async fn read_body(
     }
 }
 
-fn miss(state: &State, route: &Route, call: Call, request: RecordedRequest) -> Response<Body> {
-    let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
-    let closest = entry.closest(&request);
-    let model = request.model();
-    let prompt = request
-        .last_user_text()
-        .map(|p| p.chars().take(PROMPT_PREVIEW).collect::<String>());
-    let escaped = match &route.captured {
-        Some(host) => format!(
-            " It was captured on its way to {host} (a URL the test did not take from its environment) and never left the machine."
-        ),
-        None => String::new(),
-    };
-    let mut message = format!(
-        "cargo-llmreplay: no recording for this request (replay mode).{escaped}\n  test: {}\n  request: {} {} {}{}\n",
-        route.test,
-        route.provider.name,
-        method,
-        route.upstream_path,
-        model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
-    );
-    if let Some(p) = &prompt {
-        message.push_str(&format!("  last user message: {p:?}\n"));
-    }
-    match &closest {
-        Some(c) if c.differing.is_empty() => {
-            message.push_str(&format!(
-                "  the same request is recorded, but this is call #{} with it and {} holds fewer.\n  If the test ran before in this daemon's life (a script run twice against one `cargo llmreplay serve`), start its sequence afresh: POST /__llmreplay/begin?test={} to the daemon, or restart it.\n  If the test really makes more calls, ",
-                ordinal + 1,
-                entry.path.display(),
-                percent_encoding::utf8_percent_encode(route.test.as_str(), percent_encoding::NON_ALPHANUMERIC),
-            ));
-            message.push_str("record them with: ");
-        }
-        Some(c) => {
-            message.push_str(&format!(
-                "  closest recording: #{} in {}; what differs (recorded -> now):\n",
-                c.index + 1,
-                entry.path.display(),
-            ));
-            for (field, (was, now)) in c.differing.iter().zip(&c.values).take(8) {
-                message.push_str(&format!(
-                    "    {field}: {} -> {}\n",
-                    crate::short_json(was.as_ref(), 120),
-                    crate::short_json(now.as_ref(), 120)
-                ));
-            }
-            if c.differing.len() > 8 {
-                message.push_str(&format!("    and {} more\n", c.differing.len() - 8));
-            }
-            if c.same_call() && route.test.as_str().contains('$') {
-                message.push_str(&format!(
-                    "  if the test changed on purpose, record it again (its old recording is replaced): {}\n  or keep both, ",
-                    crate::rerecord_command(route.test.as_str())
-                ));
-            } else {
-                message.push_str("  ");
-            }
-            message.push_str("record it with: ");
-        }
-        None => message.push_str(&format!(
-            "  no recordings for this test in {}\n  record it with: ",
-            entry.path.display()
-        )),
-    }
-    message.push_str(&record_hint(&route.test));
-    let same_call = closest
-        .as_ref()
-        .is_some_and(|c| !c.differing.is_empty() && c.same_call());
-    let values = closest
-        .as_ref()
-        .map(|c| {
-            c.differing
-                .iter()
-                .zip(&c.values)
-                .take(8)
-                .map(|(field, (recorded, now))| FieldValues {
-                    field: field.clone(),
-                    recorded: recorded.clone(),
-                    now: now.clone(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let detail = Detail {
-        model,
-        prompt,
-        closest: closest.map(|c| c.differing),
-        values,
-        same_call,
-        host: route.captured.clone(),
-        message: Some(message.clone()),
-    };
-    state.journal.log(call, Outcome::Miss, 404, Some(detail));
-    provider_error(
-        route.provider.kind,
-        StatusCode::NOT_FOUND,
-        "llmreplay_missing_recording",
-        &message,
-    )
-}
-
-/// The command that records a missing request, and the daemon's own way for other clients.
-fn record_hint(test: &TestId) -> String {
-    let command = crate::record_command(test.as_str());
-    if test.as_str().contains('$') {
-        format!(
-            "{command} (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
-        )
-    } else {
-        format!("LLMREPLAY_MODE=record-missing ({command})")
-    }
-}
-
 /// A request on its way upstream, and what will be recorded for it.
 struct Recording {
     call: Call,
@@ -399,7 +215,7 @@ async fn record(
     route: &Route,
     body: Bytes,
     recording: Recording,
-    save: bool,
+    save: Save,
 ) -> Response<Body> {
     let Forwarded {
         answer,
@@ -451,11 +267,11 @@ async fn record(
                 .expect("headers copied from a valid response"),
         };
     }
-    let format = crate::capture::stream_format(&answer_parts.headers);
+    let format = crate::tee::stream_format(&answer_parts.headers);
     let headers =
-        crate::capture::recordable_headers(&answer_parts.headers, &state.settings.redact_headers);
+        crate::tee::recordable_headers(&answer_parts.headers, &state.settings.redact_headers);
     let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
-    let capture = Capture {
+    let tee = Tee {
         state: state.clone(),
         recording,
         status: status.as_u16(),
@@ -465,7 +281,7 @@ async fn record(
         headers_at,
     };
     tokio::spawn(tracing::Instrument::in_current_span(
-        capture.run(answer_body, tx),
+        tee.run(answer_body, tx),
     ));
     // No content-length: the body ends only once the recording is on disk.
     let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
@@ -492,8 +308,8 @@ enum Unsaved {
 /// and refused keys reach the client but are never saved (a wrong key must not be replayed
 /// forever), nor is a 404 on a path the family's API does not have (a base URL the client
 /// misread: a version missing or doubled).
-fn unsaved(status: StatusCode, route: &Route, method: &Method, save: bool) -> Option<Unsaved> {
-    if !save || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
+fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Option<Unsaved> {
+    if save == Save::PassOn || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
         return Some(Unsaved::Passed);
     }
     if matches!(status.as_u16(), 401 | 403 | 407) {
@@ -511,34 +327,11 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: bool) -> Op
     let known = route.provider.family().knows_path(path) && !providers::doubles_a_version(path);
     if status == StatusCode::NOT_FOUND && !known {
         return Some(Unsaved::Refused {
-            message: unknown_path(route, method),
+            message: crate::explain::unknown_path(route, method),
             ours: true,
         });
     }
     None
-}
-
-/// What a 404 on a path its family does not know says: the path, the variables that point
-/// clients at this provider (one of them was read, and what the client appended to it is not
-/// the API's), and a path the API has.
-fn unknown_path(route: &Route, method: &Method) -> String {
-    let provider = &route.provider;
-    let vars = provider
-        .base_url_vars()
-        .into_iter()
-        .map(|(name, value)| format!("{name}=<daemon>{value}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let expected = provider
-        .family()
-        .example_path()
-        .map(|p| format!(" (its paths look like {p})"))
-        .unwrap_or_default();
-    format!(
-        "cargo-llmreplay: the {name} upstream answered 404 for {method} /{name}{path}, a path the {name} API does not have{expected}: not saved. The client built it from the base URL it read, one of {vars}, and appended a path of its own; check which variable your client reads and whether it expects the API version inside it (see README, Providers and clients).",
-        name = provider.name,
-        path = route.upstream_path,
-    )
 }
 
 /// Saves `interaction` as `call`'s recording (off the async workers: it waits on the folder's
@@ -571,7 +364,7 @@ pub(crate) async fn save(
 }
 
 /// Forwards an upstream answer frame by frame while keeping a copy, then records it.
-struct Capture {
+struct Tee {
     state: Arc<State>,
     recording: Recording,
     status: u16,
@@ -581,9 +374,9 @@ struct Capture {
     headers_at: Duration,
 }
 
-impl Capture {
+impl Tee {
     async fn run(self, body: Incoming, tx: mpsc::Sender<Result<Frame<Bytes>, io::Error>>) {
-        let Capture {
+        let Tee {
             state,
             recording: Recording { call, request },
             status,
@@ -600,7 +393,7 @@ impl Capture {
                 let _ = tx.send(Ok(Frame::data(data))).await;
             }
         };
-        let captured = match crate::capture::capture(body, started, headers_at, idle, forward).await
+        let captured = match crate::tee::read_answer(body, started, headers_at, idle, forward).await
         {
             Ok(captured) => captured,
             Err(e) => {

@@ -6,7 +6,7 @@
 
 use crate::provider::NOT_FORWARDED;
 use crate::route::Route;
-use crate::State;
+use crate::state::State;
 use bytes::Bytes;
 use http::header::ACCEPT_ENCODING;
 use http::{Request, Response, StatusCode};

@@ -75,7 +75,7 @@ fn is_bidi(c: char) -> bool {
 }
 
 /// `request{test="…" provider=… method=… path=…}`, or `session{…}` without the method: the
-/// name and fields of the span `dispatch` makes, as `fmt` writes them.
+/// name and fields of the span `routed` makes, as `fmt` writes them.
 struct Heading<'a>(&'a Call);
 
 impl fmt::Display for Heading<'_> {
@@ -180,7 +180,8 @@ mod tests {
             session,
         };
         tracing::subscriber::with_default(subscriber, || {
-            let span = crate::request_span(&test, &provider, Some(&http::Method::POST), path);
+            let span =
+                crate::routed::request_span(&test, &provider, Some(&http::Method::POST), path);
             span.in_scope(|| {
                 let hit = call(http::Method::POST, false, Some(608));
                 journal.log(hit, Outcome::Hit, 200, None);
@@ -188,7 +189,7 @@ mod tests {
                 let detail = Detail::message("no recording: \"model\" differs".into());
                 journal.log(miss, Outcome::Miss, 404, Some(detail));
             });
-            let span = crate::request_span(&test, &provider, None, path);
+            let span = crate::routed::request_span(&test, &provider, None, path);
             span.in_scope(|| {
                 let session = call(http::Method::GET, true, None);
                 journal.log(session, Outcome::Hit, 101, None);

@@ -3,9 +3,10 @@
 //! what `cargo llmreplay rerun` compares with the cassette. The key goes into the request's
 //! headers only; nothing here writes anything.
 
-use crate::capture::{recordable_headers, stream_format};
+use crate::config::Settings;
 use crate::provider::{Family, Provider};
-use crate::{upstream, DaemonError, Settings};
+use crate::tee::{recordable_headers, stream_format};
+use crate::upstream;
 use bytes::Bytes;
 use cassettes::{RecordedRequest, RecordedResponse, Timing};
 use http::header::{ACCEPT_ENCODING, CONTENT_TYPE};
@@ -33,10 +34,9 @@ pub struct Resender {
 
 impl Resender {
     /// A resender with the settings' network and limits.
-    pub fn new(settings: &Settings) -> Result<Self, DaemonError> {
+    pub fn new(settings: &Settings) -> Result<Self, upstream::ClientError> {
         Ok(Resender {
-            client: upstream::client(settings.limits.connect_timeout, &settings.network)
-                .map_err(DaemonError::Upstream)?,
+            client: upstream::client(settings.limits.connect_timeout, &settings.network)?,
             redact: settings.redact_headers.clone(),
             idle_timeout: settings.limits.idle_timeout,
             allow_credentials_to: settings.allow_credentials_to.clone(),
@@ -88,7 +88,7 @@ impl Resender {
         let headers_at = started.elapsed();
         let status = answer.status().as_u16();
         let (parts, incoming) = answer.into_parts();
-        let captured = crate::capture::capture(
+        let captured = crate::tee::read_answer(
             incoming,
             started,
             headers_at,

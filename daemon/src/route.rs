@@ -18,6 +18,27 @@ pub struct Route {
     pub captured: Option<String>,
 }
 
+/// What a base URL's path says: its provider and upstream path, and the test it names.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The `/t/<id>/` segment, percent-encoded.
+    pub test: Option<String>,
+    pub provider: Arc<Provider>,
+    pub upstream_path: String,
+}
+
+impl Resolved {
+    /// The route, once its test is known.
+    pub fn with_test(self, test: TestId) -> Route {
+        Route {
+            test,
+            provider: self.provider,
+            upstream_path: self.upstream_path,
+            captured: None,
+        }
+    }
+}
+
 /// Why a path routes nowhere; each says what to do.
 #[derive(Debug)]
 pub enum RouteError {
@@ -42,14 +63,9 @@ impl RouteError {
     }
 }
 
-/// `from_peer` is the test the connection's process names, used when neither the path nor
-/// the header names one.
-pub fn resolve(
-    path: &str,
-    test_header: Option<&str>,
-    from_peer: Option<TestId>,
-    providers: &[Arc<Provider>],
-) -> Result<Route, RouteError> {
+/// A path's provider, the path to send upstream and the `/t/<id>/` segment it names its test
+/// with (percent-encoded, for `identity` to decide).
+pub fn resolve(path: &str, providers: &[Arc<Provider>]) -> Result<Resolved, RouteError> {
     // A base URL that ends in `/` gives `//openai/...`: runs of slashes are one, so that no
     // part of a path can ever be read as an authority upstream.
     let path = collapse_slashes(path);
@@ -67,21 +83,10 @@ pub fn resolve(
     let (test, rest) = match path.strip_prefix("/t/") {
         Some(after) => {
             let (encoded, rest) = after.split_at(after.find('/').unwrap_or(after.len()));
-            (
-                Some(crate::identity::path_id(encoded).map_err(RouteError::Bad)?),
-                rest,
-            )
+            (Some(encoded.to_string()), rest)
         }
         None => (None, path),
     };
-    let from_header = match test {
-        None => crate::identity::header_id(test_header).map_err(RouteError::Bad)?,
-        Some(_) => None,
-    };
-    let test = test
-        .or(from_header)
-        .or(from_peer)
-        .unwrap_or_else(|| TestId::new(TestId::DEFAULT));
     // Every path from here starts with one `/` (the test id's segment included).
     let rest = if rest.starts_with('/') { rest } else { "/" };
     let first = rest[1..].split('/').next().unwrap_or("");
@@ -92,11 +97,10 @@ pub fn resolve(
         } else {
             upstream_path
         };
-        return Ok(Route {
+        return Ok(Resolved {
             test,
             provider: p.clone(),
             upstream_path: p.kind.family().api_path(upstream_path).into_owned(),
-            captured: None,
         });
     }
     if let Some(kind) = Kind::for_path(rest) {
@@ -104,11 +108,10 @@ pub fn resolve(
             .iter()
             .find(|p| p.name.as_str() == kind.as_str())
             .expect("built-in providers are always present");
-        return Ok(Route {
+        return Ok(Resolved {
             test,
             provider: p.clone(),
             upstream_path: rest.to_string(),
-            captured: None,
         });
     }
     let names: Vec<&str> = providers.iter().map(|p| p.name.as_str()).collect();
@@ -163,6 +166,33 @@ pub(crate) fn loopback_host(host: Option<&http::HeaderValue>, port: u16) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt;
+
+    /// A base URL's route as the front door makes it: the path resolved, then its test
+    /// identified from the path, the header or the peer.
+    fn resolve(
+        path: &str,
+        header: Option<&str>,
+        peer: Option<TestId>,
+        providers: &[Arc<Provider>],
+    ) -> Result<Route, RouteError> {
+        let resolved = super::resolve(path, providers)?;
+        let header = header.map(|h| http::HeaderValue::from_bytes(h.as_bytes()).unwrap());
+        let claims = crate::identity::Claims {
+            path: resolved.test.as_deref(),
+            header: header.as_ref(),
+            ..Default::default()
+        };
+        let challenged = std::sync::atomic::AtomicBool::new(false);
+        let identity = crate::identity::identify(claims, "", std::future::ready(peer), &challenged)
+            .now_or_never()
+            .unwrap()
+            .map_err(|refused| match refused {
+                crate::identity::Refusal::Bad(why) => RouteError::Bad(why),
+                crate::identity::Refusal::Challenge => unreachable!("no proxy here"),
+            })?;
+        Ok(resolved.with_test(identity.test))
+    }
 
     fn providers() -> Vec<Arc<Provider>> {
         Kind::ALL

@@ -7,12 +7,12 @@
 //! with 1008, and the session is reported as missing, naming the field that differs.
 
 use crate::call::Call;
-use crate::config::Mode;
 use crate::journal::{Detail, Outcome};
+use crate::plan::{plan, Form, Plan, Save};
 use crate::provider::Kind;
 use crate::respond::Body;
 use crate::route::Route;
-use crate::State;
+use crate::state::State;
 use bytes::Bytes;
 use cassettes::session::{comparable, Side, WsFrame};
 use cassettes::{Interaction, Key, RecordedResponse, Timing};
@@ -124,29 +124,20 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         providers::secret_params(),
     );
     let key = Key::of(&request);
-    let call = match crate::exchange::call_for(&state, &route, http::Method::GET, key) {
-        Ok(call) => Call {
-            session: true,
-            ..call
-        },
-        Err(refused) => return *refused,
-    };
     let protocol = req
         .headers()
         .get(SEC_WEBSOCKET_PROTOCOL)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(',').next())
         .map(|p| p.trim().to_string());
-    let (call, hit) = if state.settings.mode == Mode::Passthrough {
-        (call, None)
-    } else {
-        match crate::exchange::next_in_sequence(&state, call, kind) {
-            Ok(found) => found,
-            Err(refused) => return *refused,
-        }
+    let planned = match plan(&state, &route, http::Method::GET, key, Form::Session) {
+        Ok(planned) => planned,
+        Err(refused) => return *refused,
     };
-    match (state.settings.mode, hit.and_then(|p| p.frames.clone())) {
-        (Mode::Replay | Mode::RecordMissing, Some(frames)) => {
+    let call = planned.call;
+    match planned.plan {
+        Plan::Replay(prepared) => {
+            let frames = prepared.frames.clone().expect("planned only with frames");
             let response = switching(&client_key, protocol.as_deref());
             tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
@@ -154,7 +145,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
             }));
             response
         }
-        (Mode::Replay, None) => {
+        Plan::Miss => {
             let response = switching(&client_key, protocol.as_deref());
             let message = format!(
                 "cargo-llmreplay: no recording for this WebSocket session (replay mode).\n  test: {}\n  session: {} {}{}\n  record it with: {}",
@@ -165,7 +156,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
                     .query()
                     .map(|q| format!("?{}", providers::redact::query(q)))
                     .unwrap_or_default(),
-                daemon_record_command(&route),
+                crate::hints::record_command(route.test.as_str()),
             );
             tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
@@ -181,15 +172,9 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
             }));
             response
         }
-        (mode, _) => {
-            let save = mode != Mode::Passthrough;
-            record(state, route, call, request, req, client_key, save).await
-        }
+        Plan::Forward(save) => record(state, route, call, request, req, client_key, save).await,
+        Plan::Fault(_) => unreachable!("sessions draw no faults"),
     }
-}
-
-fn daemon_record_command(route: &Route) -> String {
-    crate::record_command(route.test.as_str())
 }
 
 /// The 101 that completes the client's handshake.
@@ -339,7 +324,7 @@ async fn replay(
                     route.provider.name,
                     route.upstream_path,
                     fields.join(", "),
-                    daemon_record_command(&route),
+                    crate::hints::record_command(route.test.as_str()),
                 );
                 let detail = Detail {
                     closest: Some(fields),
@@ -394,7 +379,7 @@ async fn record(
     request: cassettes::RecordedRequest,
     req: Request<Incoming>,
     client_key: http::HeaderValue,
-    save: bool,
+    save: Save,
 ) -> Response<Body> {
     let kind = route.provider.kind;
     let uri = match route
@@ -506,7 +491,15 @@ async fn record(
         let Some(client) = accept(req).await else {
             return;
         };
-        relay(state.clone(), call, request, client, upstream, save).await;
+        relay(
+            state.clone(),
+            call,
+            request,
+            client,
+            upstream,
+            save == Save::Yes,
+        )
+        .await;
     }));
     response
 }

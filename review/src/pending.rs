@@ -89,7 +89,7 @@ fn one(
         provider: file.provider.clone(),
         cassette: file.path.clone(),
         diff: d.clone(),
-        fingerprint: format!("{:x}", hash.finalize()),
+        fingerprint: hex::encode(hash.finalize()),
         at: At {
             path: diff.workdir.join(&file.path),
             base,

@@ -1,0 +1,145 @@
+//! What the daemon says when it cannot answer from a recording: a miss (the request, its
+//! closest recording, what differs and the command that records it), and a path its family's
+//! API does not have. The same words reach the client, the log and the report.
+
+use crate::call::Call;
+use crate::journal::{short_json, Detail, FieldValues};
+use crate::route::Route;
+use cassettes::{RecordedRequest, TestId};
+use http::Method;
+
+/// Longest prompt preview in a miss message.
+const PROMPT_PREVIEW: usize = 200;
+
+/// Why a request in replay found no recording, for the client and the report: the request,
+/// its closest recording and what differs, and the command that records it.
+pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (String, Detail) {
+    let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
+    let closest = entry.closest(&request);
+    let model = request.model();
+    let prompt = request
+        .last_user_text()
+        .map(|p| p.chars().take(PROMPT_PREVIEW).collect::<String>());
+    let escaped = match &route.captured {
+        Some(host) => format!(
+            " It was captured on its way to {host} (a URL the test did not take from its environment) and never left the machine."
+        ),
+        None => String::new(),
+    };
+    let mut message = format!(
+        "cargo-llmreplay: no recording for this request (replay mode).{escaped}\n  test: {}\n  request: {} {} {}{}\n",
+        route.test,
+        route.provider.name,
+        method,
+        route.upstream_path,
+        model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
+    );
+    if let Some(p) = &prompt {
+        message.push_str(&format!("  last user message: {p:?}\n"));
+    }
+    match &closest {
+        Some(c) if c.differing.is_empty() => {
+            message.push_str(&format!(
+                "  the same request is recorded, but this is call #{} with it and {} holds fewer.\n  If the test ran before in this daemon's life (a script run twice against one `cargo llmreplay serve`), start its sequence afresh: POST /__llmreplay/begin?test={} to the daemon, or restart it.\n  If the test really makes more calls, ",
+                ordinal + 1,
+                entry.path.display(),
+                percent_encoding::utf8_percent_encode(route.test.as_str(), percent_encoding::NON_ALPHANUMERIC),
+            ));
+            message.push_str("record them with: ");
+        }
+        Some(c) => {
+            message.push_str(&format!(
+                "  closest recording: #{} in {}; what differs (recorded -> now):\n",
+                c.index + 1,
+                entry.path.display(),
+            ));
+            for (field, (was, now)) in c.differing.iter().zip(&c.values).take(8) {
+                message.push_str(&format!(
+                    "    {field}: {} -> {}\n",
+                    short_json(was.as_ref(), 120),
+                    short_json(now.as_ref(), 120)
+                ));
+            }
+            if c.differing.len() > 8 {
+                message.push_str(&format!("    and {} more\n", c.differing.len() - 8));
+            }
+            if c.same_call() && route.test.as_str().contains('$') {
+                message.push_str(&format!(
+                    "  if the test changed on purpose, record it again (its old recording is replaced): {}\n  or keep both, ",
+                    crate::hints::rerecord_command(route.test.as_str())
+                ));
+            } else {
+                message.push_str("  ");
+            }
+            message.push_str("record it with: ");
+        }
+        None => message.push_str(&format!(
+            "  no recordings for this test in {}\n  record it with: ",
+            entry.path.display()
+        )),
+    }
+    message.push_str(&record_hint(&route.test));
+    let same_call = closest
+        .as_ref()
+        .is_some_and(|c| !c.differing.is_empty() && c.same_call());
+    let values = closest
+        .as_ref()
+        .map(|c| {
+            c.differing
+                .iter()
+                .zip(&c.values)
+                .take(8)
+                .map(|(field, (recorded, now))| FieldValues {
+                    field: field.clone(),
+                    recorded: recorded.clone(),
+                    now: now.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let detail = Detail {
+        model,
+        prompt,
+        closest: closest.map(|c| c.differing),
+        values,
+        same_call,
+        host: route.captured.clone(),
+        message: Some(message.clone()),
+    };
+    (message, detail)
+}
+
+/// The command that records a missing request, and the daemon's own way for other clients.
+fn record_hint(test: &TestId) -> String {
+    let command = crate::hints::record_command(test.as_str());
+    if test.as_str().contains('$') {
+        format!(
+            "{command} (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
+        )
+    } else {
+        format!("LLMREPLAY_MODE=record-missing ({command})")
+    }
+}
+
+/// What a 404 on a path its family does not know says: the path, the variables that point
+/// clients at this provider (one of them was read, and what the client appended to it is not
+/// the API's), and a path the API has.
+pub(crate) fn unknown_path(route: &Route, method: &Method) -> String {
+    let provider = &route.provider;
+    let vars = provider
+        .base_url_vars()
+        .into_iter()
+        .map(|(name, value)| format!("{name}=<daemon>{value}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let expected = provider
+        .family()
+        .example_path()
+        .map(|p| format!(" (its paths look like {p})"))
+        .unwrap_or_default();
+    format!(
+        "cargo-llmreplay: the {name} upstream answered 404 for {method} /{name}{path}, a path the {name} API does not have{expected}: not saved. The client built it from the base URL it read, one of {vars}, and appended a path of its own; check which variable your client reads and whether it expects the API version inside it (see README, Providers and clients).",
+        name = provider.name,
+        path = route.upstream_path,
+    )
+}

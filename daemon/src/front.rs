@@ -1,0 +1,65 @@
+//! The front door: every request on the listener is a proxy's (`CONNECT`, or an absolute
+//! URL), refused (another user's connection, a foreign `Host`), a control route, or a routed
+//! request (a base URL's path, its test identified).
+
+use crate::identity::{self, Claims};
+use crate::respond::{self, Body};
+use crate::route;
+use crate::state::{Conn, State};
+use crate::{capture, control};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use std::sync::Arc;
+
+/// The front door: a request to this daemon is a proxy's (`CONNECT`, or an absolute URL),
+/// refused (a foreign `Host`), a control route, a WebSocket session, or one HTTP exchange.
+pub(crate) async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    conn: &Conn,
+) -> Response<Body> {
+    if !conn.admitted(&state) {
+        return respond::text(
+            StatusCode::FORBIDDEN,
+            "cargo-llmreplay: this daemon serves only the user who started it; this connection is another user's".into(),
+        );
+    }
+    // A proxy request names the host it is for, not this daemon: before the Host check.
+    // Browsers send neither form to a server, so a page cannot use them to reach the daemon.
+    if req.method() == http::Method::CONNECT {
+        return capture::connect(state, req, conn).await;
+    }
+    if req.uri().scheme().is_some() {
+        return capture::absolute(state, req, conn).await;
+    }
+    if let Some(port) = state.loopback_port {
+        if !route::loopback_host(req.headers().get(http::header::HOST), port) {
+            return respond::text(
+                StatusCode::FORBIDDEN,
+                format!("cargo-llmreplay: the Host header must name this daemon (127.0.0.1:{port}, localhost:{port} or [::1]:{port}); a web page reaching it through another name is refused. To serve other hosts, bind one with --addr"),
+            );
+        }
+    }
+    if let Some(prefix) = req.uri().path().strip_suffix("/__llmreplay/faults") {
+        let prefix = prefix.to_string();
+        return control::faults(&state, conn, &prefix, req).await;
+    }
+    if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
+        let rest = rest.to_string();
+        return control::control(&state, &rest, req).await;
+    }
+    let resolved = match route::resolve(req.uri().path(), &state.settings.providers) {
+        Ok(resolved) => resolved,
+        Err(e) => return respond::text(e.status(), e.message()),
+    };
+    let claims = Claims {
+        path: resolved.test.as_deref(),
+        header: req.headers().get("x-test-id"),
+        ..Claims::default()
+    };
+    let test = match identity::identify_on(&state, conn, claims).await {
+        Ok(identity) => identity.test,
+        Err(refused) => return refused.answer(),
+    };
+    crate::routed::routed(state, resolved.with_test(test), req).await
+}

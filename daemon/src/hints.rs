@@ -1,0 +1,87 @@
+//! Every command the daemon prints for people to paste: each is quoted for the shell and
+//! escaped for nextest, so that pasting it runs exactly that command whatever the test is
+//! called.
+
+/// The command that records a test's missing requests: a filter on the test under nextest,
+/// else the daemon's record-missing mode for clients naming tests themselves. The filter is
+/// escaped for nextest and the whole argument quoted for the shell, so that pasting it runs
+/// exactly this command whatever the test is called.
+pub fn record_command(test: &str) -> String {
+    command_for(test, "--record-missing")
+}
+
+/// The command that records a test again from scratch: its cassettes then hold exactly what
+/// it calls now, and a recording it no longer matches is replaced.
+pub fn rerecord_command(test: &str) -> String {
+    command_for(test, "--record")
+}
+
+fn command_for(test: &str, mode_flag: &str) -> String {
+    match test.split_once('$') {
+        Some((_, name)) => {
+            let mut escaped = String::with_capacity(name.len());
+            for c in name.chars() {
+                if matches!(c, '\\' | ')' | ',') {
+                    escaped.push('\\');
+                }
+                escaped.push(c);
+            }
+            let filter = format!("test(={escaped})");
+            format!(
+                "cargo llmreplay test {mode_flag} -E {}",
+                cassettes::shell_quote(&filter)
+            )
+        }
+        None => "cargo llmreplay serve --mode record-missing".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::record_command;
+
+    /// Pasted into a shell, the command runs itself and nothing else, whatever the test is
+    /// called; nextest gets the name as one exact matcher.
+    #[test]
+    fn record_commands_paste_safely() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [
+            "answers_hello",
+            "quote'; touch pwned; echo '",
+            "dollar $(touch pwned) `touch pwned`",
+            "back\\slash, comma) paren",
+            "new\nline",
+        ] {
+            let command = record_command(&format!("k::t${name}"));
+            let args = command
+                .strip_prefix("cargo llmreplay test --record-missing -E ")
+                .unwrap_or_else(|| panic!("{command}"));
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("printf '%s' {args}"))
+                .current_dir(dir.path())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{command}");
+            assert!(
+                !dir.path().join("pwned").exists(),
+                "{command} ran something"
+            );
+            let filter = String::from_utf8(out.stdout).unwrap();
+            let inner = filter
+                .strip_prefix("test(=")
+                .and_then(|f| f.strip_suffix(')'))
+                .unwrap();
+            let mut unescaped = String::new();
+            let mut chars = inner.chars();
+            while let Some(c) = chars.next() {
+                unescaped.push(if c == '\\' { chars.next().unwrap() } else { c });
+            }
+            assert_eq!(unescaped, name, "{command}");
+        }
+        assert_eq!(
+            record_command("k::t$answers_hello"),
+            "cargo llmreplay test --record-missing -E 'test(=answers_hello)'"
+        );
+    }
+}

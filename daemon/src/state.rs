@@ -1,0 +1,191 @@
+//! What the daemon shares across its connections: the settings, the store and journal, the
+//! upstream client, the run's CA, and what it learns as it serves (captured hosts, each
+//! connection's test, the sessions and connections in flight).
+
+use crate::config::Settings;
+use crate::journal::Journal;
+use crate::{ca, faults, peer, provider, upstream};
+use cassettes::Store;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub(crate) struct State {
+    pub settings: Settings,
+    pub faults: faults::Faults,
+    /// The port a `Host` header must name, when the daemon listens on loopback only: a page
+    /// that reaches it through DNS rebinding names its own host instead.
+    pub loopback_port: Option<u16>,
+    pub store: Arc<Store>,
+    pub journal: Arc<Journal>,
+    /// Made on first use when the mode never goes upstream: loading the system's roots is
+    /// most of a replay run's start.
+    pub client: std::sync::OnceLock<Result<upstream::Client, String>>,
+    /// WebSocket sessions still open: shutdown waits for them, so that a session that just
+    /// closed is saved.
+    pub sessions: InFlight,
+    /// Connections being served, on the listener or inside a proxy's tunnel: shutdown asks
+    /// each to finish (`stop`) and waits for them.
+    pub connections: InFlight,
+    /// Set once at shutdown; every connection watches it.
+    pub stop: tokio::sync::watch::Sender<bool>,
+    /// The run's CA, when capture is on: the daemon is then each test's HTTPS proxy.
+    pub ca: Option<Arc<ca::RunCa>>,
+    /// The providers of the hosts captured so far, by scheme, host and port.
+    pub captured: std::sync::Mutex<std::collections::HashMap<String, Arc<provider::Provider>>>,
+    /// How to tell a connection's test from its process, once set (README, "Identifying a
+    /// connection's test").
+    pub peers: Arc<std::sync::OnceLock<peer::Peers>>,
+    /// The newest attempt seen of each test a peer named: a higher one starts its sequence
+    /// afresh, as a retry does.
+    pub attempts: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// This process's uid, when the daemon listens on loopback and the system tells whose a
+    /// connection is: another user's connections are refused.
+    pub own_uid: Option<u32>,
+}
+
+/// What the daemon knows of one connection.
+pub(crate) struct Conn {
+    /// Whether a proxy request on it was already challenged for credentials.
+    pub challenged: std::sync::atomic::AtomicBool,
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+    /// Its test, from its process, once asked: a connection is one test's.
+    pub identified: tokio::sync::OnceCell<Option<cassettes::TestId>>,
+    /// Whether it is this user's (or cannot be told), once asked.
+    pub admitted: std::sync::OnceLock<bool>,
+}
+
+impl Conn {
+    /// A connection from `peer`, arrived at `local`.
+    pub fn new(peer: SocketAddr, local: SocketAddr) -> Conn {
+        Conn {
+            challenged: std::sync::atomic::AtomicBool::new(false),
+            peer,
+            local,
+            identified: tokio::sync::OnceCell::new(),
+            admitted: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether the connection may be served: on loopback, only this user's processes may
+    /// use the daemon (its recordings, its keys for re-signing, its proxy). Another user's
+    /// connection is refused and logged; one whose owner cannot be told is served.
+    pub(crate) fn admitted(&self, state: &State) -> bool {
+        let Some(uid) = state.own_uid else {
+            return true;
+        };
+        *self.admitted.get_or_init(|| {
+            match peer::Peers::socket_owner(self.peer, self.local) {
+                Ok(owner) if owner != uid => {
+                    tracing::warn!(target: "cargo_llmreplay::daemon", peer = %self.peer, owner, "refused a connection of another user (uid {owner}); the daemon serves only its own user's processes");
+                    false
+                }
+                _ => true,
+            }
+        })
+    }
+
+    /// The test of the process at the other end, when peers are identified; cached.
+    pub async fn peer_test(&self, state: &Arc<State>) -> Option<cassettes::TestId> {
+        let peers = state.peers.get()?;
+        self.identified
+            .get_or_init(|| async {
+                let (peer, local) = (self.peer, self.local);
+                let started = std::time::Instant::now();
+                // Tens of microseconds for a process seen before or a new test: on this
+                // worker. The walk of the whole tree, rarer and slower, blocks a thread.
+                let found = match peers.quick(peer, local) {
+                    Ok(peer::Quick::Found(test)) => Ok(test),
+                    Ok(peer::Quick::Walk(pending)) => {
+                        match tokio::runtime::Handle::current().runtime_flavor() {
+                            tokio::runtime::RuntimeFlavor::MultiThread => {
+                                tokio::task::block_in_place(|| peers.walk(pending))
+                            }
+                            _ => peers.walk(pending),
+                        }
+                    }
+                    Err(e) => Err(e),
+                };
+                tracing::trace!(target: "cargo_llmreplay::daemon", us = started.elapsed().as_micros() as u64, "identified a connection's process");
+                match found {
+                    Ok(p) => {
+                        state.note_attempt(&p.test, p.attempt);
+                        Some(cassettes::TestId::new(p.test))
+                    }
+                    Err(why) => {
+                        tracing::warn!(target: "cargo_llmreplay::daemon", "cannot tell this connection's test from its process ({why}); its requests are filed under `default` unless they name their test");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
+}
+
+impl State {
+    /// The client that reaches providers, made now if it was not at start.
+    pub fn client(&self) -> Result<&upstream::Client, &str> {
+        self.client
+            .get_or_init(|| {
+                upstream::client(self.settings.limits.connect_timeout, &self.settings.network)
+                    .map_err(|e| format!("could not set up the upstream client: {e}"))
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    /// Notes that a peer's process runs `attempt` of `test`: the first attempt begins it, a
+    /// later one starts its sequence afresh.
+    pub(crate) fn note_attempt(&self, test: &str, attempt: u32) {
+        let mut attempts = self.attempts.lock().expect("attempts lock");
+        let last = attempts.entry(test.to_string()).or_insert(0);
+        if attempt > *last {
+            if *last > 0 {
+                self.store.reset_test(&cassettes::TestId::new(test));
+            }
+            *last = attempt;
+            self.journal.begin(test);
+        }
+    }
+}
+
+/// Counts what is in flight (connections, WebSocket sessions); each holds an
+/// [`InFlightGuard`], and shutdown waits until none is left.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    open: std::sync::atomic::AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+pub(crate) struct InFlightGuard<'a>(&'a InFlight);
+
+impl InFlight {
+    pub fn enter(&self) -> InFlightGuard<'_> {
+        self.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlightGuard(self)
+    }
+
+    pub(crate) async fn idle(&self) {
+        loop {
+            let notified = self.idle.notified();
+            if self.open.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        if self
+            .0
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+            == 1
+        {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
