@@ -140,17 +140,18 @@ fn fail_fast_option(args: &[OsString]) -> Option<String> {
         .map(|a| a.into_owned())
 }
 
-/// The long flags of `cargo nextest run` (0.9.143's help): known to be nextest's, so never
-/// refused as a typo of ours, and with no `--help` asked of nextest to tell (a few hundred
-/// milliseconds, for `--retries` or `--release` on every run). A flag of a newer nextest that
-/// is close to one of ours is still let through: nextest's help is asked for those.
+/// The long flags of `cargo nextest run` and their aliases, as its own `--help` lists them (a
+/// test compares the two, so a nextest that adds or drops a flag fails it rather than drifting
+/// silently): known to be nextest's, so never refused as a typo of ours, and with no `--help`
+/// asked of nextest to tell (a few hundred milliseconds, for `--retries` or `--release` on
+/// every run). A flag of a newer nextest that is close to one of ours is still let through:
+/// nextest's help is asked for those.
 const NEXTEST_FLAGS: &[&str] = &[
     "--all",
     "--all-features",
     "--all-targets",
     "--archive-file",
     "--archive-format",
-    "--args",
     "--bench",
     "--benches",
     "--bin",
@@ -281,28 +282,100 @@ fn check_typos(nextest_args: &[OsString]) -> std::result::Result<(), clap::Error
     Ok(())
 }
 
+/// How each test is pointed at the daemon.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wiring {
+    /// A target runner sets each test's environment, and says which tests ran and passed.
+    Runner,
+    /// One environment for the whole run; the daemon reads each connection's test from the
+    /// process that opened it (no exec per test).
+    Environment,
+}
+
+/// What a run will do, decided from its arguments and settings alone, before anything runs.
+#[derive(Debug)]
+struct RunPlan {
+    mode: daemon::Mode,
+    wiring: Wiring,
+    /// What nextest is given: the user's arguments, and `--no-fail-fast` for a replay run
+    /// that names no fail-fast of its own (it reports every missing recording).
+    nextest_args: Vec<OsString>,
+    /// Whether nextest stops at the first failure: then not every selected test ran.
+    fail_fast: bool,
+    scope: RunScope,
+    /// Every cassette a whole-suite replay will read, parsed while nextest builds and lists.
+    preload: bool,
+    /// What git says of the cassettes, read while the tests run, in a run that writes none.
+    git: bool,
+    /// Whether the runner writes which tests passed (a re-record trims only those).
+    results: bool,
+    report: PathBuf,
+    /// Beside the report: runs that keep their reports apart keep their logs apart too.
+    log: PathBuf,
+    /// `--review` after a run that went upstream.
+    review: bool,
+}
+
+/// What a plan is made from besides the arguments.
+struct Facts {
+    mode: daemon::Mode,
+    /// The user's own target runner, chained after ours.
+    chained_runner: bool,
+    /// Whether this system tells a connection's process (Linux).
+    peers_supported: bool,
+    default_report: PathBuf,
+    target_dir: PathBuf,
+}
+
+impl RunPlan {
+    fn new(args: &TestArgs, mut nextest_args: Vec<OsString>, facts: Facts) -> RunPlan {
+        let mode = facts.mode;
+        // Record modes keep the runner: it notes which tests passed, which a re-record needs.
+        let wiring = match args.runner == RunnerChoice::Auto
+            && mode == daemon::Mode::Replay
+            && !facts.chained_runner
+            && facts.peers_supported
+        {
+            true => Wiring::Environment,
+            false => Wiring::Runner,
+        };
+        let scope = RunScope::of(&nextest_args);
+        let user_fail_fast = fail_fast_option(&nextest_args);
+        if mode == daemon::Mode::Replay && user_fail_fast.is_none() {
+            nextest_args.insert(0, "--no-fail-fast".into());
+        }
+        let fail_fast = match user_fail_fast.as_deref() {
+            Some("--no-fail-fast") | Some("--max-fail=all") => false,
+            Some(_) => true,
+            // nextest's default, unless the profile says otherwise.
+            None => mode != daemon::Mode::Replay,
+        };
+        let report = args.report.clone().unwrap_or(facts.default_report);
+        let log = match &args.report {
+            Some(report) => report.with_extension("log"),
+            None => facts.target_dir.join("llmreplay/daemon.log"),
+        };
+        RunPlan {
+            mode,
+            wiring,
+            nextest_args,
+            fail_fast,
+            preload: mode == daemon::Mode::Replay && scope.whole_suite(),
+            git: !mode.writes(),
+            scope,
+            results: mode == daemon::Mode::Record,
+            report,
+            log,
+            review: args.review && mode.goes_upstream(),
+        }
+    }
+}
+
 pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     // The run's CA, begun before anything else on its own thread: its key, then its files
     // once their place is known, are what nextest's start waits for.
-    let (place, placed) = std::sync::mpsc::sync_channel::<PathBuf>(1);
-    let (made, ca) = std::sync::mpsc::sync_channel(1);
-    let ca_thread = std::thread::spawn(move || -> Result<()> {
-        let run_ca = match daemon::ca::RunCa::new() {
-            Ok(run_ca) => std::sync::Arc::new(run_ca),
-            Err(e) => {
-                let _ = made.send(Err(e));
-                return Ok(());
-            }
-        };
-        let pem = run_ca.pem().to_string();
-        let _ = made.send(Ok(run_ca));
-        // No place: the run captures nothing, or ended first.
-        match placed.recv() {
-            Ok(stem) => crate::capture::write_ca(&stem, &pem).map(|_| ()),
-            Err(_) => Ok(()),
-        }
-    });
-    let (own, mut nextest_args) = split_args(args);
+    let ca = CaThread::start();
+    let (own, nextest_args) = split_args(args);
     if let Err(e) = check_typos(&nextest_args) {
         let _ = e.print();
         return Ok(Outcome::Usage);
@@ -324,15 +397,106 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     args.daemon.check_ci()?;
     let root = preconditions()?;
     let resolved = Resolved::daemon(root, None, &args.daemon)?;
+    let (runner_key, chain) = user_runner(&resolved.root)?;
+    let facts = Facts {
+        mode: resolved.settings.mode,
+        chained_runner: !chain.is_empty(),
+        peers_supported: daemon::peer::Peers::supported(),
+        default_report: resolved.default_report(),
+        target_dir: resolved.target_dir(),
+    };
+    let plan = RunPlan::new(&args, nextest_args, facts);
+    crate::log::init(0, Some(&plan.log))?;
+    let launched = launch(&plan, resolved, ca, runner_key, chain)?;
+    finish(&plan, &args.deny, launched)
+}
+
+/// The thread that makes the run's CA, then writes its files where it is told.
+struct CaThread {
+    place: std::sync::mpsc::SyncSender<PathBuf>,
+    made: std::sync::mpsc::Receiver<CaMade>,
+    written: std::thread::JoinHandle<Result<()>>,
+}
+
+/// What git says of the cassettes, read beside the tests.
+type ChangesRead = std::result::Result<Option<Vec<review::git::Change>>, review::Error>;
+
+/// The run's CA, or why it could not be made.
+type CaMade = std::result::Result<std::sync::Arc<daemon::ca::RunCa>, daemon::ca::CaError>;
+
+impl CaThread {
+    fn start() -> CaThread {
+        let (place, placed) = std::sync::mpsc::sync_channel::<PathBuf>(1);
+        let (made, ca) = std::sync::mpsc::sync_channel(1);
+        let written = std::thread::spawn(move || -> Result<()> {
+            let run_ca = match daemon::ca::RunCa::new() {
+                Ok(run_ca) => std::sync::Arc::new(run_ca),
+                Err(e) => {
+                    let _ = made.send(Err(e));
+                    return Ok(());
+                }
+            };
+            let pem = run_ca.pem().to_string();
+            let _ = made.send(Ok(run_ca));
+            // No place: the run captures nothing, or ended first.
+            match placed.recv() {
+                Ok(stem) => crate::capture::write_ca(&stem, &pem).map(|_| ()),
+                Err(_) => Ok(()),
+            }
+        });
+        CaThread {
+            place,
+            made: ca,
+            written,
+        }
+    }
+}
+
+/// A run under way: nextest running, the daemon serving, and what reads beside them.
+struct Launched {
+    root: PathBuf,
+    target_dir: PathBuf,
+    cassette_dir: PathBuf,
+    child: std::process::Child,
+    runtime: tokio::runtime::Runtime,
+    journal: std::sync::Arc<daemon::Journal>,
+    store: std::sync::Arc<cassettes::Store>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<daemon::Stats>,
+    background: Option<std::thread::JoinHandle<Option<ChangesRead>>>,
+    /// The environment of a run without a runner, for a `nextest list` of the same tests.
+    run_env: Vec<(String, String)>,
+    /// Files the runner writes: which tests ran, and under --record which passed.
+    ran: Option<tempfile::NamedTempFile>,
+    results: Option<tempfile::NamedTempFile>,
+    /// The run's folder of CA files, removed when the run ends.
+    run_dir: Option<crate::files::RunDir>,
+}
+
+/// Starts the run: the CA's files written, nextest spawned with every test pointed at the
+/// daemon, the daemon made and serving, and the cassettes read while nextest builds.
+fn launch(
+    plan: &RunPlan,
+    resolved: Resolved,
+    ca: CaThread,
+    runner_key: String,
+    chain: Vec<String>,
+) -> Result<Launched> {
     let root = resolved.root.clone();
+    let target_dir = resolved.target_dir();
     // The CA's files, written while the rest starts: the bundle, a copy of the system's
     // roots, is the largest write of a run's start. Each run's are its own, under the target
     // dir (never beside a report in the repository), and go when it ends: a second run in
     // the same target dir does not replace the certificate the first one's tests trust.
     let mut run_dir = None;
-    let ca = match resolved.settings.capture.enabled {
+    let CaThread {
+        place,
+        made,
+        written,
+    } = ca;
+    let (ca, ca_files, ca_written) = match resolved.settings.capture.enabled {
         true => {
-            let parent = resolved.target_dir().join("llmreplay");
+            let parent = target_dir.join("llmreplay");
             let dir = crate::files::RunDir::make(&parent).map_err(|e| {
                 Error::io(format!("cannot make a folder in {}", parent.display()), e)
             })?;
@@ -340,27 +504,16 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             run_dir = Some(dir);
             let paths = crate::capture::ca_paths(&stem);
             let _ = place.send(stem);
-            Some((ca, paths, ca_thread))
+            (Some(made), Some(paths), Some(written))
         }
         false => {
             drop(place);
-            None
+            (None, None, None)
         }
     };
-    // Beside the report: runs that keep their reports apart keep their logs apart too.
-    let log = match &args.report {
-        Some(report) => report.with_extension("log"),
-        None => resolved.target_dir().join("llmreplay/daemon.log"),
-    };
-    crate::log::init(0, Some(&log))?;
-    let report_path = args
-        .report
-        .clone()
-        .unwrap_or_else(|| resolved.default_report());
-    let target_dir = resolved.target_dir();
     let settings = resolved.settings;
     let proxy_secret = settings.proxy_secret.clone();
-    let mode = settings.mode;
+    let mode = plan.mode;
     let cassette_dir = settings.cassette_dir.clone();
     let gateways = settings.gateways();
     if mode.goes_upstream() {
@@ -369,30 +522,13 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             settings.upstream_report()
         ));
     }
-    let (runner_key, chain) = user_runner(&root)?;
-    // Record modes keep the runner: it notes which tests passed, which a re-record needs.
-    let runner_less = args.runner == RunnerChoice::Auto
-        && mode == daemon::Mode::Replay
-        && chain.is_empty()
-        && daemon::peer::Peers::supported();
+    let runner_less = plan.wiring == Wiring::Environment;
     let runner = toml::Value::Array(
         runner_command()?
             .into_iter()
             .map(toml::Value::String)
             .collect(),
     );
-    let scope = RunScope::of(&nextest_args);
-    // A replay run reports every missing recording, not only those before the first failure.
-    let user_fail_fast = fail_fast_option(&nextest_args);
-    if mode == daemon::Mode::Replay && user_fail_fast.is_none() {
-        nextest_args.insert(0, "--no-fail-fast".into());
-    }
-    let fail_fast = match user_fail_fast.as_deref() {
-        Some("--no-fail-fast") | Some("--max-fail=all") => false,
-        Some(_) => true,
-        // nextest's default, unless the profile says otherwise.
-        None => mode != daemon::Mode::Replay,
-    };
 
     // The daemon's address goes to nextest before the daemon is made, which happens while
     // nextest starts: connections wait in the listener's backlog until it serves.
@@ -405,10 +541,6 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             .local_addr()
             .map_err(|source| daemon::DaemonError::Bind { addr, source })?
     );
-    let (ca, ca_files, ca_written) = match ca {
-        Some((ca, paths, written)) => (Some(ca), Some(paths), Some(written)),
-        None => (None, None, None),
-    };
 
     let temp = |prefix: &str| {
         tempfile::Builder::new()
@@ -416,10 +548,10 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             .tempfile()
             .map_err(|e| Error::io("cannot make a temporary file", e))
     };
-    // Files the runner writes: which tests ran, and under --record which passed. A run
-    // without a runner has no use for the first.
+    // A run without a runner has no use for the list of tests that ran.
     let ran = (!runner_less).then(|| temp("llmreplay-ran-")).transpose()?;
-    let results = (mode == daemon::Mode::Record)
+    let results = plan
+        .results
         .then(|| temp("llmreplay-results-"))
         .transpose()?;
     let mut nextest = crate::locate::nextest(["run"]);
@@ -458,7 +590,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         nextest.env(RAN_FILE_ENV, ran.path());
     }
     nextest
-        .args(&nextest_args)
+        .args(&plan.nextest_args)
         .env("LLMREPLAY_MODE", mode.as_str());
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
@@ -511,8 +643,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     // whole-suite replay will read, parsed before the first test asks, then what git says of
     // the cassettes in a run that writes none (a new file counted from what was just read,
     // not parsed again). Started after nextest, so as not to slow this command's own start.
-    let preload = mode == daemon::Mode::Replay && scope.whole_suite();
-    let git = !mode.writes();
+    let (preload, git) = (plan.preload, plan.git);
     let background = (preload || git).then(|| {
         let (store, dir) = (store.clone(), cassette_dir.clone());
         std::thread::spawn(move || {
@@ -525,19 +656,58 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
             })
         })
     });
+    Ok(Launched {
+        root,
+        target_dir,
+        cassette_dir,
+        child,
+        runtime,
+        journal,
+        store,
+        stop,
+        served,
+        background,
+        run_env,
+        ran,
+        results,
+        run_dir,
+    })
+}
+
+/// Waits for nextest, stops the daemon, settles what each test recorded, then writes the
+/// report, prints its summary and, under `--review`, walks the changed answers.
+fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Result<Outcome> {
+    let Launched {
+        root,
+        target_dir,
+        cassette_dir,
+        mut child,
+        runtime,
+        journal,
+        store,
+        stop,
+        served,
+        background,
+        run_env,
+        ran,
+        results,
+        run_dir,
+    } = launched;
+    let (mode, scope) = (plan.mode, &plan.scope);
     let status = child
         .wait()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
-    let stopped_early = fail_fast && !status.success();
+    let stopped_early = plan.fail_fast && !status.success();
     // Without a runner, nothing says which tests ran but those that called. A cassette folder
     // of a test that did not call is the only thing that needs more (it is unused, or an
     // orphan, or its test was filtered out), and only then is the suite listed, for the run's
     // filter: most runs list nothing.
+    let runner_less = plan.wiring == Wiring::Environment;
     let mut judged = !runner_less;
     if runner_less && (scope.partition.is_some() || silent_folders(&store, &journal)?) {
-        let mut env = run_env.clone();
+        let mut env = run_env;
         env.push(("LLMREPLAY_MODE".into(), mode.as_str().into()));
-        let listed = report::spawn_list(&nextest_args, &env)
+        let listed = report::spawn_list(&plan.nextest_args, &env)
             .map_err(|e| Error::io("cannot run cargo nextest list", e))
             .and_then(report::read_list);
         match listed {
@@ -585,7 +755,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     } else if !suite.is_empty() {
         Some(suite)
     } else {
-        match report::list_tests(&scope) {
+        match report::list_tests(scope) {
             Ok(tests) => Some(tests),
             Err(e) => {
                 render::stderr(&format!(
@@ -602,20 +772,20 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         journal: &journal,
         store: &store,
         cassette_dir: &cassette_dir,
-        scope: &scope,
+        scope,
         listed: listed.as_ref(),
         tests_passed: status.success(),
         stopped_early,
         recorded,
-        log: Some(&log),
+        log: Some(&plan.log),
         changes: background
             .and_then(|read| read.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
     })?;
-    report.write(&report_path)?;
-    render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));
+    report.write(&plan.report)?;
+    render::stderr(&report.summary(&root, &plan.report, Styles::for_stderr()));
     report.to_step_summary();
-    let outcome = report.outcome(Some(status), &args.deny);
-    if args.review && mode.goes_upstream() {
+    let outcome = report.outcome(Some(status), deny);
+    if plan.review {
         crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
     }
     // The command ends here: the runtime's threads and the cassettes read go with the
@@ -631,11 +801,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
 fn start_daemon(
     settings: daemon::Settings,
     listener: std::net::TcpListener,
-    ca: Option<
-        std::sync::mpsc::Receiver<
-            std::result::Result<std::sync::Arc<daemon::ca::RunCa>, daemon::ca::CaError>,
-        >,
-    >,
+    ca: Option<std::sync::mpsc::Receiver<CaMade>>,
 ) -> Result<(tokio::runtime::Runtime, Daemon)> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -663,11 +829,9 @@ fn start_daemon(
 /// takes what cargo and nextest leave of the cores, not a share of theirs. On Linux a nice
 /// value is the thread's own.
 fn in_background() {
+    // No pid is this thread, as the kernel reads it.
     #[cfg(target_os = "linux")]
-    // SAFETY: no pointers; `who` 0 is the calling thread.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, 19);
-    }
+    let _ = rustix::process::setpriority_process(None, 19);
 }
 
 /// Whether a cassette folder belongs to no test that called the daemon in this run.
@@ -800,6 +964,122 @@ fn host_triple() -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan_of(args: &[&str], nextest: &[&str], mode: daemon::Mode) -> RunPlan {
+        let args = TestArgs::try_parse_from(
+            std::iter::once("cargo llmreplay test").chain(args.iter().copied()),
+        )
+        .unwrap();
+        let facts = Facts {
+            mode,
+            chained_runner: false,
+            peers_supported: true,
+            default_report: PathBuf::from("target/llmreplay/report.json"),
+            target_dir: PathBuf::from("target"),
+        };
+        RunPlan::new(&args, nextest.iter().map(OsString::from).collect(), facts)
+    }
+
+    #[test]
+    fn a_replay_runs_every_test_without_a_runner() {
+        let plan = plan_of(&[], &[], daemon::Mode::Replay);
+        assert_eq!(plan.wiring, Wiring::Environment);
+        assert_eq!(plan.nextest_args, vec![OsString::from("--no-fail-fast")]);
+        assert!(!plan.fail_fast);
+        assert!(plan.preload && plan.git && !plan.results && !plan.review);
+        assert_eq!(plan.log, PathBuf::from("target/llmreplay/daemon.log"));
+        assert_eq!(plan.report, PathBuf::from("target/llmreplay/report.json"));
+    }
+
+    #[test]
+    fn the_users_fail_fast_and_filters_are_kept() {
+        let plan = plan_of(
+            &[],
+            &["--max-fail=2", "-E", "test(=a)"],
+            daemon::Mode::Replay,
+        );
+        assert!(plan.fail_fast, "the user's own fail-fast stands");
+        assert_eq!(plan.nextest_args.len(), 3, "nothing added");
+        assert!(!plan.preload, "a filtered run reads only what it asks for");
+        let plan = plan_of(&[], &["--max-fail=all"], daemon::Mode::Record);
+        assert!(!plan.fail_fast);
+        let plan = plan_of(&[], &[], daemon::Mode::RecordMissing);
+        assert!(plan.fail_fast, "nextest's default in record modes");
+        assert_eq!(plan.nextest_args, Vec::<OsString>::new());
+    }
+
+    #[test]
+    fn record_modes_keep_the_runner_and_write() {
+        let plan = plan_of(
+            &["--review", "--report", "out/r.json"],
+            &[],
+            daemon::Mode::Record,
+        );
+        assert_eq!(plan.wiring, Wiring::Runner);
+        assert!(plan.results && plan.review && !plan.git && !plan.preload);
+        assert_eq!(plan.log, PathBuf::from("out/r.log"));
+        assert_eq!(plan.report, PathBuf::from("out/r.json"));
+        let plan = plan_of(&["--runner", "exec"], &[], daemon::Mode::Replay);
+        assert_eq!(plan.wiring, Wiring::Runner);
+        let chained = {
+            let args = TestArgs::try_parse_from(["cargo llmreplay test"]).unwrap();
+            let facts = Facts {
+                mode: daemon::Mode::Replay,
+                chained_runner: true,
+                peers_supported: true,
+                default_report: PathBuf::from("r.json"),
+                target_dir: PathBuf::from("t"),
+            };
+            RunPlan::new(&args, Vec::new(), facts)
+        };
+        assert_eq!(
+            chained.wiring,
+            Wiring::Runner,
+            "a runner of the user's own is chained"
+        );
+    }
+
+    /// The flag table is nextest's: every long flag and alias `cargo nextest run --help`
+    /// lists, and nothing else.
+    #[test]
+    fn the_flag_table_is_nextests_own() {
+        let out = crate::locate::nextest(["run", "--help"]).output();
+        let help = match out {
+            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+            _ if std::env::var_os("CI").is_some_and(|v| v == "true") => {
+                panic!("cargo-nextest is needed for this test (CI=true)")
+            }
+            _ => {
+                eprintln!("skipped: cargo-nextest is not installed");
+                return;
+            }
+        };
+        let flag = regex::Regex::new(r"^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)").unwrap();
+        let alias = regex::Regex::new(r"\[alias(?:es)?: ([^\]]*)\]").unwrap();
+        let mut listed = std::collections::BTreeSet::new();
+        for line in help.lines() {
+            if let Some(c) = flag.captures(line) {
+                listed.insert(c[1].to_string());
+            }
+            if let Some(c) = alias.captures(line) {
+                for a in c[1].split(',') {
+                    listed.insert(a.trim().to_string());
+                }
+            }
+        }
+        let table: std::collections::BTreeSet<String> =
+            NEXTEST_FLAGS.iter().map(|f| f.to_string()).collect();
+        assert_eq!(
+            table.difference(&listed).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "in the table, not in nextest's help"
+        );
+        assert_eq!(
+            listed.difference(&table).collect::<Vec<_>>(),
+            Vec::<&String>::new(),
+            "in nextest's help, not in the table: add them to NEXTEST_FLAGS"
+        );
+    }
 
     fn split(args: &[&str]) -> (Vec<String>, Vec<String>) {
         let (a, b) = split_args(args.iter().map(OsString::from).collect());

@@ -15,7 +15,7 @@ const PROMPT_PREVIEW: usize = 200;
 /// its closest recording and what differs, and the command that records it.
 pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (String, Detail) {
     let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
-    let closest = entry.closest(&request);
+    let closest = entry.closest(request);
     let model = request.model();
     let prompt = request
         .last_user_text()

@@ -237,6 +237,8 @@ async fn a_404_on_a_path_the_family_does_not_have_is_not_saved_and_says_what_to_
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    // A recorded answer's body ends once the recording is saved and journalled.
+    r.bytes().await.unwrap();
     assert_eq!(
         fake.received().last().unwrap().path,
         "/v1beta/models/gemini-2.0-flash:generateContent"
