@@ -122,12 +122,7 @@ pub(crate) async fn connect(
             "cargo-llmreplay: CONNECT needs host:port".into(),
         );
     };
-    let claims = Claims {
-        credentials: req.headers().get(http::header::PROXY_AUTHORIZATION),
-        challenge: true,
-        ..Claims::default()
-    };
-    let test = match identify_on(&state, conn, claims).await {
+    let test = match identify_on(&state, conn, Claims::proxy(req.headers())).await {
         Ok(identity) => identity.test,
         Err(refused) => return refused.answer(),
     };
@@ -267,12 +262,7 @@ pub(crate) async fn absolute(
     if state.ca.is_none() || !state.settings.capture.enabled {
         return capture_off();
     }
-    let claims = Claims {
-        credentials: req.headers().get(http::header::PROXY_AUTHORIZATION),
-        challenge: true,
-        ..Claims::default()
-    };
-    let test = match identify_on(&state, conn, claims).await {
+    let test = match identify_on(&state, conn, Claims::proxy(req.headers())).await {
         Ok(identity) => identity.test,
         Err(refused) => return refused.answer(),
     };

@@ -30,6 +30,17 @@ pub(crate) struct Claims<'a> {
     pub challenge: bool,
 }
 
+impl<'a> Claims<'a> {
+    /// What a proxy request says: its credentials, and a challenge when they name no test.
+    pub fn proxy(headers: &'a http::HeaderMap) -> Claims<'a> {
+        Claims {
+            credentials: headers.get(http::header::PROXY_AUTHORIZATION),
+            challenge: true,
+            ..Claims::default()
+        }
+    }
+}
+
 /// Where a request's test was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Source {
