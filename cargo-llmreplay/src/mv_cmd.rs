@@ -35,12 +35,10 @@ pub fn run(args: MvArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
     let dir = resolved.cassette_dir();
     let from = resolve_old(dir, &args.old)?;
-    let to = match args.new.contains('$') {
-        true => TestId::new(args.new.as_str()),
-        false => {
-            let binary = from.as_str().split_once('$').map_or("", |(b, _)| b);
-            TestId::new(format!("{binary}${}", args.new))
-        }
+    let new = TestId::new(args.new.as_str());
+    let to = match (new.is_nextest(), from.binary()) {
+        (false, Some(binary)) => TestId::nextest(binary, &args.new),
+        _ => new,
     };
     if from == to {
         return Err(Error::Usage(format!(
@@ -64,34 +62,34 @@ pub fn run(args: MvArgs) -> Result<Outcome> {
 
 /// An old test id as given, or the one test whose cassettes have this name (or this folder).
 fn resolve_old(dir: &Path, old: &str) -> Result<TestId> {
-    if old.contains('$') {
-        return Ok(TestId::new(old));
+    let given = TestId::new(old);
+    if given.is_nextest() {
+        return Ok(given);
     }
     let mut found = BTreeSet::new();
     for file in cassettes::cassette_files(dir)? {
         let Ok(cassette) = cassettes::read_cassette(&file) else {
             continue;
         };
-        let test = cassette.test.to_string();
+        let test = cassette.test;
         let folder = file
             .parent()
             .and_then(Path::file_name)
             .map(|f| f.to_string_lossy().into_owned());
-        let name = test.split_once('$').map_or(test.as_str(), |(_, n)| n);
-        if name == old || folder.as_deref() == Some(old) {
+        if test.name() == old || folder.as_deref() == Some(old) {
             found.insert(test);
         }
     }
     let mut found = found.into_iter();
     match (found.next(), found.next()) {
-        (Some(one), None) => Ok(TestId::new(one)),
+        (Some(one), None) => Ok(one),
         (None, _) => Err(Error::Usage(format!(
             "no cassette in {} belongs to a test named {}; give its whole id, as nextest names it ('my-crate::binary$module::test')",
             dir.display(),
             term(old)
         ))),
         (Some(a), Some(b)) => {
-            let all: Vec<String> = [a, b].into_iter().chain(found).collect();
+            let all: Vec<String> = [a, b].into_iter().chain(found).map(String::from).collect();
             Err(Error::Usage(format!(
                 "{} names more than one test ({}); give the whole id of the one to move",
                 term(old),

@@ -82,7 +82,7 @@ pub enum Verdict {
 /// What became of one recorded request.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RerunResult {
-    pub test: String,
+    pub test: TestId,
     pub provider: String,
     pub cassette: PathBuf,
     /// Position of the interaction in its cassette, from 1.
@@ -132,7 +132,7 @@ pub struct Totals {
 /// One recorded request picked for the rerun.
 struct Item {
     cassette: PathBuf,
-    test: String,
+    test: TestId,
     provider: String,
     index: usize,
     old: Interaction,
@@ -214,7 +214,7 @@ fn select(
         .iter()
         .map(|e| Filter::parse(e).map_err(|e| Error::Usage(format!("-E: {e}"))))
         .collect::<Result<Vec<_>>>()?;
-    let selected = |test: &str| {
+    let selected = |test: &TestId| {
         args.filter.as_deref().is_none_or(|f| test.contains(f))
             && (filters.is_empty() || filters.iter().any(|f| f.matches(test)))
     };
@@ -387,7 +387,7 @@ fn key_for(provider: &Provider) -> Option<String> {
 fn pick(
     dir: &Path,
     root: &Path,
-    selected: impl Fn(&str) -> bool,
+    selected: impl Fn(&TestId) -> bool,
 ) -> Result<(Vec<Item>, Vec<RerunResult>)> {
     let (mut items, mut broken) = (Vec::new(), Vec::new());
     for path in cassettes::cassette_files(dir)? {
@@ -405,8 +405,8 @@ fn pick(
                     }
                     items.push(Item {
                         cassette: path.clone(),
-                        test: c.test.to_string(),
-                        provider: c.provider.clone(),
+                        test: c.test.clone(),
+                        provider: c.provider.to_string(),
                         index,
                         old,
                     });
@@ -425,7 +425,7 @@ fn pick(
 
 fn empty(cassette: PathBuf) -> RerunResult {
     RerunResult {
-        test: String::new(),
+        test: TestId::new(""),
         provider: String::new(),
         cassette,
         interaction: 0,
@@ -676,7 +676,7 @@ pub(crate) fn text(results: &[RerunResult], totals: &Totals) -> String {
         let who = if r.test.is_empty() {
             r.cassette.to_string_lossy().into_owned()
         } else {
-            r.test.clone()
+            r.test.to_string()
         };
         let _ = writeln!(
             out,

@@ -158,7 +158,7 @@ fn accepted_file(target_dir: &Path, cassette_dir: &Path) -> PathBuf {
 fn matches(filter: &str, p: &Pending) -> bool {
     if filter.contains(['*', '?', '[']) {
         return cassettes::glob::glob(filter, cassettes::glob::Separator::Any)
-            .is_ok_and(|m| m.is_match(&p.id) || m.is_match(&p.test));
+            .is_ok_and(|m| m.is_match(&p.id) || m.is_match(p.test.as_str()));
     }
     p.id.contains(filter) || p.test.contains(filter)
 }

@@ -730,7 +730,7 @@ fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Result<Outcome> 
             .unwrap_or_default()
             .lines()
         {
-            journal.begin(test);
+            journal.begin(&cassettes::TestId::new(test));
         }
     }
     let _ = stop.send(());
@@ -839,7 +839,7 @@ fn silent_folders(store: &cassettes::Store, journal: &daemon::Journal) -> Result
     let called: std::collections::BTreeSet<String> = journal
         .tests()
         .iter()
-        .map(|t| cassettes::Slug::from_test_id(&cassettes::TestId::new(t.as_str())).to_string())
+        .map(|t| cassettes::Slug::from_test_id(t).to_string())
         .collect();
     Ok(store.folders()?.iter().any(|f| !called.contains(f)))
 }
@@ -859,7 +859,7 @@ fn finish_tests(
     let mut passed = std::collections::BTreeMap::new();
     for line in results.lines() {
         if let Some((word, id)) = line.split_once(' ') {
-            passed.insert(id.to_string(), word == "passed");
+            passed.insert(cassettes::TestId::new(id), word == "passed");
         }
     }
     let mut tests = journal.tests();
@@ -867,7 +867,7 @@ fn finish_tests(
     let mut out = Vec::new();
     for test in tests {
         let trim = mode == daemon::Mode::Record && passed.get(&test) == Some(&true);
-        let changes = store.finish_test(&cassettes::TestId::new(test), trim)?;
+        let changes = store.finish_test(&test, trim)?;
         if !changes.is_empty() {
             out.push(changes);
         }

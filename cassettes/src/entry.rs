@@ -370,7 +370,7 @@ impl Entry {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Cassette::new(self.test.as_str(), self.provider.as_str()));
+                return Ok(Cassette::new(&self.test, &self.provider));
             }
             Err(e) => return Err(Error::io(&self.path, e)),
         };

@@ -3,6 +3,7 @@
 //! `package()`, `all()`, `none()`, with `=exact`, `~contains`, `/regex/` and `#glob` matchers,
 //! combined with `|`/`or`, `&`/`and`, `-` (and not), `not`/`!` and parentheses.
 
+use crate::TestId;
 use regex::Regex;
 
 #[derive(Debug)]
@@ -86,8 +87,8 @@ impl Filter {
     }
 
     /// Whether the test id `<binary id>$<name>` (or an `X-Test-Id` without `$`) matches.
-    pub fn matches(&self, test_id: &str) -> bool {
-        let (binary_id, name) = test_id.split_once('$').unwrap_or(("", test_id));
+    pub fn matches(&self, test_id: &TestId) -> bool {
+        let (binary_id, name) = (test_id.binary().unwrap_or(""), test_id.name());
         let package = binary_id.split("::").next().unwrap_or("");
         let binary = binary_id.split_once("::").map_or(package, |(_, b)| b);
         match self {
@@ -226,7 +227,7 @@ mod tests {
     use super::*;
 
     fn m(expr: &str, id: &str) -> bool {
-        Filter::parse(expr).unwrap().matches(id)
+        Filter::parse(expr).unwrap().matches(&TestId::new(id))
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! forms of `body.rs`) or a stream of events, each kept as JSON when that reproduces its bytes.
 
 use crate::body::{json_within_depth, Blob, Body, BodyFields};
-use crate::id::TestId;
+use crate::id::{ProviderName, TestId};
 use crate::key::{Key, RecordedRequest};
 use crate::session::{Side, WsFrame};
 use crate::Error;
@@ -25,7 +25,7 @@ pub struct Cassette {
     /// Whose recordings these are: a test names its folder, so two tests never share one.
     pub test: TestId,
     /// The provider's name, as in the file's name.
-    pub provider: String,
+    pub provider: ProviderName,
     /// The recordings, in the order they were made.
     pub interactions: Vec<Interaction>,
 }
@@ -410,11 +410,11 @@ pub fn ordinals(interactions: &[Interaction]) -> Vec<usize> {
 
 impl Cassette {
     /// An empty cassette of `test` for `provider`.
-    pub fn new(test: &str, provider: &str) -> Self {
+    pub fn new(test: &TestId, provider: &ProviderName) -> Self {
         Cassette {
             llmreplay: FORMAT_VERSION,
-            test: TestId::new(test),
-            provider: provider.to_string(),
+            test: test.clone(),
+            provider: provider.clone(),
             interactions: Vec::new(),
         }
     }

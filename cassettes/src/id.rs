@@ -22,9 +22,29 @@ impl TestId {
         TestId(id.into())
     }
 
+    /// The id nextest gives a test: its binary's id and its name, joined by `$`.
+    pub fn nextest(binary: &str, name: &str) -> Self {
+        TestId(format!("{binary}${name}"))
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether nextest named the test (`<binary-id>$<test-name>`), rather than a client.
+    pub fn is_nextest(&self) -> bool {
+        self.0.contains('$')
+    }
+
+    /// The nextest binary id of a test nextest named.
+    pub fn binary(&self) -> Option<&str> {
+        self.0.split_once('$').map(|(binary, _)| binary)
+    }
+
+    /// The test's name within its binary; the whole id of one a client named.
+    pub fn name(&self) -> &str {
+        self.0.split_once('$').map_or(&self.0, |(_, name)| name)
     }
 }
 
@@ -48,9 +68,21 @@ impl From<String> for TestId {
     }
 }
 
+impl From<TestId> for String {
+    fn from(id: TestId) -> String {
+        id.0
+    }
+}
+
 impl PartialEq<&str> for TestId {
     fn eq(&self, other: &&str) -> bool {
         self.0 == *other
+    }
+}
+
+impl PartialEq<String> for TestId {
+    fn eq(&self, other: &String) -> bool {
+        &self.0 == other
     }
 }
 

@@ -7,7 +7,7 @@ use crate::format::{recording_ids, Cassette, Interaction, RecordingId, Summary};
 use crate::fs::{
     confined, lock_creating, lock_folder, remove_if_empty, write_atomic, DEFAULT_LOCK_TIMEOUT,
 };
-use crate::id::{Slug, TestId};
+use crate::id::{ProviderName, Slug, TestId};
 use crate::key::Key;
 use crate::Error;
 use std::collections::{HashMap, HashSet};
@@ -195,8 +195,8 @@ pub(crate) fn count_changes(before: &Sealed, after: &Sealed, changes: &mut TestC
 pub fn rewrite_cassette(
     path: &Path,
     root: &Path,
-    test: &str,
-    provider: &str,
+    test: &TestId,
+    provider: &ProviderName,
     expected: &[(RecordingId, Option<String>)],
     edit: impl FnOnce(&mut Vec<Interaction>),
 ) -> Result<(), Error> {

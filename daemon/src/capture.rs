@@ -138,9 +138,7 @@ pub(crate) async fn connect(
     if state.settings.capture.passes(&host) {
         let target = pass_target(&state, &host, port);
         tracing::info!(target: "cargo_llmreplay::capture", test = ?test.as_str(), host = %host, "tunnelled ([capture] pass)");
-        state
-            .journal
-            .passed(test.as_str(), &format!("{host}:{port}"));
+        state.journal.passed(&test, &format!("{host}:{port}"));
         let limits = state.settings.limits;
         tokio::spawn(async move {
             let Ok(upgraded) = hyper::upgrade::on(req).await else {

@@ -49,8 +49,8 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
             .expect("static headers"),
         (&Method::POST, "begin") => match test() {
             Some(t) => {
-                state.journal.begin(&t);
                 let test = TestId::new(t);
+                state.journal.begin(&test);
                 state.store.reset_test(&test);
                 state.faults.reset(&test);
                 json(serde_json::json!({ "status": "ok" }))

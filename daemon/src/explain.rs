@@ -63,10 +63,10 @@ pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (St
             if c.differing.len() > 8 {
                 message.push_str(&format!("    and {} more\n", c.differing.len() - 8));
             }
-            if c.same_call() && route.test.as_str().contains('$') {
+            if c.same_call() && route.test.is_nextest() {
                 message.push_str(&format!(
                     "  if the test changed on purpose, record it again (its old recording is replaced): {}\n  or keep both, ",
-                    crate::hints::rerecord_command(route.test.as_str())
+                    crate::hints::rerecord_command(&route.test)
                 ));
             } else {
                 message.push_str("  ");
@@ -111,8 +111,8 @@ pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (St
 
 /// The command that records a missing request, and the daemon's own way for other clients.
 fn record_hint(test: &TestId) -> String {
-    let command = crate::hints::record_command(test.as_str());
-    if test.as_str().contains('$') {
+    let command = crate::hints::record_command(test);
+    if test.is_nextest() {
         format!(
             "{command} (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
         )

@@ -354,11 +354,7 @@ impl Faults {
         if self.declared.is_empty() || std::mem::replace(&mut state.seeded, true) {
             return;
         }
-        for d in self
-            .declared
-            .iter()
-            .filter(|d| d.filter.matches(test.as_str()))
-        {
+        for d in self.declared.iter().filter(|d| d.filter.matches(test)) {
             let mut fault = d.fault.clone();
             fault.id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
             // Counted as posted ones are, so that clearing gives back what it took.

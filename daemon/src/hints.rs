@@ -2,23 +2,26 @@
 //! escaped for nextest, so that pasting it runs exactly that command whatever the test is
 //! called.
 
+use cassettes::TestId;
+
 /// The command that records a test's missing requests: a filter on the test under nextest,
 /// else the daemon's record-missing mode for clients naming tests themselves. The filter is
 /// escaped for nextest and the whole argument quoted for the shell, so that pasting it runs
 /// exactly this command whatever the test is called.
-pub fn record_command(test: &str) -> String {
+pub fn record_command(test: &TestId) -> String {
     command_for(test, "--record-missing")
 }
 
 /// The command that records a test again from scratch: its cassettes then hold exactly what
 /// it calls now, and a recording it no longer matches is replaced.
-pub fn rerecord_command(test: &str) -> String {
+pub fn rerecord_command(test: &TestId) -> String {
     command_for(test, "--record")
 }
 
-fn command_for(test: &str, mode_flag: &str) -> String {
-    match test.split_once('$') {
-        Some((_, name)) => {
+fn command_for(test: &TestId, mode_flag: &str) -> String {
+    match test.is_nextest() {
+        true => {
+            let name = test.name();
             let mut escaped = String::with_capacity(name.len());
             for c in name.chars() {
                 if matches!(c, '\\' | ')' | ',') {
@@ -32,13 +35,13 @@ fn command_for(test: &str, mode_flag: &str) -> String {
                 cassettes::shell_quote(&filter)
             )
         }
-        None => "cargo llmreplay serve --mode record-missing".into(),
+        false => "cargo llmreplay serve --mode record-missing".into(),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::record_command;
+    use super::{record_command, TestId};
 
     /// Pasted into a shell, the command runs itself and nothing else, whatever the test is
     /// called; nextest gets the name as one exact matcher.
@@ -52,7 +55,7 @@ mod tests {
             "back\\slash, comma) paren",
             "new\nline",
         ] {
-            let command = record_command(&format!("k::t${name}"));
+            let command = record_command(&TestId::nextest("k::t", name));
             let args = command
                 .strip_prefix("cargo llmreplay test --record-missing -E ")
                 .unwrap_or_else(|| panic!("{command}"));
@@ -80,7 +83,7 @@ mod tests {
             assert_eq!(unescaped, name, "{command}");
         }
         assert_eq!(
-            record_command("k::t$answers_hello"),
+            record_command(&TestId::new("k::t$answers_hello")),
             "cargo llmreplay test --record-missing -E 'test(=answers_hello)'"
         );
     }

@@ -3,6 +3,7 @@
 //! and errors, and everything is rendered to JSON on demand.
 
 use crate::call::Call;
+use cassettes::TestId;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -175,9 +176,9 @@ pub struct JournalLine<'a> {
 pub struct Journal {
     records: Mutex<Vec<Record>>,
     /// Tests the runner announced, whether or not they made a request.
-    began: Mutex<std::collections::BTreeSet<String>>,
+    began: Mutex<std::collections::BTreeSet<TestId>>,
     /// Every test of the suite, as the runner saw nextest list them.
-    listed: Mutex<std::collections::BTreeSet<String>>,
+    listed: Mutex<std::collections::BTreeSet<TestId>>,
     kept_hits: AtomicUsize,
     counted_hits: AtomicUsize,
     kept_others: AtomicUsize,
@@ -185,7 +186,7 @@ pub struct Journal {
     faults: Mutex<std::collections::BTreeMap<String, usize>>,
     /// Tunnels to `[capture] pass` hosts, per test and host: how many each opened. Bounded by
     /// the tests and hosts of a run, as the faults' counts are.
-    passed: Mutex<std::collections::BTreeMap<(String, String), usize>>,
+    passed: Mutex<std::collections::BTreeMap<(TestId, String), usize>>,
     /// What was only counted, past `MAX_KEPT_OTHERS`.
     overflow: Mutex<Overflow>,
 }
@@ -193,14 +194,14 @@ pub struct Journal {
 #[derive(Default)]
 struct Overflow {
     stats: Stats,
-    tests: std::collections::BTreeSet<String>,
+    tests: std::collections::BTreeSet<TestId>,
 }
 
 /// Tunnels a test opened to a `[capture] pass` host: nothing recorded, nothing replayed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Passed {
     /// The test.
-    pub test: String,
+    pub test: TestId,
     /// The host and port.
     pub host: String,
     /// How many tunnels.
@@ -376,7 +377,7 @@ impl Journal {
             overflow.stats.requests += 1;
             *overflow.stats.count_of(record.outcome) += 1;
             if !overflow.tests.contains(record.call.entry.test.as_str()) {
-                overflow.tests.insert(record.call.entry.test.to_string());
+                overflow.tests.insert(record.call.entry.test.clone());
             }
             return;
         }
@@ -428,11 +429,11 @@ impl Journal {
 
     /// Notes a tunnel a test opened to a `[capture] pass` host (`host:port`): it left the
     /// machine unrecorded, and the report says so.
-    pub fn passed(&self, test: &str, host: &str) {
+    pub fn passed(&self, test: &TestId, host: &str) {
         let mut passed = self.passed.lock().expect("journal lock");
         // Past this many tests and hosts, one more is only counted under the last it saw.
         const MAX_PASSED: usize = 10_000;
-        let key = (test.to_string(), host.to_string());
+        let key = (test.clone(), host.to_string());
         if passed.len() < MAX_PASSED || passed.contains_key(&key) {
             *passed.entry(key).or_default() += 1;
         }
@@ -453,11 +454,11 @@ impl Journal {
     }
 
     /// Notes that a test started (the runner says so before it execs the test).
-    pub fn begin(&self, test: &str) {
+    pub fn begin(&self, test: &TestId) {
         self.began
             .lock()
             .expect("journal lock")
-            .insert(test.to_string());
+            .insert(test.clone());
     }
 
     /// Notes the tests a test binary holds (`<binary id>$<name>` each).
@@ -466,25 +467,25 @@ impl Journal {
         listed.extend(
             names
                 .filter(|n| !n.is_empty())
-                .map(|n| format!("{binary}${n}")),
+                .map(|n| TestId::nextest(binary, n)),
         );
     }
 
     /// Notes the whole suite at once, as `cargo nextest list` gave it.
-    pub fn listed_all(&self, tests: std::collections::BTreeSet<String>) {
+    pub fn listed_all(&self, tests: std::collections::BTreeSet<TestId>) {
         self.listed.lock().expect("journal lock").extend(tests);
     }
 
     /// The suite as listed by nextest in this run, ignored tests included.
-    pub fn suite(&self) -> std::collections::BTreeSet<String> {
+    pub fn suite(&self) -> std::collections::BTreeSet<TestId> {
         self.listed.lock().expect("journal lock").clone()
     }
 
     /// Tests that started in this run, or made a request.
-    pub fn tests(&self) -> std::collections::BTreeSet<String> {
+    pub fn tests(&self) -> std::collections::BTreeSet<TestId> {
         let mut tests = self.began.lock().expect("journal lock").clone();
         for r in self.records.lock().expect("journal lock").iter() {
-            tests.insert(r.call.entry.test.to_string());
+            tests.insert(r.call.entry.test.clone());
         }
         tests.extend(
             self.overflow

@@ -21,7 +21,7 @@ pub enum IdVars {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PeerTest {
     /// The test id.
-    pub test: String,
+    pub test: cassettes::TestId,
     /// Its attempt, from 1 (always 1 for a named variable).
     pub attempt: u32,
 }
@@ -160,7 +160,7 @@ fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
                 .and_then(|a| a.parse().ok())
                 .unwrap_or(1);
             Some(PeerTest {
-                test: format!("{binary}${name}"),
+                test: cassettes::TestId::nextest(&binary, &name),
                 attempt,
             })
         }
@@ -169,9 +169,11 @@ fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
             let test = ["call", "setup", "teardown"]
                 .iter()
                 .find_map(|phase| value.strip_suffix(&format!(" ({phase})")))
-                .unwrap_or(&value)
-                .to_string();
-            (!test.is_empty()).then_some(PeerTest { test, attempt: 1 })
+                .unwrap_or(&value);
+            (!test.is_empty()).then(|| PeerTest {
+                test: cassettes::TestId::new(test),
+                attempt: 1,
+            })
         }
     }
 }
@@ -963,8 +965,9 @@ mod linux {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            let found: Vec<(&str, String)> = found.into_iter().map(Result::unwrap).collect();
-            let at = |how: &'static str, test: &str| (how, test.to_string());
+            let found: Vec<(&str, cassettes::TestId)> =
+                found.into_iter().map(Result::unwrap).collect();
+            let at = |how: &'static str, test: &str| (how, cassettes::TestId::new(test));
             assert_eq!(
                 found,
                 [

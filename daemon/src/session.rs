@@ -156,7 +156,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
                     .query()
                     .map(|q| format!("?{}", providers::redact::query(q)))
                     .unwrap_or_default(),
-                crate::hints::record_command(route.test.as_str()),
+                crate::hints::record_command(&route.test),
             );
             tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
@@ -324,7 +324,7 @@ async fn replay(
                     route.provider.name,
                     route.upstream_path,
                     fields.join(", "),
-                    crate::hints::record_command(route.test.as_str()),
+                    crate::hints::record_command(&route.test),
                 );
                 let detail = Detail {
                     closest: Some(fields),

@@ -37,7 +37,7 @@ pub(crate) struct State {
     pub peers: Arc<std::sync::OnceLock<peer::Peers>>,
     /// The newest attempt seen of each test a peer named: a higher one starts its sequence
     /// afresh, as a retry does.
-    pub attempts: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    pub attempts: std::sync::Mutex<std::collections::HashMap<cassettes::TestId, u32>>,
     /// This process's uid, when the daemon listens on loopback and the system tells whose a
     /// connection is: another user's connections are refused.
     pub own_uid: Option<u32>,
@@ -110,7 +110,7 @@ impl Conn {
                 match found {
                     Ok(p) => {
                         state.note_attempt(&p.test, p.attempt);
-                        Some(cassettes::TestId::new(p.test))
+                        Some(p.test)
                     }
                     Err(why) => {
                         tracing::warn!(target: "cargo_llmreplay::daemon", "cannot tell this connection's test from its process ({why}); its requests are filed under `default` unless they name their test");
@@ -137,12 +137,12 @@ impl State {
 
     /// Notes that a peer's process runs `attempt` of `test`: the first attempt begins it, a
     /// later one starts its sequence afresh.
-    pub(crate) fn note_attempt(&self, test: &str, attempt: u32) {
+    pub(crate) fn note_attempt(&self, test: &cassettes::TestId, attempt: u32) {
         let mut attempts = self.attempts.lock().expect("attempts lock");
-        let last = attempts.entry(test.to_string()).or_insert(0);
+        let last = attempts.entry(test.clone()).or_insert(0);
         if attempt > *last {
             if *last > 0 {
-                self.store.reset_test(&cassettes::TestId::new(test));
+                self.store.reset_test(test);
             }
             *last = attempt;
             self.journal.begin(test);

@@ -286,7 +286,10 @@ mod tests {
             std::fs::write(p, bytes).unwrap();
         };
         let answer = r#"{"choices":[{"message":{"content":"Hi"}}]}"#;
-        let mut good = Cassette::new("c::t$ok", "openai");
+        let mut good = Cassette::new(
+            &cassettes::TestId::new("c::t$ok"),
+            &cassettes::ProviderName::new("openai").unwrap(),
+        );
         let mut x = interaction("q", answer);
         x.summary = Summary::of(&x.response);
         x.seal = Some(cassettes::seal_of(&x.response));

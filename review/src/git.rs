@@ -364,7 +364,7 @@ pub fn diff_against(
             (Ok(a), Ok(b)) => {
                 let named = b.as_ref().or(a.as_ref()).expect("one side exists");
                 file.test = named.test.clone();
-                file.provider = named.provider.clone();
+                file.provider = named.provider.to_string();
                 let paired = paired_diffs(a.as_ref(), b.as_ref());
                 file.positions = paired.iter().map(|p| (p.old, p.new)).collect();
                 file.interactions = paired.into_iter().map(|p| p.diff).collect();
@@ -510,7 +510,10 @@ mod tests {
     use super::*;
     use crate::testing::{commit_all, interaction};
     fn write(path: &Path, interactions: Vec<Interaction>) {
-        let mut c = Cassette::new("t", "openai");
+        let mut c = Cassette::new(
+            &cassettes::TestId::new("t"),
+            &cassettes::ProviderName::new("openai").unwrap(),
+        );
         c.interactions = interactions;
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, c.to_bytes()).unwrap();
@@ -628,7 +631,10 @@ mod tests {
         let repo = git2::Repository::init(dir.path()).unwrap();
         let cas = dir.path().join("tests/cassettes");
         let cassette = |answer: &str| {
-            let mut c = Cassette::new("c::t$a", "openai");
+            let mut c = Cassette::new(
+                &cassettes::TestId::new("c::t$a"),
+                &cassettes::ProviderName::new("openai").unwrap(),
+            );
             c.interactions = vec![interaction("q", answer)];
             c
         };

@@ -17,7 +17,7 @@ pub struct Pending {
     /// `<slug>/<provider>#<n>`.
     pub id: String,
     /// Whose cassette it is.
-    pub test: String,
+    pub test: cassettes::TestId,
     /// The provider.
     pub provider: String,
     /// The cassette, relative to the repository's root.
@@ -85,7 +85,7 @@ fn one(
     }
     Pending {
         id,
-        test: file.test.to_string(),
+        test: file.test.clone(),
         provider: file.provider.clone(),
         cassette: file.path.clone(),
         diff: d.clone(),
@@ -123,15 +123,15 @@ pub fn reject(diff: &Diff, cassette_dir: &Path, rejected: &[&Pending]) -> Result
             .find(|f| diff.workdir.join(&f.path) == path)
             .expect("a pending interaction comes from a file of its diff");
         let expected = cassettes::sealed(file.sides.work.as_ref());
-        let named = file.sides.work.as_ref().or(file.sides.base.as_ref());
-        let (test, provider) = named.map_or((String::new(), String::new()), |c| {
-            (c.test.to_string(), c.provider.to_string())
-        });
+        // A file of the diff has its cassette on one side at least.
+        let Some(named) = file.sides.work.as_ref().or(file.sides.base.as_ref()) else {
+            continue;
+        };
         cassettes::rewrite_cassette(
             path,
             cassette_dir,
-            &test,
-            &provider,
+            &named.test,
+            &named.provider,
             &expected,
             |list_now| {
                 let mut slots: Vec<Option<Interaction>> =

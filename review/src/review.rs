@@ -464,7 +464,10 @@ mod tests {
     }
 
     fn cassette(list: Vec<Interaction>) -> Cassette {
-        let mut c = Cassette::new("t", "openai");
+        let mut c = Cassette::new(
+            &cassettes::TestId::new("t"),
+            &cassettes::ProviderName::new("openai").unwrap(),
+        );
         c.interactions = list;
         c
     }

@@ -107,7 +107,7 @@ pub struct Report {
     /// For a partition of the suite, what `report merge` needs to judge cassette folders once
     /// every partition is in: the suite's test ids and the cassette folders present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suite: Option<BTreeSet<String>>,
+    pub suite: Option<BTreeSet<TestId>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folders: Option<BTreeSet<String>>,
     /// The partitions a merged report was made of.
@@ -126,7 +126,7 @@ pub struct Inputs<'a> {
     pub cassette_dir: &'a Path,
     pub scope: &'a RunScope,
     /// The suite's test ids as nextest listed them, if known.
-    pub listed: Option<&'a BTreeSet<String>>,
+    pub listed: Option<&'a BTreeSet<TestId>>,
     pub tests_passed: bool,
     /// nextest ran fail-fast and the run failed.
     pub stopped_early: bool,
@@ -150,7 +150,7 @@ impl Report {
             .filter(|m| seen.insert((m.test.clone(), m.key.clone(), m.ordinal)))
             .map(|miss| Missing {
                 command: daemon::record_command(&miss.test),
-                rerecord: (miss.detail.same_call && miss.test.as_str().contains('$'))
+                rerecord: (miss.detail.same_call && miss.test.is_nextest())
                     .then(|| daemon::rerecord_command(&miss.test)),
                 renamed_from: None,
                 miss,
@@ -162,7 +162,7 @@ impl Report {
             .partition(|m| m.miss.detail.host.is_some());
         let mut unused = Vec::new();
         for test in inputs.journal.tests() {
-            for u in inputs.store.unused_in(&TestId::new(test))? {
+            for u in inputs.store.unused_in(&test)? {
                 unused.push(Unused::Recording(u));
             }
         }
@@ -328,20 +328,19 @@ impl Report {
 fn find_renames(
     cassette_dir: &Path,
     missing: &mut [Missing],
-    suite: &BTreeSet<String>,
+    suite: &BTreeSet<TestId>,
 ) -> Result<(), cassettes::Error> {
     if missing.is_empty() || suite.is_empty() {
         return Ok(());
     }
-    let binary = |id: &str| id.split_once('$').map(|(b, _)| b.to_string());
-    let binaries: BTreeSet<String> = suite.iter().filter_map(|t| binary(t)).collect();
-    let mut by_key: BTreeMap<String, String> = BTreeMap::new();
+    let binaries: BTreeSet<&str> = suite.iter().filter_map(TestId::binary).collect();
+    let mut by_key: BTreeMap<String, TestId> = BTreeMap::new();
     for file in cassettes::cassette_files(cassette_dir)? {
         let Ok(cassette) = cassettes::read_cassette(&file) else {
             continue;
         };
-        let test = cassette.test.to_string();
-        let gone = !suite.contains(&test) && binary(&test).is_some_and(|b| binaries.contains(&b));
+        let test = cassette.test;
+        let gone = !suite.contains(&test) && test.binary().is_some_and(|b| binaries.contains(b));
         if gone {
             for x in &cassette.interactions {
                 by_key
@@ -353,8 +352,8 @@ fn find_renames(
     for m in missing {
         if let Some(old) = by_key.get(&m.miss.key) {
             m.renamed_from = Some(RenamedFrom {
-                test: old.clone(),
-                command: cassettes::mv_command(&TestId::new(old.as_str()), &m.miss.test),
+                test: old.to_string(),
+                command: cassettes::mv_command(old, &m.miss.test),
             });
         }
     }
@@ -377,17 +376,17 @@ fn nextest_code(status: ExitStatus) -> u8 {
 }
 
 /// The cassette folders (slugs) that match no test of `suite`.
-pub fn orphan_folders(suite: &BTreeSet<String>, folders: &BTreeSet<String>) -> Vec<String> {
+pub fn orphan_folders(suite: &BTreeSet<TestId>, folders: &BTreeSet<String>) -> Vec<String> {
     let slugs: BTreeSet<String> = suite
         .iter()
-        .map(|id| Slug::from_test_id(&TestId::new(id.as_str())).to_string())
+        .map(|id| Slug::from_test_id(id).to_string())
         .collect();
     folders.difference(&slugs).cloned().collect()
 }
 
 fn orphans(
     cassette_dir: &Path,
-    suite: &BTreeSet<String>,
+    suite: &BTreeSet<TestId>,
     folders: &BTreeSet<String>,
 ) -> Vec<Unused> {
     orphan_folders(suite, folders)

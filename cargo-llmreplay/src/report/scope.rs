@@ -2,6 +2,7 @@
 //! from `cargo nextest list`.
 
 use crate::error::{Error, Result};
+use cassettes::TestId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -150,7 +151,7 @@ pub fn spawn_list(
 }
 
 /// What a `spawn_list` printed: every test id of the suite, and those the run selected.
-pub fn read_list(child: std::process::Child) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+pub fn read_list(child: std::process::Child) -> Result<(BTreeSet<TestId>, BTreeSet<TestId>)> {
     parse_list(
         child
             .wait_with_output()
@@ -160,7 +161,7 @@ pub fn read_list(child: std::process::Child) -> Result<(BTreeSet<String>, BTreeS
 
 /// Every test id of the suite, from `cargo nextest list` (run after the tests, so it builds
 /// nothing new).
-pub fn list_tests(scope: &RunScope) -> Result<BTreeSet<String>> {
+pub fn list_tests(scope: &RunScope) -> Result<BTreeSet<TestId>> {
     let mut cmd = crate::locate::nextest(["list", "--message-format", "json", "--cargo-quiet"]);
     if scope.workspace {
         cmd.arg("--workspace");
@@ -173,7 +174,7 @@ pub fn list_tests(scope: &RunScope) -> Result<BTreeSet<String>> {
 
 /// The test ids a `cargo nextest list --message-format json` printed, and those its filter
 /// selected.
-fn parse_list(out: std::process::Output) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+fn parse_list(out: std::process::Output) -> Result<(BTreeSet<TestId>, BTreeSet<TestId>)> {
     if !out.status.success() {
         return Err(Error::Precondition(format!(
             "cargo nextest list failed: {}",
@@ -189,7 +190,7 @@ fn parse_list(out: std::process::Output) -> Result<(BTreeSet<String>, BTreeSet<S
     let (mut suite, mut selected) = (BTreeSet::new(), BTreeSet::new());
     for (binary, s) in &list.rust_suites {
         for (name, case) in &s.test_cases {
-            let id = format!("{}${}", binary.as_str(), name.as_str());
+            let id = TestId::nextest(binary.as_str(), name.as_str());
             if matches!(case.filter_match, nextest_metadata::FilterMatch::Matches) {
                 selected.insert(id.clone());
             }

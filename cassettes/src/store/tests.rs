@@ -373,7 +373,7 @@ fn removing_recordings_takes_exactly_those_or_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t/openai.json");
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let mut c = Cassette::new("t", "openai");
+    let mut c = Cassette::new(&TestId::new("t"), &ProviderName::new("openai").unwrap());
     c.interactions = vec![
         interaction("a", "1"),
         interaction("a", "2"),
