@@ -305,7 +305,8 @@ async fn send_one(item: &Item, request: &Request<'_>, resender: &Resender) -> Se
             outgoing.content_type.as_deref(),
             key.as_deref(),
         )
-        .await?;
+        .await
+        .map_err(|e| e.to_string())?;
     Ok((outgoing, resent))
 }
 

@@ -6,6 +6,35 @@
 use crate::TestId;
 use regex::Regex;
 
+/// Why a filterset does not parse; each says what was expected.
+#[derive(Debug, thiserror::Error)]
+pub enum FilterError {
+    /// Not the filterset language.
+    #[error("in the filter {expr:?} at character {at}: expected {wanted}. Supported: test(), binary_id(), binary(), package(), all(), none(), with =, ~, /regex/ or #glob, and |, &, -, not, ( )")]
+    Syntax {
+        /// The filterset.
+        expr: String,
+        /// Where, from 1.
+        at: usize,
+        /// What was expected there.
+        wanted: &'static str,
+    },
+    /// A predicate of nextest's that recorded tests do not have.
+    #[error("the filter predicate {0}() does not apply to recorded tests; use test(), binary_id(), binary(), package(), all() or none()")]
+    Predicate(String),
+    /// A `/regex/` that does not compile.
+    #[error("bad regex {pattern}: {source}")]
+    Regex {
+        /// The matcher, as written.
+        pattern: String,
+        /// The regex crate's error.
+        source: regex::Error,
+    },
+    /// A `#glob` that does not compile.
+    #[error(transparent)]
+    Glob(#[from] crate::glob::GlobError),
+}
+
 #[derive(Debug)]
 /// A nextest filterset, as `[[faults]]` selects tests with it.
 pub enum Filter {
@@ -52,9 +81,9 @@ impl Matcher {
         }
     }
 
-    fn parse(arg: &str, contains_by_default: bool) -> Result<Matcher, String> {
-        let glob = |g: &str| -> Result<Matcher, String> {
-            crate::glob::glob(g, crate::glob::Separator::Any).map(Matcher::Glob)
+    fn parse(arg: &str, contains_by_default: bool) -> Result<Matcher, FilterError> {
+        let glob = |g: &str| -> Result<Matcher, FilterError> {
+            Ok(crate::glob::glob(g, crate::glob::Separator::Any).map(Matcher::Glob)?)
         };
         if let Some(x) = arg.strip_prefix('=') {
             Ok(Matcher::Equal(x.to_string()))
@@ -65,7 +94,10 @@ impl Matcher {
         } else if arg.len() >= 2 && arg.starts_with('/') && arg.ends_with('/') {
             Regex::new(&arg[1..arg.len() - 1])
                 .map(Matcher::Regex)
-                .map_err(|e| format!("bad regex {arg}: {e}"))
+                .map_err(|source| FilterError::Regex {
+                    pattern: arg.to_string(),
+                    source,
+                })
         } else if contains_by_default {
             Ok(Matcher::Contains(arg.to_string()))
         } else {
@@ -76,7 +108,7 @@ impl Matcher {
 
 impl Filter {
     /// Parses a filterset; the error says where and what was expected.
-    pub fn parse(expr: &str) -> Result<Filter, String> {
+    pub fn parse(expr: &str) -> Result<Filter, FilterError> {
         let mut p = Parser { s: expr, at: 0 };
         let f = p.or()?;
         p.skip_space();
@@ -120,12 +152,12 @@ impl Parser<'_> {
         self.at = self.s.len() - trimmed.len();
     }
 
-    fn error(&self, wanted: &str) -> String {
-        format!(
-            "in the filter {:?} at character {}: expected {wanted}. Supported: test(), binary_id(), binary(), package(), all(), none(), with =, ~, /regex/ or #glob, and |, &, -, not, ( )",
-            self.s,
-            self.at + 1
-        )
+    fn error(&self, wanted: &'static str) -> FilterError {
+        FilterError::Syntax {
+            expr: self.s.to_string(),
+            at: self.at + 1,
+            wanted,
+        }
     }
 
     /// Eats `word` when it comes next as a whole word or symbol.
@@ -144,7 +176,7 @@ impl Parser<'_> {
         true
     }
 
-    fn or(&mut self) -> Result<Filter, String> {
+    fn or(&mut self) -> Result<Filter, FilterError> {
         let mut left = self.and()?;
         while self.eat("|") || self.eat("or") {
             left = Filter::Or(Box::new(left), Box::new(self.and()?));
@@ -152,7 +184,7 @@ impl Parser<'_> {
         Ok(left)
     }
 
-    fn and(&mut self) -> Result<Filter, String> {
+    fn and(&mut self) -> Result<Filter, FilterError> {
         let mut left = self.unary()?;
         loop {
             if self.eat("&") || self.eat("and") {
@@ -166,7 +198,7 @@ impl Parser<'_> {
         }
     }
 
-    fn unary(&mut self) -> Result<Filter, String> {
+    fn unary(&mut self) -> Result<Filter, FilterError> {
         if self.eat("not") || self.eat("!") {
             return Ok(Filter::Not(Box::new(self.unary()?)));
         }
@@ -180,7 +212,7 @@ impl Parser<'_> {
         self.atom()
     }
 
-    fn atom(&mut self) -> Result<Filter, String> {
+    fn atom(&mut self) -> Result<Filter, FilterError> {
         self.skip_space();
         let name: String = self
             .rest()
@@ -213,11 +245,7 @@ impl Parser<'_> {
             "binary_id" => Filter::BinaryId(matcher(false)?),
             "binary" => Filter::Binary(matcher(false)?),
             "package" => Filter::Package(matcher(false)?),
-            other => {
-                return Err(format!(
-                    "the filter predicate {other}() does not apply to recorded tests; use test(), binary_id(), binary(), package(), all() or none()"
-                ))
-            }
+            other => return Err(FilterError::Predicate(other.to_string())),
         })
     }
 }
@@ -252,12 +280,14 @@ mod tests {
     #[test]
     fn errors_say_where_and_what() {
         let e = Filter::parse("test(=a) |").unwrap_err();
-        assert!(e.contains("character 11"), "{e}");
+        assert!(e.to_string().contains("character 11"), "{e}");
         assert!(Filter::parse("platform(host)")
             .unwrap_err()
+            .to_string()
             .contains("does not apply"));
         assert!(Filter::parse("test(/(/)")
             .unwrap_err()
+            .to_string()
             .contains("bad regex"));
         assert!(Filter::parse("test(=a").is_err());
     }

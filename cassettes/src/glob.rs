@@ -13,13 +13,26 @@ pub enum Separator {
     Any,
 }
 
+/// A glob that does not compile.
+#[derive(Debug, thiserror::Error)]
+#[error("bad glob {pattern:?}: {source}")]
+pub struct GlobError {
+    /// The glob, as written.
+    pub pattern: String,
+    /// globset's error.
+    pub source: globset::Error,
+}
+
 /// Compiles `pattern`; the error names what is wrong with it.
-pub fn glob(pattern: &str, separator: Separator) -> Result<GlobMatcher, String> {
+pub fn glob(pattern: &str, separator: Separator) -> Result<GlobMatcher, GlobError> {
     globset::GlobBuilder::new(pattern)
         .literal_separator(separator == Separator::Literal)
         .build()
         .map(|g| g.compile_matcher())
-        .map_err(|e| format!("bad glob {pattern:?}: {e}"))
+        .map_err(|source| GlobError {
+            pattern: pattern.to_string(),
+            source,
+        })
 }
 
 #[cfg(test)]

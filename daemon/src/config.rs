@@ -97,7 +97,10 @@ pub enum ConfigError {
     #[error("{0}")]
     /// A variable of the environment the daemon cannot work with (a SOCKS proxy, say): no
     /// file's fault.
-    Environment(String),
+    Environment(#[source] crate::upstream::NetworkError),
+    #[error(transparent)]
+    /// An `[upstream]` proxy or certificate file that does not work.
+    Network(#[from] crate::upstream::NetworkError),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -604,11 +607,11 @@ impl Settings {
             ));
         }
         // A CA file that cannot be read fails here, at start, not at the first recording.
-        crate::upstream::Roots::check_ca_file(&network).map_err(ConfigError::Invalid)?;
+        crate::upstream::Roots::check_ca_file(&network)?;
         let proxies =
             Arc::new(
                 crate::upstream::Proxies::new(&network).map_err(|m| match network.proxy {
-                    Some(_) => ConfigError::Invalid(m),
+                    Some(_) => ConfigError::Network(m),
                     None => ConfigError::Environment(m),
                 })?,
             );
@@ -814,6 +817,7 @@ mod tests {
         assert!(azure
             .upstream()
             .unwrap_err()
+            .to_string()
             .contains("AZURE_OPENAI_ENDPOINT"));
     }
 

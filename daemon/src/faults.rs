@@ -102,10 +102,66 @@ pub struct DisconnectSpec {
     pub after_chunks: i64,
 }
 
+/// Why a fault is refused; each says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// No kind given.
+    #[error(
+        "a fault needs one of \"status\", \"disconnect\", \"delay_ms\" or \"malformed\": true"
+    )]
+    NoKind,
+    /// More than one kind given.
+    #[error("a fault is one kind at a time; this one has {0}")]
+    Kinds(String),
+    /// A status that is not final.
+    #[error("\"status\": {0} is not a final HTTP status (200 to 599)")]
+    Status(i64),
+    /// A header name that is not one.
+    #[error("\"headers\": {0:?} is not a valid header name")]
+    HeaderName(String),
+    /// A header the daemon sets itself.
+    #[error("\"headers\": {0:?} is set by the daemon from the body it sends; leave it out")]
+    ReservedHeader(String),
+    /// A header value that is not one.
+    #[error("\"headers\": the value of {0:?} is not a valid header value")]
+    HeaderValue(String),
+    /// Headers or a body without a status.
+    #[error("\"headers\" and \"body\" go with \"status\" only")]
+    BodyWithoutStatus,
+    /// A count below zero.
+    #[error("\"{name}\": {n} is negative")]
+    Negative {
+        /// The field.
+        name: &'static str,
+        /// Its value.
+        n: i64,
+    },
+    /// A provider the daemon does not know.
+    #[error("no provider named {name:?}; known: {known}")]
+    Provider {
+        /// The name given.
+        name: String,
+        /// The names known.
+        known: String,
+    },
+    /// A `times` that is no count.
+    #[error("\"times\": {0} is not a count of 1 or more, nor \"always\"")]
+    Times(String),
+    /// The test has as many faults waiting as it may.
+    #[error("this test has {MAX_PER_TEST} faults waiting already; DELETE <LLMREPLAY_BASE_URL>/__llmreplay/faults clears them")]
+    TooMany,
+    /// The faults waiting hold as much body as they may.
+    #[error("the faults waiting hold {held_mib} MiB of bodies already, and this one would pass the {} MiB all faults may hold; DELETE <LLMREPLAY_BASE_URL>/__llmreplay/faults clears a test's, or give the fault a smaller body", MAX_BODY_BYTES >> 20)]
+    TooMuchBody {
+        /// What they hold, in MiB.
+        held_mib: u64,
+    },
+}
+
 impl FaultSpec {
     /// Checks a spec: exactly one kind, counts that are not negative, a provider that exists.
     /// The error says what is wrong.
-    pub fn into_fault(self, id: u64, providers: &[&str]) -> Result<Fault, String> {
+    pub fn into_fault(self, id: u64, providers: &[&str]) -> Result<Fault, FaultError> {
         let kinds: Vec<&str> = [
             ("status", self.status.is_some()),
             ("disconnect", self.disconnect.is_some()),
@@ -117,35 +173,25 @@ impl FaultSpec {
         .map(|k| k.0)
         .collect();
         match kinds.len() {
-            0 => return Err("a fault needs one of \"status\", \"disconnect\", \"delay_ms\" or \"malformed\": true".into()),
+            0 => return Err(FaultError::NoKind),
             1 => {}
-            _ => {
-                return Err(format!(
-                    "a fault is one kind at a time; this one has {}",
-                    kinds.join(" and ")
-                ))
-            }
+            _ => return Err(FaultError::Kinds(kinds.join(" and "))),
         }
         let spec = self;
         let kind = if let Some(status) = spec.status {
             // 1xx would turn the connection into something else (101 hijacks it).
             if !(200..=599).contains(&status) {
-                return Err(format!(
-                    "\"status\": {status} is not a final HTTP status (200 to 599)"
-                ));
+                return Err(FaultError::Status(status));
             }
             let mut headers = Vec::new();
             for (name, value) in spec.headers.iter().flatten() {
                 let parsed = http::HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("\"headers\": {name:?} is not a valid header name"))?;
+                    .map_err(|_| FaultError::HeaderName(name.clone()))?;
                 if RESERVED_HEADERS.contains(&parsed.as_str()) {
-                    return Err(format!(
-                        "\"headers\": {name:?} is set by the daemon from the body it sends; leave it out"
-                    ));
+                    return Err(FaultError::ReservedHeader(name.clone()));
                 }
-                let value = http::HeaderValue::from_str(value).map_err(|_| {
-                    format!("\"headers\": the value of {name:?} is not a valid header value")
-                })?;
+                let value = http::HeaderValue::from_str(value)
+                    .map_err(|_| FaultError::HeaderValue(name.clone()))?;
                 headers.push((parsed, value));
             }
             let body = spec.body.as_ref().map(|b| match b {
@@ -159,7 +205,7 @@ impl FaultSpec {
             }
         } else {
             if spec.headers.is_some() || spec.body.is_some() {
-                return Err("\"headers\" and \"body\" go with \"status\" only".into());
+                return Err(FaultError::BodyWithoutStatus);
             }
             if let Some(d) = &spec.disconnect {
                 FaultKind::Disconnect {
@@ -177,10 +223,10 @@ impl FaultSpec {
             None | Some("any") => None,
             Some(name) if providers.contains(&name) => ProviderName::new(name),
             Some(name) => {
-                return Err(format!(
-                    "no provider named {name:?}; known: {}",
-                    providers.join(", ")
-                ))
+                return Err(FaultError::Provider {
+                    name: name.to_string(),
+                    known: providers.join(", "),
+                })
             }
         };
         let times = match &spec.times {
@@ -188,11 +234,7 @@ impl FaultSpec {
             Some(Value::String(s)) if s == "always" => Times::Always,
             Some(v) => match v.as_i64() {
                 Some(n) if n >= 1 => Times::Count(n as u64),
-                _ => {
-                    return Err(format!(
-                        "\"times\": {v} is not a count of 1 or more, nor \"always\""
-                    ))
-                }
+                _ => return Err(FaultError::Times(v.to_string())),
             },
         };
         Ok(Fault {
@@ -237,8 +279,8 @@ impl Fault {
     }
 }
 
-fn non_negative(name: &str, n: i64) -> Result<u64, String> {
-    u64::try_from(n).map_err(|_| format!("\"{name}\": {n} is negative"))
+fn non_negative(name: &'static str, n: i64) -> Result<u64, FaultError> {
+    u64::try_from(n).map_err(|_| FaultError::Negative { name, n })
 }
 
 /// A `[[faults]]` table of `llmreplay.toml`: a fault for every test its filterset selects.
@@ -283,26 +325,27 @@ impl Faults {
     }
 
     /// Registers a fault for `test`; returns its id.
-    pub fn add(&self, test: TestId, spec: FaultSpec, providers: &[&str]) -> Result<u64, String> {
+    pub fn add(
+        &self,
+        test: TestId,
+        spec: FaultSpec,
+        providers: &[&str],
+    ) -> Result<u64, FaultError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let fault = spec.into_fault(id, providers)?;
         let per_test = self.of(&test);
         let mut state = per_test.lock().expect("faults lock");
         self.seed(&mut state, &test);
         if state.faults.len() >= MAX_PER_TEST {
-            return Err(format!(
-                "this test has {MAX_PER_TEST} faults waiting already; DELETE <LLMREPLAY_BASE_URL>/__llmreplay/faults clears them"
-            ));
+            return Err(FaultError::TooMany);
         }
         let len = fault.body_len();
         let held = self.body_bytes.fetch_add(len, Ordering::AcqRel);
         if held + len > MAX_BODY_BYTES {
             self.body_bytes.fetch_sub(len, Ordering::AcqRel);
-            return Err(format!(
-                "the faults waiting hold {} MiB of bodies already, and this one would pass the {} MiB all faults may hold; DELETE <LLMREPLAY_BASE_URL>/__llmreplay/faults clears a test's, or give the fault a smaller body",
-                held >> 20,
-                MAX_BODY_BYTES >> 20
-            ));
+            return Err(FaultError::TooMuchBody {
+                held_mib: (held >> 20) as u64,
+            });
         }
         state.faults.push(fault);
         self.any.store(true, Ordering::Release);
@@ -425,7 +468,7 @@ mod tests {
             assert!(accepted <= 10, "no cap");
         };
         assert_eq!(accepted, 6, "six 20 MiB bodies fit in 128 MiB");
-        assert!(refused.contains("128 MiB"), "{refused}");
+        assert!(refused.to_string().contains("128 MiB"), "{refused}");
         faults.clear(&TestId::new("t$b0"));
         assert!(faults
             .add(TestId::new("t$again"), spec(body), PROVIDERS)
@@ -472,7 +515,7 @@ mod tests {
             ),
         ] {
             let e = spec(v.clone()).into_fault(1, PROVIDERS).unwrap_err();
-            assert!(e.contains(says), "{v}: {e}");
+            assert!(e.to_string().contains(says), "{v}: {e}");
         }
         assert!(serde_json::from_value::<FaultSpec>(json!({"kind": "x"})).is_err());
     }
@@ -550,7 +593,7 @@ mod tests {
         let e = faults
             .add(t.clone(), spec(json!({"status": 500})), PROVIDERS)
             .unwrap_err();
-        assert!(e.contains("1000 faults waiting"), "{e}");
+        assert!(e.to_string().contains("1000 faults waiting"), "{e}");
         let other = TestId::new("a$other");
         assert!(faults
             .add(other, spec(json!({"status": 500})), PROVIDERS)

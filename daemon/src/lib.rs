@@ -42,6 +42,7 @@ pub mod upstream;
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
 pub use hints::{record_command, rerecord_command};
 pub use journal::{short_json, ErrorAnswer, FieldValues, Journal, Miss, Outcome, Stats};
+pub use sigv4::SigningError;
 
 use cassettes::Store;
 use state::{InFlight, State};

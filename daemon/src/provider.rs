@@ -4,6 +4,7 @@
 
 use cassettes::ProviderName;
 pub use providers::{Family, Kind};
+use std::sync::Arc;
 
 /// Where an upstream came from, first to last in precedence: said at start in record modes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +47,7 @@ pub struct Provider {
     pub source: UpstreamSource,
     /// The upstream's scheme, authority and path prefix, parsed on first use and kept: every
     /// upstream URL is built from these parts, never by pasting text.
-    pub parsed: std::sync::OnceLock<Result<UpstreamRoot, String>>,
+    pub parsed: std::sync::OnceLock<Result<UpstreamRoot, UpstreamError>>,
 }
 
 /// An upstream URL taken apart once.
@@ -99,18 +100,13 @@ impl Provider {
     }
 
     /// The upstream, or an error that says how to name one.
-    pub fn upstream(&self) -> Result<&str, String> {
-        self.upstream.as_deref().ok_or_else(|| {
-            let vars: Vec<&str> = providers::env::of(self.kind)
+    pub fn upstream(&self) -> Result<&str, UpstreamError> {
+        self.upstream.as_deref().ok_or_else(|| UpstreamError::None {
+            name: self.name.to_string(),
+            var: providers::env::of(self.kind)
                 .base_urls
-                .iter()
-                .map(|v| v.name)
-                .collect();
-            format!(
-                "cargo-llmreplay: the {name} provider has no upstream to record from. Set {} to your endpoint before the run, or pass --upstream {name}=URL, or set [providers.{name}] upstream in llmreplay.toml",
-                vars.first().copied().unwrap_or("its base URL variable"),
-                name = self.name
-            )
+                .first()
+                .map_or("its base URL variable", |v| v.name),
         })
     }
 }
@@ -118,7 +114,11 @@ impl Provider {
 impl Provider {
     /// The upstream URL of `path` (which starts with `/`) and `query`: built from the parsed
     /// root's scheme and authority, so that nothing in a path can name another host or port.
-    pub fn upstream_uri(&self, path: &str, query: Option<&str>) -> Result<http::Uri, String> {
+    pub fn upstream_uri(
+        &self,
+        path: &str,
+        query: Option<&str>,
+    ) -> Result<http::Uri, UpstreamError> {
         let root = self.upstream()?;
         let UpstreamRoot {
             scheme,
@@ -127,11 +127,9 @@ impl Provider {
         } = self
             .parsed
             .get_or_init(|| {
-                let parsed: http::Uri = root.parse().map_err(|e| {
-                    format!(
-                        "cargo-llmreplay: the {} upstream is not a URL ({e})",
-                        self.name
-                    )
+                let parsed: http::Uri = root.parse().map_err(|e| UpstreamError::NotUrl {
+                    name: self.name.to_string(),
+                    source: Arc::new(e),
                 })?;
                 match (parsed.scheme(), parsed.authority()) {
                     (Some(scheme), Some(authority)) => Ok(UpstreamRoot {
@@ -139,11 +137,10 @@ impl Provider {
                         authority: authority.clone(),
                         prefix: parsed.path().trim_end_matches('/').to_string(),
                     }),
-                    _ => Err(format!(
-                        "cargo-llmreplay: the {} upstream {} has no scheme or host",
-                        self.name,
-                        providers::redact::url(root)
-                    )),
+                    _ => Err(UpstreamError::NoHost {
+                        name: self.name.to_string(),
+                        url: providers::redact::url(root).into_owned(),
+                    }),
                 }
             })
             .clone()?;
@@ -162,11 +159,9 @@ impl Provider {
             .authority(authority.clone())
             .path_and_query(target)
             .build()
-            .map_err(|e| {
-                format!(
-                    "cargo-llmreplay: no upstream URL for {}: {e}",
-                    providers::redact::url(path)
-                )
+            .map_err(|e| UpstreamError::Path {
+                path: providers::redact::url(path).into_owned(),
+                source: Arc::new(e),
             })
     }
 }
@@ -176,7 +171,11 @@ impl Provider {
     /// re-signing) may go to `uri`: the family's own https hosts, an upstream the user's own
     /// environment named (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`), or a host given to
     /// `--allow-credentials-to`. A `llmreplay.toml` alone never sends them elsewhere.
-    pub fn may_send_credentials(&self, uri: &http::Uri, allowed: &[String]) -> Result<(), String> {
+    pub fn may_send_credentials(
+        &self,
+        uri: &http::Uri,
+        allowed: &[String],
+    ) -> Result<(), UpstreamError> {
         let host = uri.host().unwrap_or("");
         let https = uri.scheme_str() == Some("https");
         let named = |a: &String| {
@@ -191,12 +190,59 @@ impl Provider {
         {
             return Ok(());
         }
-        Err(format!(
-            "cargo-llmreplay: the {name} upstream {url} is not one of {name}'s own https hosts, so the credentials the daemon signs with are not sent there. If you trust it, pass --allow-credentials-to {host}",
-            name = self.name,
-            url = providers::redact::url(self.upstream.as_deref().unwrap_or("")),
-        ))
+        Err(UpstreamError::Credentials {
+            name: self.name.to_string(),
+            url: providers::redact::url(self.upstream.as_deref().unwrap_or("")).into_owned(),
+            host: host.to_string(),
+        })
     }
+}
+
+/// Why a request cannot go to a provider's upstream; each says what to set.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum UpstreamError {
+    /// No upstream is known.
+    #[error("cargo-llmreplay: the {name} provider has no upstream to record from. Set {var} to your endpoint before the run, or pass --upstream {name}=URL, or set [providers.{name}] upstream in llmreplay.toml")]
+    None {
+        /// The provider.
+        name: String,
+        /// Its first base URL variable.
+        var: &'static str,
+    },
+    /// The upstream is not a URL.
+    #[error("cargo-llmreplay: the {name} upstream is not a URL ({source})")]
+    NotUrl {
+        /// The provider.
+        name: String,
+        /// Why (shared: the parsed root is kept, errors too).
+        source: Arc<http::uri::InvalidUri>,
+    },
+    /// The upstream has no scheme or host.
+    #[error("cargo-llmreplay: the {name} upstream {url} has no scheme or host")]
+    NoHost {
+        /// The provider.
+        name: String,
+        /// The upstream, its secrets masked.
+        url: String,
+    },
+    /// The path makes no URL with the upstream.
+    #[error("cargo-llmreplay: no upstream URL for {path}: {source}")]
+    Path {
+        /// The path, its secrets masked.
+        path: String,
+        /// Why.
+        source: Arc<http::Error>,
+    },
+    /// The daemon's signing credentials may not go to this upstream.
+    #[error("cargo-llmreplay: the {name} upstream {url} is not one of {name}'s own https hosts, so the credentials the daemon signs with are not sent there. If you trust it, pass --allow-credentials-to {host}")]
+    Credentials {
+        /// The provider.
+        name: String,
+        /// The upstream, its secrets masked.
+        url: String,
+        /// The host to allow.
+        host: String,
+    },
 }
 
 /// Request headers never forwarded as they came: hop-by-hop ones, and those the daemon sets.

@@ -51,13 +51,25 @@ pub(crate) async fn forward(
     let provider = &route.provider;
     let uri = provider
         .upstream_uri(&route.upstream_path, parts.uri.query())
-        .map_err(|m| Failed::new(StatusCode::BAD_GATEWAY, "llmreplay_no_upstream", m))?;
+        .map_err(|e| {
+            Failed::new(
+                StatusCode::BAD_GATEWAY,
+                "llmreplay_no_upstream",
+                e.to_string(),
+            )
+        })?;
     // What messages may say of the upstream: never its userinfo nor a secret in its query.
     let root = providers::redact::url(provider.upstream.as_deref().unwrap_or("")).into_owned();
     let url = uri.to_string();
     provider
         .may_send_credentials(&uri, &state.settings.allow_credentials_to)
-        .map_err(|m| Failed::new(StatusCode::BAD_GATEWAY, "llmreplay_credentials_refused", m))?;
+        .map_err(|e| {
+            Failed::new(
+                StatusCode::BAD_GATEWAY,
+                "llmreplay_credentials_refused",
+                e.to_string(),
+            )
+        })?;
     let mut upstream = Request::builder().method(parts.method.clone()).uri(uri);
     for (name, value) in &parts.headers {
         if !NOT_FORWARDED.contains(&name.as_str()) {

@@ -53,7 +53,7 @@ impl Resender {
         body: Bytes,
         content_type: Option<&str>,
         key: Option<&str>,
-    ) -> Result<Resent, String> {
+    ) -> Result<Resent, ResendError> {
         let uri = provider.upstream_uri(&request.path, request.query.as_deref())?;
         provider.may_send_credentials(&uri, &self.allow_credentials_to)?;
         let url = providers::redact::url(&uri.to_string()).into_owned();
@@ -73,18 +73,25 @@ impl Resender {
         for (name, value) in key.map(|k| family.auth_headers(k)).unwrap_or_default() {
             builder = builder.header(name, value);
         }
-        let mut outgoing = builder
-            .body(Full::new(body.clone()))
-            .map_err(|e| format!("bad request to {url}: {e}"))?;
+        let mut outgoing =
+            builder
+                .body(Full::new(body.clone()))
+                .map_err(|source| ResendError::Request {
+                    url: url.clone(),
+                    source,
+                })?;
         if family.resigns_requests() {
             crate::sigv4::resign(&mut outgoing, &body)?;
         }
         let started = Instant::now();
-        let answer = self
-            .client
-            .request(outgoing)
-            .await
-            .map_err(|e| format!("could not reach {url}: {e:?}"))?;
+        let answer =
+            self.client
+                .request(outgoing)
+                .await
+                .map_err(|source| ResendError::Unreachable {
+                    url: url.clone(),
+                    source,
+                })?;
         let headers_at = started.elapsed();
         let status = answer.status().as_u16();
         let (parts, incoming) = answer.into_parts();
@@ -96,7 +103,7 @@ impl Resender {
             |_| async {},
         )
         .await
-        .map_err(|e| format!("the answer from {url} broke off: {e}"))?;
+        .map_err(|source| ResendError::BrokeOff { url, source })?;
         let format = stream_format(&parts.headers);
         let headers = recordable_headers(&parts.headers, &self.redact);
         let (response, timing) = captured.into_response(status, headers, format);
@@ -107,6 +114,41 @@ impl Resender {
             request_id,
         })
     }
+}
+
+/// Why a recorded request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ResendError {
+    /// The provider has no usable upstream, or may not get the daemon's credentials.
+    #[error(transparent)]
+    Upstream(#[from] crate::provider::UpstreamError),
+    /// The request could not be signed again.
+    #[error(transparent)]
+    Signing(#[from] crate::sigv4::SigningError),
+    /// The request could not be built.
+    #[error("bad request to {url}: {source}")]
+    Request {
+        /// The URL, its secrets masked.
+        url: String,
+        /// Why.
+        source: http::Error,
+    },
+    /// The upstream did not answer.
+    #[error("could not reach {url}: {source:?}")]
+    Unreachable {
+        /// The URL, its secrets masked.
+        url: String,
+        /// The client's error, with its chain.
+        source: hyper_util::client::legacy::Error,
+    },
+    /// The answer stopped midway.
+    #[error("the answer from {url} broke off: {source}")]
+    BrokeOff {
+        /// The URL, its secrets masked.
+        url: String,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// The provider's id of the request, as its family names it.

@@ -387,7 +387,8 @@ async fn record(
         .upstream_uri(&route.upstream_path, req.uri().query())
     {
         Ok(uri) => uri,
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             state.journal.log(
                 call,
                 Outcome::Error,

@@ -10,11 +10,32 @@ use std::time::SystemTime;
 /// Replaces the client's signature on `request` (already aimed at the upstream) with one made
 /// from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`. The region and
 /// service come from the client's own credential scope, else `AWS_REGION` and `bedrock`.
-pub fn resign(request: &mut http::Request<Full<Bytes>>, body: &[u8]) -> Result<(), String> {
+/// Why a request could not be signed again.
+#[derive(Debug, thiserror::Error)]
+pub enum SigningError {
+    /// No credentials in the environment.
+    #[error("Bedrock requests are signed again for the real endpoint, with the credentials of the environment: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones) where cargo llmreplay records")]
+    NoCredentials,
+    /// The signing parameters are incomplete.
+    #[error("cannot sign for {region}/{service}: {source}")]
+    Params {
+        /// The region signed for.
+        region: String,
+        /// The service signed for.
+        service: String,
+        /// aws-sigv4's error.
+        source: aws_sigv4::sign::v4::signing_params::BuildError,
+    },
+    /// aws-sigv4 refused the request.
+    #[error("cannot sign this request: {0}")]
+    Request(#[from] aws_sigv4::http_request::SigningError),
+}
+
+pub fn resign(request: &mut http::Request<Full<Bytes>>, body: &[u8]) -> Result<(), SigningError> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let (Some(key_id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"))
     else {
-        return Err("Bedrock requests are signed again for the real endpoint, with the credentials of the environment: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones) where cargo llmreplay records".into());
+        return Err(SigningError::NoCredentials);
     };
     // `Credential=AKID/20260101/us-east-1/bedrock/aws4_request`.
     let scope: Option<Vec<String>> = request
@@ -58,7 +79,11 @@ pub fn resign(request: &mut http::Request<Full<Bytes>>, body: &[u8]) -> Result<(
         .time(SystemTime::now())
         .settings(aws_sigv4::http_request::SigningSettings::default())
         .build()
-        .map_err(|e| format!("cannot sign for {region}/{service}: {e}"))?
+        .map_err(|source| SigningError::Params {
+            region: region.clone(),
+            service: service.clone(),
+            source,
+        })?
         .into();
     let uri = request.uri().to_string();
     // The content type is signed, as the SDKs sign it; the rest is forwarded unsigned.
@@ -73,11 +98,8 @@ pub fn resign(request: &mut http::Request<Full<Bytes>>, body: &[u8]) -> Result<(
         uri,
         headers,
         aws_sigv4::http_request::SignableBody::Bytes(body),
-    )
-    .map_err(|e| format!("cannot sign this request: {e}"))?;
-    let (instructions, _) = aws_sigv4::http_request::sign(signable, &params)
-        .map_err(|e| format!("cannot sign this request: {e}"))?
-        .into_parts();
+    )?;
+    let (instructions, _) = aws_sigv4::http_request::sign(signable, &params)?.into_parts();
     instructions.apply_to_request_http1x(request);
     Ok(())
 }

@@ -55,7 +55,7 @@ impl std::fmt::Debug for Proxies {
 
 impl Proxies {
     /// `[upstream] proxy` when given, else the environment's variables, as curl reads them.
-    pub fn new(network: &Network) -> Result<Proxies, String> {
+    pub fn new(network: &Network) -> Result<Proxies, NetworkError> {
         let (given, source) = match &network.proxy {
             Some(p) => (Some(p.clone()), "[upstream] proxy"),
             None => {
@@ -72,7 +72,11 @@ impl Proxies {
             }
         };
         if let Some(p) = &given {
-            check_proxy(p).map_err(|why| format!("{source} {}: {why}", without_credentials(p)))?;
+            check_proxy(p).map_err(|why| NetworkError::Proxy {
+                set_by: source,
+                proxy: without_credentials(p),
+                why,
+            })?;
         }
         let matcher = match &network.proxy {
             Some(p) => {
@@ -106,21 +110,59 @@ impl Proxies {
     }
 }
 
+/// A proxy or certificate setting that does not work; each says which and what to give.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    /// A proxy this client cannot use.
+    #[error("{set_by} {proxy}: {why}")]
+    Proxy {
+        /// Where it was set: `[upstream] proxy`, or the variable.
+        set_by: &'static str,
+        /// The proxy, without its credentials.
+        proxy: String,
+        /// What is wrong with it.
+        #[source]
+        why: ProxyProblem,
+    },
+    /// `[upstream] ca_file` cannot be read as PEM.
+    #[error("[upstream] ca_file {}: {source}", file.display())]
+    CaFile {
+        /// The file.
+        file: std::path::PathBuf,
+        /// The PEM reader's error.
+        source: rustls::pki_types::pem::Error,
+    },
+    /// `[upstream] ca_file` holds no certificate.
+    #[error("[upstream] ca_file {}: no PEM certificate in it", .0.display())]
+    CaFileEmpty(std::path::PathBuf),
+    /// `[upstream] ca_file` holds certificates, none of which parses.
+    #[error("[upstream] ca_file {}: none of its certificates parses", .0.display())]
+    CaFileUnparsable(std::path::PathBuf),
+}
+
+/// What is wrong with a proxy's URL.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyProblem {
+    /// Not a URL at all.
+    #[error("not a URL ({0}); e.g. http://proxy.example:3128")]
+    NotUrl(#[source] http::uri::InvalidUri),
+    /// Not an HTTP proxy.
+    #[error("{0} proxies are not supported; give an HTTP proxy, e.g. http://proxy.example:3128")]
+    Scheme(String),
+    /// No host.
+    #[error("names no host; e.g. http://proxy.example:3128")]
+    NoHost,
+}
+
 /// Only HTTP proxies: HTTPS goes through them with `CONNECT`.
-fn check_proxy(proxy: &str) -> Result<(), String> {
-    let uri: Uri = proxy
-        .parse()
-        .map_err(|e| format!("not a URL ({e}); e.g. http://proxy.example:3128"))?;
+fn check_proxy(proxy: &str) -> Result<(), ProxyProblem> {
+    let uri: Uri = proxy.parse().map_err(ProxyProblem::NotUrl)?;
     match uri.scheme_str() {
         None | Some("http") => {}
-        Some(other) => {
-            return Err(format!(
-            "{other} proxies are not supported; give an HTTP proxy, e.g. http://proxy.example:3128"
-        ))
-        }
+        Some(other) => return Err(ProxyProblem::Scheme(other.to_string())),
     }
     if uri.host().is_none() {
-        return Err("names no host; e.g. http://proxy.example:3128".into());
+        return Err(ProxyProblem::NoHost);
     }
     Ok(())
 }
@@ -148,7 +190,7 @@ pub struct Roots {
 
 impl Roots {
     /// The trusted roots: the system's (or `SSL_CERT_FILE`/`SSL_CERT_DIR`), plus `[upstream] ca_file`.
-    pub fn load(network: &Network) -> Result<Roots, String> {
+    pub fn load(network: &Network) -> Result<Roots, NetworkError> {
         let mut store = RootCertStore::empty();
         let mut tried = Vec::new();
         let native = rustls_native_certs::load_native_certs();
@@ -175,10 +217,7 @@ impl Roots {
             let certs = ca_certificates(file)?;
             let (added, bad) = store.add_parsable_certificates(certs);
             if bad > 0 && added == 0 {
-                return Err(format!(
-                    "[upstream] ca_file {}: none of its certificates parses",
-                    file.display()
-                ));
+                return Err(NetworkError::CaFileUnparsable(file.clone()));
             }
             tried.push(format!("[upstream] ca_file {}", file.display()));
         }
@@ -191,7 +230,7 @@ impl Roots {
 
 impl Roots {
     /// Fails when `[upstream] ca_file` is given but holds no certificate it can read.
-    pub fn check_ca_file(network: &Network) -> Result<(), String> {
+    pub fn check_ca_file(network: &Network) -> Result<(), NetworkError> {
         match &network.ca_file {
             Some(file) => ca_certificates(file).map(|_| ()),
             None => Ok(()),
@@ -201,16 +240,16 @@ impl Roots {
 
 fn ca_certificates(
     file: &std::path::Path,
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, NetworkError> {
     use rustls::pki_types::pem::PemObject;
     let certs = rustls::pki_types::CertificateDer::pem_file_iter(file)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("[upstream] ca_file {}: {e}", file.display()))?;
+        .map_err(|source| NetworkError::CaFile {
+            file: file.to_path_buf(),
+            source,
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "[upstream] ca_file {}: no PEM certificate in it",
-            file.display()
-        ));
+        return Err(NetworkError::CaFileEmpty(file.to_path_buf()));
     }
     Ok(certs)
 }
@@ -239,8 +278,8 @@ impl std::fmt::Debug for Client {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// A certificate file or proxy setting that does not work; the message says which.
-    #[error("{0}")]
-    Network(String),
+    #[error(transparent)]
+    Network(#[from] NetworkError),
     /// The TLS library refused its own settings.
     #[error("TLS cannot be set up")]
     Tls(#[source] rustls::Error),
@@ -251,8 +290,8 @@ pub fn client(
     connect_timeout: std::time::Duration,
     network: &Network,
 ) -> Result<Client, ClientError> {
-    let roots = Roots::load(network).map_err(ClientError::Network)?;
-    let proxies = Arc::new(Proxies::new(network).map_err(ClientError::Network)?);
+    let roots = Roots::load(network)?;
+    let proxies = Arc::new(Proxies::new(network)?);
     let tls = Arc::new(
         rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
@@ -538,6 +577,7 @@ mod tests {
     fn only_http_proxies() {
         assert!(check_proxy("socks5://127.0.0.1:1080")
             .unwrap_err()
+            .to_string()
             .contains("socks5"));
         assert!(check_proxy("http://").is_err());
         assert!(check_proxy("127.0.0.1:3128").is_ok());
