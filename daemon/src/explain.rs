@@ -1,10 +1,11 @@
 //! What the daemon says when it cannot answer from a recording: a miss (the request, its
-//! closest recording, what differs and the command that records it), and a path its family's
-//! API does not have. The same words reach the client, the log and the report.
+//! closest recording, what differs and the command that records it; a session or one of its
+//! frames), and a path its family's API does not have. The same words reach the client, the log and the report.
 
 use crate::call::Call;
 use crate::journal::{short_json, Detail, FieldValues};
 use crate::route::Route;
+use cassettes::session::WsFrame;
 use cassettes::{RecordedRequest, TestId};
 use http::Method;
 
@@ -107,6 +108,41 @@ pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (St
         message: Some(message.clone()),
     };
     (message, detail)
+}
+
+/// Why a WebSocket session in replay found no recording.
+pub(crate) fn session_miss(route: &Route, query: Option<&str>) -> String {
+    format!(
+        "cargo-llmreplay: no recording for this WebSocket session (replay mode).\n  test: {}\n  session: {} {}{}\n  record it with: {}",
+        route.test,
+        route.provider.name,
+        route.upstream_path,
+        query
+            .map(|q| format!("?{}", providers::redact::query(q)))
+            .unwrap_or_default(),
+        crate::hints::record_command(&route.test),
+    )
+}
+
+/// Why a client's frame matches no recorded one: the frame, and the fields that differ.
+pub(crate) fn frame_miss(route: &Route, sent: &WsFrame, fields: &[String]) -> String {
+    let preview: String = sent
+        .payload()
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .chars()
+                .take(PROMPT_PREVIEW)
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "cargo-llmreplay: no recording for this WebSocket frame (replay mode).\n  test: {}\n  session: {} {}\n  frame: {preview}\n  differs from the recorded frame at: {}\n  record it with: {}",
+        route.test,
+        route.provider.name,
+        route.upstream_path,
+        fields.join(", "),
+        crate::hints::record_command(&route.test),
+    )
 }
 
 /// The command that records a missing request, and the daemon's own way for other clients.

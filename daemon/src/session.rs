@@ -147,17 +147,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         }
         Plan::Miss => {
             let response = switching(&client_key, protocol.as_deref());
-            let message = format!(
-                "cargo-llmreplay: no recording for this WebSocket session (replay mode).\n  test: {}\n  session: {} {}{}\n  record it with: {}",
-                route.test,
-                route.provider.name,
-                route.upstream_path,
-                req.uri()
-                    .query()
-                    .map(|q| format!("?{}", providers::redact::query(q)))
-                    .unwrap_or_default(),
-                crate::hints::record_command(&route.test),
-            );
+            let message = crate::explain::session_miss(&route, req.uri().query());
             tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
                 // Journalled before the refusal: the client may read it at once.
@@ -314,18 +304,7 @@ async fn replay(
             None => next += 1,
             Some(fields) => {
                 let sent = WsFrame::new(Side::Client, binary, payload, 0);
-                let preview: String = sent
-                    .payload()
-                    .map(|b| String::from_utf8_lossy(&b).chars().take(200).collect())
-                    .unwrap_or_default();
-                let message = format!(
-                    "cargo-llmreplay: no recording for this WebSocket frame (replay mode).\n  test: {}\n  session: {} {}\n  frame: {preview}\n  differs from the recorded frame at: {}\n  record it with: {}",
-                    route.test,
-                    route.provider.name,
-                    route.upstream_path,
-                    fields.join(", "),
-                    crate::hints::record_command(&route.test),
-                );
+                let message = crate::explain::frame_miss(&route, &sent, &fields);
                 let detail = Detail {
                     closest: Some(fields),
                     message: Some(message.clone()),
