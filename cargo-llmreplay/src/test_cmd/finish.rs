@@ -1,0 +1,171 @@
+//! The run ended: nextest waited for, the daemon stopped, what each test recorded settled,
+//! then the report written and summarised and, under `--review`, the changed answers walked.
+
+use super::launch::Launched;
+use super::plan::{RunPlan, Wiring};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, Styles};
+use crate::report::{self, Deny};
+
+/// Waits for nextest, stops the daemon, settles what each test recorded, then writes the
+/// report, prints its summary and, under `--review`, walks the changed answers.
+pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Result<Outcome> {
+    let Launched {
+        root,
+        target_dir,
+        cassette_dir,
+        mut child,
+        runtime,
+        journal,
+        store,
+        stop,
+        served,
+        background,
+        run_env,
+        ran,
+        results,
+        run_dir,
+    } = launched;
+    let (mode, scope) = (plan.mode, &plan.scope);
+    let status = child
+        .wait()
+        .map_err(|e| Error::io("cannot run cargo nextest", e))?;
+    let stopped_early = plan.fail_fast && !status.success();
+    // Without a runner, nothing says which tests ran but those that called. A cassette folder
+    // of a test that did not call is the only thing that needs more (it is unused, or an
+    // orphan, or its test was filtered out), and only then is the suite listed, for the run's
+    // filter: most runs list nothing.
+    let runner_less = plan.wiring == Wiring::Environment;
+    let mut judged = !runner_less;
+    if runner_less && (scope.partition.is_some() || silent_folders(&store, &journal)?) {
+        let mut env = run_env;
+        env.push(("LLMREPLAY_MODE".into(), mode.as_str().into()));
+        let listed = report::spawn_list(&plan.nextest_args, &env)
+            .map_err(|e| Error::io("cannot run cargo nextest list", e))
+            .and_then(report::read_list);
+        match listed {
+            Ok((suite, selected)) => {
+                journal.listed_all(suite);
+                // A run that stopped early did not run every selected test.
+                for test in selected.iter().filter(|_| !stopped_early) {
+                    journal.begin(test);
+                }
+                judged = true;
+            }
+            Err(e) => render::stderr(&format!(
+                "cargo-llmreplay: warning: no unused check: {}\n",
+                render::term_lines(&e.to_string())
+            )),
+        }
+    }
+    if let Some(ran) = ran {
+        for test in std::fs::read_to_string(ran.path())
+            .unwrap_or_default()
+            .lines()
+        {
+            journal.begin(&cassettes::TestId::new(test));
+        }
+    }
+    let _ = stop.send(());
+    let stats = runtime
+        .block_on(served)
+        .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
+    let recorded = finish_tests(
+        mode,
+        &journal,
+        &store,
+        &results
+            .and_then(|results| std::fs::read_to_string(results.path()).ok())
+            .unwrap_or_default(),
+    )?;
+
+    // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
+    // (a chained runner that swallowed the list, say).
+    let suite = journal.suite();
+    let listed = if scope.filtered || !judged {
+        // Unlisted without a runner: every cassette folder's test called, so none is an orphan.
+        None
+    } else if !suite.is_empty() {
+        Some(suite)
+    } else {
+        match report::list_tests(scope) {
+            Ok(tests) => Some(tests),
+            Err(e) => {
+                render::stderr(&format!(
+                    "cargo-llmreplay: warning: no orphan check: {}\n",
+                    render::term_lines(&e.to_string())
+                ));
+                None
+            }
+        }
+    };
+    let report = report::Report::build(report::Inputs {
+        mode,
+        stats,
+        journal: &journal,
+        store: &store,
+        cassette_dir: &cassette_dir,
+        scope,
+        listed: listed.as_ref(),
+        tests_passed: status.success(),
+        stopped_early,
+        recorded,
+        log: Some(&plan.log),
+        changes: background
+            .and_then(|read| read.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+    })?;
+    report.write(&plan.report)?;
+    render::stderr(&report.summary(&root, &plan.report, Styles::for_stderr()));
+    report.to_step_summary();
+    let outcome = report.outcome(Some(status), deny);
+    if plan.review {
+        crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
+    }
+    // The command ends here: the runtime's threads and the cassettes read go with the
+    // process, rather than each being joined or freed first.
+    runtime.shutdown_background();
+    std::mem::forget(store);
+    drop(run_dir);
+    Ok(outcome)
+}
+
+/// Whether a cassette folder belongs to no test that called the daemon in this run.
+pub(super) fn silent_folders(store: &cassettes::Store, journal: &daemon::Journal) -> Result<bool> {
+    let called: std::collections::BTreeSet<String> = journal
+        .tests()
+        .iter()
+        .map(|t| cassettes::Slug::from_test_id(t).to_string())
+        .collect();
+    Ok(store.folders()?.iter().any(|f| !called.contains(f)))
+}
+
+/// Says what the run changed in each test's cassettes. Under `--record`, a test whose last
+/// attempt passed ends holding exactly what it recorded in this run.
+pub(super) fn finish_tests(
+    mode: daemon::Mode,
+    journal: &daemon::Journal,
+    store: &cassettes::Store,
+    results: &str,
+) -> Result<Vec<cassettes::TestChanges>> {
+    if !mode.writes() {
+        return Ok(Vec::new());
+    }
+    // Attempts end in order, so a test's last line is its last attempt.
+    let mut passed = std::collections::BTreeMap::new();
+    for line in results.lines() {
+        if let Some((word, id)) = line.split_once(' ') {
+            passed.insert(cassettes::TestId::new(id), word == "passed");
+        }
+    }
+    let mut tests = journal.tests();
+    tests.extend(passed.keys().cloned());
+    let mut out = Vec::new();
+    for test in tests {
+        let trim = mode == daemon::Mode::Record && passed.get(&test) == Some(&true);
+        let changes = store.finish_test(&test, trim)?;
+        if !changes.is_empty() {
+            out.push(changes);
+        }
+    }
+    Ok(out)
+}
