@@ -140,6 +140,7 @@ pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
             Drift::Structure => format!("{n} structure changed"),
             Drift::Wording => format!("{n} wording"),
             Drift::Usage => format!("{n} usage only"),
+            Drift::Metadata => format!("{n} metadata only"),
         })
         .collect();
     (!parts.is_empty()).then(|| parts.join(", "))

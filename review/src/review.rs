@@ -23,7 +23,7 @@ pub enum Change {
 }
 
 /// What kind of change an answer went through. The order is the order of harm: the first
-/// three can break code that reads the answer, the last two only a snapshot of its words.
+/// three can break code that reads the answer, the rest only a snapshot of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Drift {
@@ -38,16 +38,20 @@ pub enum Drift {
     Wording,
     /// Only the token counts changed.
     Usage,
+    /// Neither text, tool calls, shape nor usage: only what describes the answer (its model,
+    /// ids, fingerprint, headers).
+    Metadata,
 }
 
 impl Drift {
     /// Every class, worst first.
-    pub const ALL: [Drift; 5] = [
+    pub const ALL: [Drift; 6] = [
         Drift::Error,
         Drift::ToolCall,
         Drift::Structure,
         Drift::Wording,
         Drift::Usage,
+        Drift::Metadata,
     ];
 
     /// Its name as people read it.
@@ -58,6 +62,7 @@ impl Drift {
             Drift::Structure => "structure",
             Drift::Wording => "wording",
             Drift::Usage => "usage",
+            Drift::Metadata => "metadata",
         }
     }
 
@@ -123,8 +128,9 @@ pub fn drift(old: &RecordedResponse, new: &RecordedResponse) -> Vec<Drift> {
     }
     if out.is_empty() {
         let usage = a.usage != b.usage || tokens(old) != tokens(new);
-        // Anything else that moved (a header, a field no class names) reads as wording.
-        out.push(if usage { Drift::Usage } else { Drift::Wording });
+        // Anything else that moved (the model, an id, a header) describes the answer; its words
+        // are the same.
+        out.push(if usage { Drift::Usage } else { Drift::Metadata });
     }
     out
 }

@@ -228,6 +228,27 @@ async fn diff_shows_a_changed_answer_a_drifted_prompt_and_added_and_deleted_cass
     );
 }
 
+/// A provider that points a model alias at a new snapshot changes only what describes the
+/// answer: `diff` calls that metadata, never wording.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_model_snapshot_is_metadata_not_wording() {
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    record_and_commit(&sample, &fake);
+    *fake.state.answer_model.lock().unwrap() = Some("gpt-4o-mini-2025-01-01".into());
+    let args = upstreams(&fake, &["--record", "-E", "test(=answers_hello)"]);
+    let run = sample.run(&refs(&args), &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let json = sample.llmreplay(&["diff", "--format", "json", "--base", "HEAD"]);
+    assert_eq!(json.code, Some(0), "{}", json.stderr);
+    let diff: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(diff["counts"]["drift"], serde_json::json!({"metadata": 1}));
+    let text = sample.llmreplay(&["diff", "--base", "HEAD"]);
+    assert!(text.stdout.contains("1 metadata only"), "{}", text.stdout);
+    assert!(text.stdout.contains("[metadata]"), "{}", text.stdout);
+    assert!(!text.stdout.contains("wording"), "{}", text.stdout);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_check_fails_on_an_orphan_and_on_a_corrupt_file() {
     let fake = FakeProvider::start().await;

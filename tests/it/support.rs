@@ -34,6 +34,9 @@ pub struct FakeState {
     calls: AtomicUsize,
     /// Appended to every answer, to make the provider "change its mind".
     pub suffix: Mutex<String>,
+    /// The model chat completions name, instead of the request's: a provider that points an
+    /// alias at a new snapshot.
+    pub answer_model: Mutex<Option<String>>,
     /// Pause between stream chunks.
     pub chunk_gap: Mutex<Duration>,
     /// When set, streams stop after their first chunk until this is notified.
@@ -333,17 +336,21 @@ async fn answer(
     }
     let resp = if path == "/v1/chat/completions" {
         let id = format!("chatcmpl-{n}");
+        let model = match state.answer_model.lock().unwrap().clone() {
+            Some(model) => json!(model),
+            None => body["model"].clone(),
+        };
         if stream {
             let mut events: Vec<String> = words
                 .iter()
-                .map(|w| format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": body["model"], "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": null}]})))
+                .map(|w| format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": model, "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": null}]})))
                 .collect();
-            events.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": body["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
+            events.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": model, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
             events.push("data: [DONE]\n\n".into());
             sse(events, gap, breaks, "text/event-stream", hold.clone())
         } else {
             // OpenAI answers pretty-printed JSON with a final newline.
-            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": body["model"], "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": words.len(), "total_tokens": 5 + words.len()}});
+            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": model, "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": words.len(), "total_tokens": 5 + words.len()}});
             json_response(
                 serde_json::to_string_pretty(&v).unwrap() + "\n",
                 &[
