@@ -182,6 +182,48 @@ fn report_summary() {
     insta::assert_snapshot!("report_markdown", r.markdown());
 }
 
+/// A prompt changed in two tests and a third test is new: the fix that replaces comes first,
+/// and one command records every test (keeping old recordings, since one miss is not a
+/// changed call).
+#[test]
+fn report_summary_with_several_misses() {
+    let miss = |name: &str, same_call: bool| {
+        let filter = format!("'test(={name})'");
+        json!({
+            "test": format!("sample::chat${name}"), "provider": "openai", "method": "POST",
+            "path": "/v1/chat/completions",
+            "cassette": format!("/ws/tests/cassettes/sample--chat--{name}/openai.json"),
+            "key": KEY, "ordinal": 0, "model": "gpt-4o-mini", "prompt": "Now",
+            "closest": if same_call { json!(["/body/messages/0/content"]) } else { json!(null) },
+            "values": if same_call {
+                json!([{"field": "/body/messages/0/content", "recorded": "Then", "now": "Now"}])
+            } else { json!([]) },
+            "same_call": same_call,
+            "command": format!("cargo llmreplay test --record-missing -E {filter}"),
+            "rerecord": same_call.then(|| format!("cargo llmreplay test --record -E {filter}")),
+        })
+    };
+    let mut value = serde_json::to_value(report()).unwrap();
+    value["missing"] = json!([
+        miss("greets", true),
+        miss("answers", true),
+        miss("brand_new", false)
+    ]);
+    value["escaped"] = json!([]);
+    let r: Report = serde_json::from_value(value.clone()).unwrap();
+    let path = Path::new("/ws/target/llmreplay/report.json");
+    let summary = r.summary(Path::new("/ws"), path, Styles::plain());
+    let missing = &summary[summary.find("missing (3)").unwrap()..];
+    let missing = &missing[..missing.find("\nunused").unwrap_or(missing.len())];
+    insta::assert_snapshot!("report_summary_several_misses", missing);
+    // Every miss a changed call: the one command replaces.
+    value["missing"] = json!([miss("greets", true), miss("answers", true)]);
+    let r: Report = serde_json::from_value(value).unwrap();
+    assert!(r.summary(Path::new("/ws"), path, Styles::plain()).contains(
+        "record them all: cargo llmreplay test --record -E 'test(=answers) | test(=greets)'"
+    ));
+}
+
 #[test]
 fn diff_outputs() {
     let d = diff();

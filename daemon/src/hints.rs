@@ -18,23 +18,49 @@ pub fn rerecord_command(test: &TestId) -> String {
     command_for(test, "--record")
 }
 
+/// One command for several tests: one filterset naming each nextest test (`--record`
+/// replaces what they no longer match, `--record-missing` keeps it); none when fewer than two
+/// of them are nextest's.
+pub fn record_all_command(tests: &[&TestId], replace: bool) -> Option<String> {
+    let mut filters: Vec<String> = tests
+        .iter()
+        .filter(|t| t.is_nextest())
+        .map(|t| name_filter(t))
+        .collect();
+    filters.sort();
+    filters.dedup();
+    let flag = if replace {
+        "--record"
+    } else {
+        "--record-missing"
+    };
+    (filters.len() >= 2).then(|| {
+        format!(
+            "cargo llmreplay test {flag} -E {}",
+            cassettes::shell_quote(&filters.join(" | "))
+        )
+    })
+}
+
+/// nextest's exact filter on a test's name, escaped for the filterset language.
+fn name_filter(test: &TestId) -> String {
+    let name = test.name();
+    let mut escaped = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '\\' | ')' | ',') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    format!("test(={escaped})")
+}
+
 fn command_for(test: &TestId, mode_flag: &str) -> String {
     match test.is_nextest() {
-        true => {
-            let name = test.name();
-            let mut escaped = String::with_capacity(name.len());
-            for c in name.chars() {
-                if matches!(c, '\\' | ')' | ',') {
-                    escaped.push('\\');
-                }
-                escaped.push(c);
-            }
-            let filter = format!("test(={escaped})");
-            format!(
-                "cargo llmreplay test {mode_flag} -E {}",
-                cassettes::shell_quote(&filter)
-            )
-        }
+        true => format!(
+            "cargo llmreplay test {mode_flag} -E {}",
+            cassettes::shell_quote(&name_filter(test))
+        ),
         false => "cargo llmreplay serve --mode record-missing".into(),
     }
 }
@@ -86,5 +112,33 @@ mod tests {
             record_command(&TestId::new("k::t$answers_hello")),
             "cargo llmreplay test --record-missing -E 'test(=answers_hello)'"
         );
+    }
+
+    /// Several tests make one filterset, quoted once; fewer than two nextest tests make none.
+    #[test]
+    fn several_tests_make_one_pasteable_filter() {
+        let (a, b) = (
+            TestId::nextest("k::t", "quote'; touch pwned; echo '"),
+            TestId::nextest("k::t", "b,c)"),
+        );
+        let command = super::record_all_command(&[&a, &b, &a], true).unwrap();
+        let args = command
+            .strip_prefix("cargo llmreplay test --record -E ")
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf '%s' {args}"))
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(!dir.path().join("pwned").exists(), "{command}");
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            r"test(=b\,c\)) | test(=quote'; touch pwned; echo ')"
+        );
+        assert_eq!(super::record_all_command(&[&a], false), None);
+        let named = TestId::new("suite > one");
+        assert_eq!(super::record_all_command(&[&a, &named], false), None);
     }
 }

@@ -34,6 +34,44 @@ fn at_head(root: &Path, path: &Path) -> Option<Vec<u8>> {
     Some(blob.content().to_vec())
 }
 
+/// Two prompts changed on purpose: the summary leads each miss with the command that replaces
+/// its old recording, and ends with one command for both, which, pasted, records them and
+/// leaves nothing stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_misses_end_with_one_command_that_records_them_all() {
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    sample.own_build("0.1.1-record-all");
+    sample.record_all(&fake);
+    sample.commit_all();
+    edit_sample_tests(&sample, |t| {
+        t.replace("\"Hello\")", "\"Hello again\")")
+            .replace("\"Bonjour\")", "\"Bonjour encore\")")
+    });
+    let miss = sample.run(&["--retries", "1"], &[("CI", "true")]);
+    assert_ne!(miss.code, Some(0), "{}", miss.stderr);
+    let all = "cargo llmreplay test --record -E 'test(=answers_hello) | test(=asks_claude)'";
+    let line = format!("  record them all: {all}\n");
+    assert!(miss.stderr.contains(&line), "{}", miss.stderr);
+    let summary = &miss.stderr[miss.stderr.find("missing (2):").unwrap()..];
+    assert!(
+        summary.find("replacing its old recording") < summary.find("or keep both"),
+        "the replacing command first: {summary}"
+    );
+    // Pasted as printed: the filterset is one argument.
+    let filter = all
+        .strip_prefix("cargo llmreplay test --record -E '")
+        .and_then(|f| f.strip_suffix('\''))
+        .unwrap();
+    let args = with_upstreams(&fake, &["--record", "-E", filter]);
+    let run = sample.run(&refs(&args), &[]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    let hello = sample.cassette("sample--chat--answers_hello", "openai");
+    assert_eq!(prompts(&read_json(&hello)), ["Hello again"]);
+    let replay = sample.run(&["--deny", "unused", "--retries", "1"], &[("CI", "true")]);
+    assert_eq!(replay.code, Some(0), "{}", replay.stderr);
+}
+
 /// The old workflow took four commands (record, run the whole suite, prune, check); now the
 /// re-record alone leaves the test holding exactly what it calls, and a replay of the whole
 /// suite finds nothing stale. A miss shows the recorded value beside the new one first.
@@ -58,7 +96,7 @@ async fn recording_a_test_again_leaves_exactly_what_it_calls_in_one_command() {
     );
     assert!(
         miss.stderr.contains(
-            "changed on purpose? record the test again: cargo llmreplay test --record -E 'test(=answers_twice)'"
+            "changed on purpose? record the test again, replacing its old recording: cargo llmreplay test --record -E 'test(=answers_twice)'\n    or keep both (--record-missing): cargo llmreplay test --record-missing -E 'test(=answers_twice)'"
         ),
         "{}",
         miss.stderr

@@ -9,6 +9,20 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 impl Report {
+    /// One command that records every missing test, when two or more tests missed (a renamed
+    /// test's fix is `mv`, so it is left out): replacing their recordings when every miss is
+    /// the same call changed, else keeping them.
+    fn record_all_command(&self) -> Option<String> {
+        let recordable: Vec<_> = self
+            .missing
+            .iter()
+            .filter(|m| m.renamed_from.is_none())
+            .collect();
+        let tests: Vec<&cassettes::TestId> = recordable.iter().map(|m| &m.miss.test).collect();
+        let replace = recordable.iter().all(|m| m.rerecord.is_some());
+        daemon::record_all_command(&tests, replace)
+    }
+
     /// The summary after a run, paths relative to `root`, ending with where the report is.
     pub fn summary(&self, root: &Path, path: &Path, styles: Styles) -> String {
         let rel = |p: &str| {
@@ -99,14 +113,28 @@ impl Report {
                         term(&old.command)
                     );
                 }
-                if let Some(rerecord) = &m.rerecord {
-                    let _ = writeln!(
-                        out,
-                        "    changed on purpose? record the test again: {}",
-                        term(rerecord)
-                    );
+                match &m.rerecord {
+                    // The same call with other parameters: the fix for a deliberate change
+                    // replaces the old recording; recording the miss alone keeps both.
+                    Some(rerecord) => {
+                        let _ = writeln!(
+                            out,
+                            "    changed on purpose? record the test again, replacing its old recording: {}",
+                            term(rerecord)
+                        );
+                        let _ = writeln!(
+                            out,
+                            "    or keep both (--record-missing): {}",
+                            term(&m.command)
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(out, "    record it: {}", term(&m.command));
+                    }
                 }
-                let _ = writeln!(out, "    record it: {}", term(&m.command));
+            }
+            if let Some(all) = self.record_all_command() {
+                let _ = writeln!(out, "  record them all: {}", term(&all));
             }
         }
         if !self.escaped.is_empty() {
@@ -320,6 +348,9 @@ impl Report {
                     // A renamed test's recordings are kept by moving them, not by recording.
                     table_code(m.renamed_from.as_ref().map_or(&m.command, |r| &r.command))
                 );
+            }
+            if let Some(all) = self.record_all_command() {
+                let _ = writeln!(out, "\nRecord them all: {}", render::code(&all));
             }
         }
         if !self.unused.is_empty() {
