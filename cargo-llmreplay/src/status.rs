@@ -194,6 +194,7 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                 rel(&cassette_dir.join(o))
             ));
         }
+        out.push_str("  a renamed test keeps its recordings with `cargo llmreplay mv OLD NEW`; a deleted test's go with `cargo llmreplay prune` after a full run\n");
     }
     if !s.problems.is_empty() {
         out.push_str(&format!("broken ({}):\n", s.problems.len()));

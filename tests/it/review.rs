@@ -269,6 +269,13 @@ async fn status_check_fails_on_an_orphan_and_on_a_corrupt_file() {
         "{}",
         orphan.stderr
     );
+    assert!(
+        orphan.stderr.contains(
+            "`cargo llmreplay mv OLD NEW`; a deleted test's go with `cargo llmreplay prune`"
+        ),
+        "the fixes named: {}",
+        orphan.stderr
+    );
     let json = sample.llmreplay(&["status", "--json"]);
     assert_eq!(json.code, Some(0), "without --check it only reports");
     let status: Value = serde_json::from_str(&json.stdout).unwrap();

@@ -161,7 +161,11 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
     )
     .unwrap();
 
-    let whole = sample.run(&["--retries", "1", "--deny", "unused"], &[]);
+    let step_summary = sample.scratch().join("step-summary.md");
+    let whole = sample.run(
+        &["--retries", "1", "--deny", "unused"],
+        &[("GITHUB_STEP_SUMMARY", step_summary.to_str().unwrap())],
+    );
     assert_eq!(
         unused_folders(&whole.report),
         vec![orphan.display().to_string()],
@@ -180,6 +184,20 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
             .contains("no test of the suite has this folder's slug"),
         "{}",
         whole.stderr
+    );
+    // The gate says why it failed and what fixes it, on the terminal and for GitHub alike.
+    let why = "--deny unused: 1 orphaned folder; `cargo llmreplay prune` removes them";
+    assert!(
+        whole
+            .stderr
+            .contains(&format!("the run fails its gate:\n  - {why}")),
+        "{}",
+        whole.stderr
+    );
+    let markdown = std::fs::read_to_string(&step_summary).unwrap();
+    assert!(
+        markdown.contains(&format!("**The run fails its gate:**\n\n- {why}")),
+        "{markdown}"
     );
     let changed = |path: &str| -> (String, u64) {
         let change = whole.report["changed"]

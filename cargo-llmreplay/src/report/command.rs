@@ -49,7 +49,9 @@ pub fn run(cmd: ReportCommand) -> Result<Outcome> {
             };
             merged.write(&path)?;
             crate::render::stderr(&merged.summary(&root, &path, Styles::for_stderr()));
-            merged.to_step_summary();
+            let failures = merged.gate_failures(&deny);
+            crate::render::stderr(&Report::gate_text(&failures, Styles::for_stderr()));
+            merged.to_step_summary(&failures);
             Ok(merged.outcome(None, &deny))
         }
     }

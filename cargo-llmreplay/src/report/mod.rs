@@ -10,6 +10,7 @@ pub use command::{run, ReportCommand};
 pub use scope::{list_tests, read_list, spawn_list, RunScope};
 
 use crate::error::{exit, Error, Outcome, Result};
+use crate::render::plural;
 use cassettes::{Slug, Store, TestId};
 use daemon::{ErrorAnswer, Journal, Miss, Mode, Stats};
 use review::git::{changes_against_head, Change};
@@ -316,9 +317,51 @@ impl Report {
         if !self.tests_passed {
             return Outcome::GateFailed;
         }
-        let denied = (deny.contains(&Deny::Unused) && !self.unused.is_empty())
-            || (deny.contains(&Deny::Changed) && !self.changed.is_empty());
-        Outcome::gate(!self.missing.is_empty() || !self.escaped.is_empty() || denied)
+        Outcome::gate(!self.gate_failures(deny).is_empty())
+    }
+
+    /// Why the run fails its gate, each with what fixes it; empty when it passes. Said on the
+    /// terminal and in the step summary alike.
+    pub fn gate_failures(&self, deny: &[Deny]) -> Vec<String> {
+        let mut why = Vec::new();
+        if !self.missing.is_empty() {
+            why.push(format!(
+                "{} missing: record them with the commands above",
+                plural(self.missing.len(), "request")
+            ));
+        }
+        if !self.escaped.is_empty() {
+            why.push(format!(
+                "{} escaped to hosts with no recording: record them with the commands above, or name the hosts in [capture] pass",
+                plural(self.escaped.len(), "call")
+            ));
+        }
+        if deny.contains(&Deny::Unused) && !self.unused.is_empty() {
+            let folders = self
+                .unused
+                .iter()
+                .filter(|u| matches!(u, Unused::Folder { .. }))
+                .count();
+            let counted: Vec<String> = [
+                (self.unused.len() - folders, "unused recording"),
+                (folders, "orphaned folder"),
+            ]
+            .iter()
+            .filter(|(n, _)| *n > 0)
+            .map(|(n, what)| plural(*n, what))
+            .collect();
+            why.push(format!(
+                "--deny unused: {}; `cargo llmreplay prune` removes them (a renamed test's folder moves with `cargo llmreplay mv OLD NEW`)",
+                counted.join(" and ")
+            ));
+        }
+        if deny.contains(&Deny::Changed) && !self.changed.is_empty() {
+            why.push(format!(
+                "--deny changed: {} changed against git HEAD; review them (`cargo llmreplay review`) and commit, or record them in a run that is not the gate",
+                plural(self.changed.len(), "cassette file")
+            ));
+        }
+        why
     }
 }
 

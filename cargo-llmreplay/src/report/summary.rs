@@ -392,7 +392,20 @@ impl Report {
     }
 
     /// Appends the markdown summary to `$GITHUB_STEP_SUMMARY` when GitHub Actions sets it.
-    pub fn to_step_summary(&self) {
+    /// Why the run fails its gate, for the terminal: one line each, with its fix.
+    pub fn gate_text(failures: &[String], styles: Styles) -> String {
+        if failures.is_empty() {
+            return String::new();
+        }
+        let mut out = format!("{}\n", styles.error("the run fails its gate:"));
+        for why in failures {
+            let _ = writeln!(out, "  - {}", term(why));
+        }
+        out
+    }
+
+    /// Appends the markdown to `$GITHUB_STEP_SUMMARY`, with why the gate failed.
+    pub fn to_step_summary(&self, failures: &[String]) {
         let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") else {
             return;
         };
@@ -400,7 +413,16 @@ impl Report {
             .create(true)
             .append(true)
             .open(&path)
-            .and_then(|mut f| std::io::Write::write_all(&mut f, self.markdown().as_bytes()));
+            .and_then(|mut f| {
+                let mut text = self.markdown();
+                if !failures.is_empty() {
+                    text.push_str("\n**The run fails its gate:**\n\n");
+                    for why in failures {
+                        let _ = writeln!(text, "- {why}");
+                    }
+                }
+                std::io::Write::write_all(&mut f, text.as_bytes())
+            });
         if let Err(e) = written {
             render::stderr(&format!(
                 "cargo-llmreplay: warning: cannot write GITHUB_STEP_SUMMARY: {e}\n"

@@ -116,7 +116,13 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     })?;
     report.write(&plan.report)?;
     render::stderr(&report.summary(&root, &plan.report, Styles::for_stderr()));
-    report.to_step_summary();
+    // nextest's own failure is its status; the gate's reasons are for a run whose tests passed.
+    let failures = match status.success() {
+        true => report.gate_failures(deny),
+        false => Vec::new(),
+    };
+    render::stderr(&report::Report::gate_text(&failures, Styles::for_stderr()));
+    report.to_step_summary(&failures);
     let outcome = report.outcome(Some(status), deny);
     if plan.review {
         crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
