@@ -18,8 +18,9 @@ pub struct CassetteDirArg {
 /// Where requests go in the modes that call providers.
 #[derive(Args, Clone, Debug, Default)]
 pub struct UpstreamArg {
-    /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080. Repeatable.
-    #[arg(long, value_name = "NAME=URL")]
+    /// Send a provider's requests to another upstream, e.g. openai=http://127.0.0.1:8080, or a
+    /// captured host's, e.g. api.anthropic.com=http://127.0.0.1:8081. Repeatable.
+    #[arg(long, value_name = "NAME|HOST=URL")]
     pub upstream: Vec<String>,
     /// Let the credentials the daemon signs with (Bedrock's AWS keys) go to HOST, which is not
     /// one of the provider's own https hosts. Repeatable.

@@ -196,6 +196,12 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
         let items: Vec<&Pending> = session.open_items(filter);
         let items: Vec<Pending> = items.into_iter().cloned().collect();
         let refs: Vec<&Pending> = items.iter().collect();
+        if let (true, Some(filter)) = (refs.is_empty(), filter) {
+            return Err(Error::Usage(format!(
+                "no pending interaction matches {}; `cargo llmreplay review --list` shows what is pending",
+                term(filter)
+            )));
+        }
         let (accepted, rejected): (&[&Pending], &[&Pending]) = if args.accept {
             (&refs, &[])
         } else {

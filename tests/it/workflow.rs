@@ -359,6 +359,16 @@ async fn review_for_scripts_lists_shows_accepts_and_rejects() {
         "the other change stays"
     );
 
+    // A filter that matches nothing is a mistake, not a success.
+    let nothing = sample.llmreplay(&["review", "--accept", "no_such_test"]);
+    assert_eq!(nothing.code, Some(2), "{}", nothing.stderr);
+    assert!(
+        nothing
+            .stderr
+            .contains("no pending interaction matches no_such_test"),
+        "{}",
+        nothing.stderr
+    );
     let accepted = sample.llmreplay(&["review", "--accept"]);
     assert_eq!(accepted.code, Some(0), "{}", accepted.stderr);
     let after = sample.llmreplay(&["review", "--list"]);

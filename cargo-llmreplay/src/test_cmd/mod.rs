@@ -39,6 +39,7 @@ fn long_about() -> String {
 #[derive(Parser, Debug)]
 #[command(
     name = "cargo llmreplay test",
+    override_usage = "cargo llmreplay test [OPTIONS] [NEXTEST ARGS...] [-- TEST BINARY ARGS...]",
     about = "Run the crate's tests under cargo-nextest, each pointed at a per-run record/replay daemon",
     long_about = long_about(),
     after_help = "Examples:\n  cargo llmreplay test                               # replay; fails on a missing cassette\n  \
@@ -52,7 +53,9 @@ pub struct TestArgs {
     /// Write the JSON report here [default: <target dir>/llmreplay/report.json].
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
-    /// Fail the run on unused recordings or on cassettes changed against git HEAD. Repeatable.
+    /// Fail the run on unused recordings and folders (unused) or on cassettes changed against
+    /// git HEAD (changed). Repeatable. Missing and escaped calls always fail a run; `escaped` is
+    /// accepted for gates that name it.
     #[arg(long, value_enum)]
     deny: Vec<Deny>,
     /// After the run, walk through every recorded answer that changed against git HEAD
@@ -199,4 +202,23 @@ fn host_triple() -> Result<String> {
         .lines()
         .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
         .ok_or_else(|| Error::Precondition("rustc -vV printed no host triple".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TestArgs;
+    use clap::CommandFactory;
+
+    /// The usage says where nextest's arguments go; the help names every `--deny` value and
+    /// both forms of `--upstream`.
+    #[test]
+    fn the_help_says_what_goes_where() {
+        let mut cmd = TestArgs::command();
+        let usage = cmd.render_usage().to_string();
+        assert!(usage.contains("[NEXTEST ARGS...]"), "{usage}");
+        let help = cmd.render_long_help().to_string();
+        for part in ["escaped", "NAME|HOST=URL", "api.anthropic.com="] {
+            assert!(help.contains(part), "{part} in:\n{help}");
+        }
+    }
 }
