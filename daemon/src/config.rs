@@ -646,35 +646,48 @@ impl Settings {
 }
 
 impl Settings {
-    /// One line per provider saying where its requests go and why, for record modes to print
-    /// once at start: a suite whose `OPENAI_BASE_URL` points at a gateway records through it.
+    /// Where requests go and why, for record modes to print once at start: a line per provider
+    /// with an upstream (a suite whose `OPENAI_BASE_URL` points at a gateway records through
+    /// it), a line per captured host sent elsewhere, and one for the providers with none.
     pub fn upstream_report(&self) -> String {
         let mut out = String::new();
+        let mut none = Vec::new();
         for p in &self.providers {
-            let line = match &p.upstream {
-                Some(u) => format!(
+            match &p.upstream {
+                Some(u) => out.push_str(&format!(
                     "  {:<10} -> {} ({}), {}\n",
                     p.name.as_str(),
                     providers::redact::url(u),
                     p.source,
                     self.proxies.describe(u)
-                ),
-                None => format!(
-                    "  {:<10} -> no upstream (set {} or --upstream {}=URL to record it)\n",
+                )),
+                None => none.push(format!(
+                    "{} ({})",
                     p.name.as_str(),
                     providers::env::of(p.kind)
                         .base_urls
                         .first()
-                        .map_or("its base URL", |v| v.name),
-                    p.name.as_str()
-                ),
-            };
-            out.push_str(&line);
+                        .map_or("its base URL", |v| v.name)
+                )),
+            }
+        }
+        // Captured hosts sent elsewhere: the rest go to the host itself.
+        for (host, url) in &self.capture.hosts {
+            out.push_str(&format!(
+                "  {host} -> {} (--upstream), {}\n",
+                providers::redact::url(url),
+                self.proxies.describe(url)
+            ));
+        }
+        if !none.is_empty() {
+            out.push_str(&format!(
+                "  no upstream, so not recorded: {}; set the variable or pass --upstream NAME=URL\n",
+                none.join(", ")
+            ));
         }
         out
     }
 
-    /// The gateways of `llmreplay.toml`, as the runner reads them from
     /// [`providers::env::GATEWAYS_ENV`]: `name:kind,...`.
     pub fn gateways(&self) -> String {
         self.providers

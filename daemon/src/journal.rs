@@ -197,6 +197,18 @@ struct Overflow {
     tests: std::collections::BTreeSet<TestId>,
 }
 
+/// The first request of a run that failed on its way (upstream unreachable, an answer broken
+/// off or refused, a recording not saved), with what it said: the cause a summary names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Failure {
+    /// The test.
+    pub test: TestId,
+    /// The status the client got.
+    pub status: u16,
+    /// What the daemon said.
+    pub message: String,
+}
+
 /// Tunnels a test opened to a `[capture] pass` host: nothing recorded, nothing replayed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Passed {
@@ -526,6 +538,26 @@ impl Journal {
                 recorded: r.outcome.saved(),
             })
             .collect()
+    }
+
+    /// The first request that failed on its way, and what it said.
+    pub fn first_failure(&self) -> Option<Failure> {
+        let records = self.records.lock().expect("journal lock");
+        records
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.outcome,
+                    Outcome::Error | Outcome::Broken | Outcome::Refused
+                )
+            })
+            .find_map(|r| {
+                Some(Failure {
+                    test: r.call.entry.test.clone(),
+                    status: r.status,
+                    message: r.detail.as_ref()?.message.clone()?,
+                })
+            })
     }
 
     /// The misses, in order, with what the report shows of each.

@@ -134,10 +134,17 @@ pub(crate) async fn forward(
                 Some(why) => format!(
                     "cargo-llmreplay: could not reach the {name} upstream at {root}: {why}"
                 ),
-                None => format!(
-                    "cargo-llmreplay: could not reach the {name} upstream at {root}: {}. Check --upstream {name}=URL or [providers.{name}] upstream",
-                    providers::redact::text(&format!("{e:?}")),
-                ),
+                None => {
+                    // A captured call is redirected by its host; a base URL's by its provider.
+                    let fix = match &route.captured {
+                        Some(host) => format!("--upstream {host}=URL"),
+                        None => format!("--upstream {name}=URL or [providers.{name}] upstream"),
+                    };
+                    format!(
+                        "cargo-llmreplay: could not reach the {name} upstream at {root}: {}. Check {fix}",
+                        providers::redact::text(&format!("{e:?}")),
+                    )
+                }
             };
             Err(Failed::new(
                 StatusCode::BAD_GATEWAY,

@@ -330,3 +330,34 @@ fn no_credentials_are_challenged_then_default_and_capture_can_be_off() {
         "capture off: no proxy"
     );
 }
+
+/// A captured call whose host cannot be reached names the fix that applies to it: its host's
+/// `--upstream`, not its family's.
+#[test]
+fn an_unreachable_captured_host_names_its_own_upstream_flag() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let serve = crate::support::Serve::recording_from(dir.path(), &[]);
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let mut stream =
+        std::net::TcpStream::connect(serve.base.trim_start_matches("http://")).unwrap();
+    let request = format!("GET http://{closed}/search?q=x HTTP/1.1\r\nHost: {closed}\r\n\r\n");
+    let challenged = exchange(&mut stream, &request);
+    assert!(challenged.starts_with("HTTP/1.1 407"), "{challenged}");
+    use std::io::Write;
+    let closing = format!(
+        "GET http://{closed}/search?q=x HTTP/1.1\r\nHost: {closed}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(closing.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(
+        answer.contains("Check --upstream 127.0.0.1=URL"),
+        "the host's own flag: {answer}"
+    );
+    assert!(!answer.contains("[providers."), "{answer}");
+}

@@ -134,7 +134,14 @@ async fn recording_goes_through_the_gateway_the_users_environment_names() {
     let gateway = format!("{}/v1", fake.url());
     let rec = Serve::start_with_env(
         dir.path(),
-        &["--cassette-dir", "c", "--mode", "record"],
+        &[
+            "--cassette-dir",
+            "c",
+            "--mode",
+            "record",
+            "--upstream",
+            "search.example=http://127.0.0.1:9",
+        ],
         &[("OPENAI_BASE_URL", gateway.as_str())],
     );
     let url = format!("{}/openai/v1/chat/completions", rec.for_test("gw$env"));
@@ -145,10 +152,17 @@ async fn recording_goes_through_the_gateway_the_users_environment_names() {
     assert_eq!(fake.received().len(), 1, "{}", stopped.stderr);
     let line = format!("openai     -> {} (OPENAI_BASE_URL)", fake.url());
     assert!(stopped.stderr.contains(&line), "{}", stopped.stderr);
+    // Providers with no upstream in one line; a captured host sent elsewhere, in its own.
+    assert!(
+        stopped.stderr.contains("  no upstream, so not recorded: ")
+            && stopped.stderr.contains("azure (AZURE_OPENAI_ENDPOINT)"),
+        "{}",
+        stopped.stderr
+    );
     assert!(
         stopped
             .stderr
-            .contains("azure      -> no upstream (set AZURE_OPENAI_ENDPOINT"),
+            .contains("  search.example -> http://127.0.0.1:9 (--upstream), direct"),
         "{}",
         stopped.stderr
     );

@@ -611,3 +611,52 @@ async fn the_summary_has_colour_on_a_terminal_only() {
     assert!(piped.stderr.contains("missing (1):"));
     assert!(!piped.stderr.contains("\x1b["), "{}", piped.stderr);
 }
+
+/// A recording run whose upstream cannot be reached keeps going past the first failed test
+/// (it records what it can), and its summary names the cause, not only a count of errors.
+#[test]
+fn a_recording_run_with_an_unreachable_upstream_runs_on_and_names_the_cause() {
+    let sample = Sample::new();
+    // A port nothing listens on: connections are refused at once.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let openai = format!("openai={closed}");
+    let anthropic = format!("anthropic={closed}");
+    let run = sample.run(
+        &[
+            "--record",
+            "--upstream",
+            &openai,
+            "--upstream",
+            &anthropic,
+            "-E",
+            "test(=answers_hello) | test(=answers_twice) | test(=asks_claude)",
+        ],
+        &[],
+    );
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.report.get("stopped_early").is_none(),
+        "every selected test ran: {}",
+        run.report
+    );
+    assert!(
+        run.stderr.contains("3 tests run: 0 passed, 3 failed"),
+        "{}",
+        run.stderr
+    );
+    let first = &run.report["first_failure"];
+    assert_eq!(first["status"], 502, "{}", run.report);
+    let message = first["message"].as_str().unwrap();
+    assert!(
+        message.contains("could not reach the") && message.contains(&closed),
+        "{message}"
+    );
+    assert!(
+        run.stderr.contains("first failure (sample::chat$"),
+        "{}",
+        run.stderr
+    );
+}

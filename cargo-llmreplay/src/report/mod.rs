@@ -117,6 +117,9 @@ pub struct Report {
     /// The daemon's log of this run, a line per request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+    /// The first request that failed on its way (upstream unreachable, say), and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<daemon::journal::Failure>,
 }
 
 pub struct Inputs<'a> {
@@ -211,6 +214,7 @@ impl Report {
             folders,
             merged: Vec::new(),
             log: inputs.log.map(|p| p.display().to_string()),
+            first_failure: inputs.journal.first_failure(),
         })
     }
 
@@ -253,6 +257,7 @@ impl Report {
             out.missing.extend(r.missing);
             out.escaped.extend(r.escaped);
             out.passed_through.extend(r.passed_through);
+            out.first_failure = out.first_failure.or(r.first_failure);
             for e in r.error_answers {
                 if !out.error_answers.contains(&e) {
                     out.error_answers.push(e);

@@ -37,6 +37,11 @@ impl Report {
             styles.bold("cargo-llmreplay:"),
             render::stats_sentence(&self.counts)
         );
+        if let Some(f) = &self.first_failure {
+            let cause = f.message.lines().next().unwrap_or_default();
+            let line = format!("first failure ({}, {}): {cause}", f.test, f.status);
+            let _ = writeln!(out, "{}", styles.warning(&term(&line)));
+        }
         if !self.error_answers.is_empty() {
             let _ = writeln!(
                 out,

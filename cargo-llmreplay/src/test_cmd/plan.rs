@@ -23,8 +23,8 @@ pub(super) enum Wiring {
 pub(super) struct RunPlan {
     pub(super) mode: daemon::Mode,
     pub(super) wiring: Wiring,
-    /// What nextest is given: the user's arguments, and `--no-fail-fast` for a replay run
-    /// that names no fail-fast of its own (it reports every missing recording).
+    /// What nextest is given: the user's arguments, and `--no-fail-fast` for a run that names
+    /// no fail-fast of its own.
     pub(super) nextest_args: Vec<OsString>,
     /// Whether nextest stops at the first failure: then not every selected test ran.
     pub(super) fail_fast: bool,
@@ -67,14 +67,15 @@ impl RunPlan {
         };
         let scope = RunScope::of(&nextest_args);
         let user_fail_fast = fail_fast_option(&nextest_args);
-        if mode == daemon::Mode::Replay && user_fail_fast.is_none() {
+        // A replay reports every missing recording, not only those before the first failure;
+        // a recording run records what it can.
+        if user_fail_fast.is_none() {
             nextest_args.insert(0, "--no-fail-fast".into());
         }
         let fail_fast = match user_fail_fast.as_deref() {
             Some("--no-fail-fast") | Some("--max-fail=all") => false,
             Some(_) => true,
-            // nextest's default, unless the profile says otherwise.
-            None => mode != daemon::Mode::Replay,
+            None => false,
         };
         let report = args.report.clone().unwrap_or(facts.default_report);
         let log = match &args.report {
@@ -141,8 +142,8 @@ mod tests {
         let plan = plan_of(&[], &["--max-fail=all"], daemon::Mode::Record);
         assert!(!plan.fail_fast);
         let plan = plan_of(&[], &[], daemon::Mode::RecordMissing);
-        assert!(plan.fail_fast, "nextest's default in record modes");
-        assert_eq!(plan.nextest_args, Vec::<OsString>::new());
+        assert!(!plan.fail_fast, "a recording run records what it can");
+        assert_eq!(plan.nextest_args, vec![OsString::from("--no-fail-fast")]);
     }
 
     #[test]
