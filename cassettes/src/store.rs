@@ -292,10 +292,12 @@ impl Store {
                             cassette: path.clone(),
                             key: i.key.clone(),
                             ordinal: ords[position],
+                            // A tool call's answer has no text: it reads as the call.
                             answer: i
                                 .summary
                                 .as_ref()
-                                .map(|s| s.text.chars().take(80).collect()),
+                                .map(|s| s.answer_text().chars().take(80).collect::<String>())
+                                .filter(|a| !a.is_empty()),
                         });
                     }
                 }

@@ -660,3 +660,31 @@ fn a_recording_run_with_an_unreachable_upstream_runs_on_and_names_the_cause() {
         run.stderr
     );
 }
+
+/// An argument nextest does not take: nextest's own error, once, and no summary of a run that
+/// never happened (no `cargo nextest list` after it, no report).
+#[test]
+fn a_flag_nextest_refuses_is_said_once_and_nothing_is_reported() {
+    let sample = Sample::new();
+    let run = sample.run(&["--no-such-nextest-flag"], &[("CI", "true")]);
+    assert_eq!(run.code, Some(2), "{}", run.stderr);
+    assert_eq!(
+        run.stderr
+            .matches("error: unexpected argument '--no-such-nextest-flag'")
+            .count(),
+        1,
+        "nextest's error once: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("cargo nextest refused its arguments"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("requests"),
+        "no summary: {}",
+        run.stderr
+    );
+    assert!(!run.report_path.exists(), "no report");
+}

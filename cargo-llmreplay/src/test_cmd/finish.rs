@@ -7,6 +7,9 @@ use crate::error::{Error, Outcome, Result};
 use crate::render::{self, Styles};
 use crate::report::{self, Deny};
 
+/// The status cargo-nextest (through clap) exits with when its arguments are wrong.
+const USAGE_REFUSED: i32 = 2;
+
 /// Waits for nextest, stops the daemon, settles what each test recorded, then writes the
 /// report, prints its summary and, under `--review`, walks the changed answers.
 pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Result<Outcome> {
@@ -30,6 +33,17 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     let status = child
         .wait()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
+    // nextest refused its arguments (clap's status): it said why, and no test ran, so there is
+    // no run to list or report on.
+    if status.code() == Some(USAGE_REFUSED) {
+        let _ = stop.send(());
+        let _ = runtime.block_on(served);
+        drop(run_dir);
+        render::stderr(
+            "cargo-llmreplay: cargo nextest refused its arguments (above), so no test ran and no report was written\n",
+        );
+        return Ok(Outcome::Nextest(USAGE_REFUSED as u8));
+    }
     let stopped_early = plan.fail_fast && !status.success();
     // Without a runner, nothing says which tests ran but those that called. A cassette folder
     // of a test that did not call is the only thing that needs more (it is unused, or an

@@ -95,6 +95,23 @@ fn unused_after_preload_are_the_files_it_listed() {
     assert_eq!(providers, ["anthropic", "gemini", "openai"]);
 }
 
+/// An unused recording is shown by its answer; a tool call's, by the call.
+#[test]
+fn an_unused_tool_call_reads_as_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let entry = Store::new(dir.path()).entry(&t, &p).unwrap();
+    let call = r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}]}"#;
+    let mut x = interaction("w", call);
+    x.summary = crate::Summary::of(&x.response);
+    entry.record(0, x).unwrap();
+    let unused = Store::new(dir.path()).unused_in(&t).unwrap();
+    assert_eq!(
+        unused[0].answer.as_deref(),
+        Some(r#"tool call: get_weather({"city":"Paris"})"#)
+    );
+}
+
 #[test]
 fn sequence_replace_in_place_and_append() {
     let dir = tempfile::tempdir().unwrap();
