@@ -44,6 +44,13 @@ pub struct Change {
     /// Set when one side does not parse.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Where a moved file was in HEAD (its test renamed, `cargo llmreplay mv`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "cassettes::lossy_path::option"
+    )]
+    pub moved_from: Option<PathBuf>,
 }
 
 /// The repository holding `cassette_dir`, its work tree, and the cassette folder relative to
@@ -129,6 +136,7 @@ pub fn changes_against_head_after(
                 removed: 0,
                 unchanged: 0,
                 error: None,
+                moved_from: None,
             });
             continue;
         }
@@ -157,6 +165,7 @@ pub fn changes_against_head_after(
             removed: 0,
             unchanged: 0,
             error: None,
+            moved_from: None,
         };
         let new = match new {
             Some(Err(e)) => {
@@ -173,8 +182,70 @@ pub fn changes_against_head_after(
         }
         out.push(change);
     }
+    find_moves(&repo, head.as_ref(), &workdir, &mut out);
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Some(out))
+}
+
+/// A deleted file and a new one of the same provider holding the same recordings are one file
+/// moved (a renamed test): one `Moved` change, as `diff` shows it. Files are read only when a
+/// deletion and an addition of one provider's name meet.
+fn find_moves(
+    repo: &git2::Repository,
+    head: Option<&git2::Tree<'_>>,
+    workdir: &Path,
+    changes: &mut Vec<Change>,
+) {
+    let ids_at_head = |path: &Path| -> Option<Vec<RecordingId>> {
+        let blob = head?
+            .get_path(path)
+            .ok()?
+            .to_object(repo)
+            .ok()?
+            .peel_to_blob()
+            .ok()?;
+        let text = std::str::from_utf8(blob.content()).ok()?;
+        Some(recording_ids(
+            &Cassette::parse(path, text).ok()?.interactions,
+        ))
+    };
+    let ids_in_tree = |path: &Path| -> Option<Vec<RecordingId>> {
+        let text = cassettes::read_text(&workdir.join(path)).ok()?;
+        Some(recording_ids(
+            &Cassette::parse(path, &text).ok()?.interactions,
+        ))
+    };
+    let mut gone = Vec::new();
+    for (d, deleted) in changes.iter().enumerate() {
+        if deleted.kind != ChangeKind::Deleted {
+            continue;
+        }
+        let Some(old) = ids_at_head(&deleted.path) else {
+            continue;
+        };
+        let to = changes.iter().position(|new| {
+            new.kind == ChangeKind::New
+                && new.path.file_name() == deleted.path.file_name()
+                && ids_in_tree(&new.path).as_ref() == Some(&old)
+        });
+        if let Some(n) = to {
+            gone.push((d, n));
+        }
+    }
+    for &(d, n) in &gone {
+        let from = changes[d].path.clone();
+        let moved = &mut changes[n];
+        moved.kind = ChangeKind::Moved;
+        moved.unchanged = moved.added;
+        moved.added = 0;
+        moved.moved_from = Some(from);
+    }
+    let deleted: Vec<usize> = gone.iter().map(|(d, _)| *d).collect();
+    let mut i = 0;
+    changes.retain(|_| {
+        i += 1;
+        !deleted.contains(&(i - 1))
+    });
 }
 
 /// One cassette file that differs between the base and the work tree, told interaction by

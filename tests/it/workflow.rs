@@ -226,6 +226,40 @@ async fn a_renamed_test_keeps_its_recordings() {
 
     let replay = sample.run(&["--deny", "unused", "--retries", "1"], &[("CI", "true")]);
     assert_eq!(replay.code, Some(0), "{}", replay.stderr);
+    // The run's changed list says moved, as `diff` does, not deleted and new.
+    let kinds: Vec<(&str, &str)> = replay.report["changed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["kind"].as_str().unwrap(),
+                c["moved_from"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (
+                "moved",
+                "tests/cassettes/sample--chat--asks_claude/anthropic.json"
+            ),
+            (
+                "moved",
+                "tests/cassettes/sample--chat--answers_hello/openai.json"
+            ),
+        ],
+        "{}",
+        replay.report
+    );
+    assert!(
+        replay.stderr.contains(
+            "tests/cassettes/sample--chat--says_hello/openai.json (from tests/cassettes/sample--chat--answers_hello/openai.json): 1 unchanged"
+        ),
+        "{}",
+        replay.stderr
+    );
 
     let diff = sample.llmreplay(&["diff", "--base", "HEAD"]);
     assert_eq!(diff.code, Some(0), "{}", diff.stderr);

@@ -247,7 +247,12 @@ impl Report {
                         .filter(|(n, _)| *n > 0)
                         .map(|(n, what)| format!("{n} {what}"))
                         .collect();
-                        format!("{kind}  {shown}: {}", counts.join(", "))
+                        let from = ch
+                            .moved_from
+                            .as_ref()
+                            .map(|f| format!(" (from {})", term(&f.to_string_lossy())))
+                            .unwrap_or_default();
+                        format!("{kind}  {shown}{from}: {}", counts.join(", "))
                     }
                 };
                 let _ = write!(out, "  {what}");
