@@ -146,11 +146,19 @@ pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// The word diff of a changed answer, when its text changed.
+/// The word diff of a changed answer, when its text changed and most of it stayed.
 pub fn answer_words(d: &InteractionDiff) -> Option<Vec<review::review::Words>> {
     d.answer_diff.as_ref()?;
     let (before, after) = (d.answer_before.as_deref()?, d.answer_after.as_deref()?);
-    Some(review::review::word_diff(before, after))
+    (!review::review::mostly_rewritten(before, after))
+        .then(|| review::review::word_diff(before, after))
+}
+
+/// The line diff of a changed answer that was mostly rewritten: `-` old lines, `+` new ones.
+pub fn answer_lines(d: &InteractionDiff) -> Option<&str> {
+    let diff = d.answer_diff.as_deref()?;
+    let (before, after) = (d.answer_before.as_deref()?, d.answer_after.as_deref()?);
+    review::review::mostly_rewritten(before, after).then_some(diff)
 }
 
 /// The classes of one changed answer: `tool call, wording`.
@@ -327,6 +335,17 @@ pub fn interaction_text(d: &InteractionDiff, styles: Styles, full: bool, pad: &s
         for line in render::word_diff(&words, styles, full).lines() {
             let _ = writeln!(out, "{pad}  {line}");
         }
+    } else if let Some(lines) = answer_lines(d) {
+        let _ = writeln!(out, "{pad}answer, rewritten (- before, + after):");
+        for line in lines.lines() {
+            let shown = term(line);
+            let line = match line.as_bytes().first() {
+                Some(b'-') => styles.removed(&shown),
+                Some(b'+') => styles.added(&shown),
+                _ => shown.into_owned(),
+            };
+            let _ = writeln!(out, "{pad}  {line}");
+        }
     } else if let Some(a) = d.answer_after.as_ref().or(d.answer_before.as_ref()) {
         let label = if d.change == Change::Changed {
             "answer (unchanged)"
@@ -390,9 +409,15 @@ pub fn markdown(diff: &Diff) -> String {
             .iter()
             .map(|f| format!("{}: {}", html(&f.provider), file_counts(f)))
             .collect();
+        // What can break the code under test is open; the rest folded.
+        let breaks = files
+            .iter()
+            .flat_map(|f| &f.interactions)
+            .any(|d| d.drift.iter().any(|c| c.can_break_code()));
         let _ = write!(
             out,
-            "<details>\n<summary><code>{}</code> ({})</summary>\n\n",
+            "<details{}>\n<summary><code>{}</code> ({})</summary>\n\n",
+            if breaks { " open" } else { "" },
             html(test),
             summary.join("; ")
         );
@@ -460,12 +485,10 @@ pub fn markdown(diff: &Diff) -> String {
                     let _ = writeln!(out, "- {t}");
                 }
                 out.push('\n');
-                if let Some(words) = answer_words(d) {
-                    out.push_str("answer, word by word (`[-removed-]` `{+added+}`):\n\n");
-                    out.push_str(&fenced(
-                        "text",
-                        &render::word_diff(&words, Styles::default(), false),
-                    ));
+                // A `diff` fence, which GitHub colours: `-` lines were, `+` lines are.
+                if let Some(lines) = d.answer_diff.as_deref() {
+                    out.push_str("answer (`-` before, `+` after):\n\n");
+                    out.push_str(&fenced("diff", lines));
                 } else if let Some(a) = d.answer_after.as_ref().or(d.answer_before.as_ref()) {
                     if d.change != Change::Changed {
                         out.push_str(&fenced("text", a));

@@ -224,6 +224,30 @@ fn report_summary_with_several_misses() {
     ));
 }
 
+/// An answer rewritten in another language reads as old lines then new ones, not as two
+/// sentences interleaved word by word; a small change stays a word diff.
+#[test]
+fn a_rewrite_reads_as_lines() {
+    let mut d = diff();
+    let x = &mut d.files[0].interactions[0];
+    x.answer_before = Some("Hi there! How can I help you today?".into());
+    x.answer_after = Some("Bonjour ! Comment puis-je vous aider ?".into());
+    x.answer_diff = review::review::text_diff(
+        x.answer_before.as_deref().unwrap(),
+        x.answer_after.as_deref().unwrap(),
+    );
+    let text = crate::diff_cmd::interaction_text(x, Styles::plain(), false, "");
+    insta::assert_snapshot!("diff_text_rewrite", text);
+    assert!(!text.contains("[-"), "{text}");
+    let small = crate::diff_cmd::interaction_text(
+        &diff().files[0].interactions[0],
+        Styles::plain(),
+        false,
+        "",
+    );
+    assert!(small.contains("You said: Hello{+ there+}"), "{small}");
+}
+
 #[test]
 fn diff_outputs() {
     let d = diff();

@@ -278,6 +278,29 @@ pub fn text_diff(before: &str, after: &str) -> Option<String> {
     Some(out)
 }
 
+/// Whether most of an answer changed (under half of its words kept): a rewrite reads best as
+/// whole lines, old then new; a small change as the words that changed.
+pub fn mostly_rewritten(before: &str, after: &str) -> bool {
+    let diff = similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(200))
+        .diff_unicode_words(before, after);
+    // Words only: the spaces and punctuation two sentences share say nothing of their words.
+    let word = |t: &str| t.chars().any(char::is_alphanumeric);
+    let (mut kept, mut old, mut new) = (0, 0, 0);
+    for change in diff.iter_all_changes().filter(|c| word(c.value())) {
+        match change.tag() {
+            similar::ChangeTag::Equal => {
+                kept += 1;
+                old += 1;
+                new += 1;
+            }
+            similar::ChangeTag::Delete => old += 1,
+            similar::ChangeTag::Insert => new += 1,
+        }
+    }
+    kept * 2 < old.max(new)
+}
+
 /// A run of words of a word-level diff.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Words {
@@ -616,6 +639,22 @@ mod tests {
             seen.extend(expected);
         }
         assert_eq!(seen.len(), Drift::ALL.len(), "a fixture for every class");
+    }
+
+    #[test]
+    fn a_rewrite_is_told_from_a_small_change() {
+        assert!(mostly_rewritten(
+            "Hi there! How can I help you today?",
+            "Bonjour ! Comment puis-je vous aider ?"
+        ));
+        assert!(!mostly_rewritten(
+            "You said: Hello",
+            "You said: Hello there"
+        ));
+        assert!(!mostly_rewritten(
+            r#"tool call: get_weather({"city":"Paris"})"#,
+            r#"tool call: get_weather({"city":"Paris","unit":"celsius"})"#
+        ));
     }
 
     #[test]
