@@ -202,7 +202,7 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
             let what = match &f.problem {
                 Problem::Corrupt { message } => term(message).into_owned(),
                 Problem::SummaryMismatch { index } => format!(
-                    "interaction {}: its summary does not match its answer (edited by hand?); re-record the test with --record",
+                    "interaction {}: its summary does not match its answer (edited by hand?); run `cargo llmreplay status --fix` to derive it anew",
                     index + 1
                 ),
                 Problem::KeyMismatch { index } => format!(

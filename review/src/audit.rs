@@ -224,7 +224,8 @@ fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
             problem: Problem::KeyMismatch { index },
         });
     }
-    for index in cassette.seal_mismatches() {
+    let resealed = cassette.seal_mismatches();
+    for &index in &resealed {
         out.push(Finding {
             path: path.to_path_buf(),
             problem: Problem::SealMismatch { index },
@@ -262,7 +263,9 @@ fn check(path: &Path, dir: &Path, cassette: &Cassette) -> Vec<Finding> {
             .response
             .whole()
             .is_some_and(|b| b.blobs().iter().any(|b| b.bytes.is_none()));
-        if !unread && x.summary != Summary::of(&x.response) {
+        // An answer edited by hand has one remedy: the seal's (`status --fix` derives its
+        // summary anew as it seals it), so it is listed once.
+        if !unread && !resealed.contains(&index) && x.summary != Summary::of(&x.response) {
             out.push(Finding {
                 path: path.to_path_buf(),
                 problem: Problem::SummaryMismatch { index },
@@ -333,6 +336,15 @@ mod tests {
         resealed.interactions[0].response.status = 201;
         write("c--t--sealed/openai.json", &resealed.to_bytes());
         write("c--t--ok/.llmreplay-x1.tmp", b"{");
+        // An answer edited after it was sealed: its summary is stale too, but one remedy.
+        let mut answer_edited = good.clone();
+        answer_edited.test = "c::t$answer".into();
+        answer_edited.interactions[0].response = cassettes::RecordedResponse::with_body(
+            200,
+            Default::default(),
+            br#"{"choices":[{"message":{"content":"Edited"}}]}"#,
+        );
+        write("c--t--answer/openai.json", &answer_edited.to_bytes());
         let found = audit(dir.path()).unwrap();
         let names: Vec<(String, &str)> = found
             .iter()
@@ -390,6 +402,7 @@ mod tests {
             names,
             [
                 ("c--t--ok/.llmreplay-x1.tmp".to_string(), "temp"),
+                ("c--t--answer/openai.json".to_string(), "seal"),
                 ("c--t--bad/openai.json".to_string(), "corrupt"),
                 ("c--t--blob/openai.json".to_string(), "blob"),
                 ("c--t--edited/openai.json".to_string(), "summary"),

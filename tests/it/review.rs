@@ -315,19 +315,47 @@ async fn status_check_fails_on_an_orphan_and_on_a_corrupt_file() {
         corrupt.stderr
     );
 
-    // A hand edit of an answer that leaves its summary behind.
+    // A hand edit of an answer (its summary left behind too): one finding, one remedy.
     std::fs::write(&cassette, &text).unwrap();
     let edited = text.replacen("You said: First", "You said: Fist", 1);
     assert_ne!(edited, text);
-    std::fs::write(&cassette, edited).unwrap();
+    std::fs::write(&cassette, &edited).unwrap();
     let mismatch = sample.llmreplay(&["status", "--check", "--no-list"]);
     assert_eq!(mismatch.code, Some(1), "{}", mismatch.stderr);
     assert!(
         mismatch
             .stderr
-            .contains("its summary does not match its answer"),
+            .contains("its answer no longer matches its seal"),
         "{}",
         mismatch.stderr
+    );
+    assert_eq!(
+        mismatch
+            .stderr
+            .matches("cargo llmreplay status --fix")
+            .count(),
+        1,
+        "one remedy: {}",
+        mismatch.stderr
+    );
+    // Only the summary edited: derived anew by the same command.
+    let summary_only = {
+        let at = text.rfind("You said: First").unwrap();
+        format!(
+            "{}You said: Fist{}",
+            &text[..at],
+            &text[at + "You said: First".len()..]
+        )
+    };
+    std::fs::write(&cassette, summary_only).unwrap();
+    let stale = sample.llmreplay(&["status", "--check", "--no-list"]);
+    assert_eq!(stale.code, Some(1), "{}", stale.stderr);
+    assert!(
+        stale
+            .stderr
+            .contains("its summary does not match its answer (edited by hand?); run `cargo llmreplay status --fix`"),
+        "{}",
+        stale.stderr
     );
 }
 
