@@ -248,6 +248,15 @@ fn a_rewrite_reads_as_lines() {
     assert!(small.contains("You said: Hello{+ there+}"), "{small}");
 }
 
+/// A failed gate says each reason with its fix: what is missing, and what `--deny` found.
+#[test]
+fn a_failed_gate_says_why() {
+    let r = report();
+    let failures = r.gate_failures(&[crate::report::Deny::Unused, crate::report::Deny::Changed]);
+    insta::assert_snapshot!("gate_failed", Report::gate_text(&failures, Styles::plain()));
+    assert!(r.gate_failures(&[]).len() < failures.len());
+}
+
 #[test]
 fn diff_outputs() {
     let d = diff();
