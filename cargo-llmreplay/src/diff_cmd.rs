@@ -271,8 +271,12 @@ pub fn text(diff: &Diff, styles: Styles) -> String {
         styles.bold(&headline(&c)),
         term(&diff.base)
     );
+    let sources = crate::source::Sources::new(&diff.workdir);
     for (test, files) in by_test(diff) {
         let _ = write!(out, "\n{}\n", styles.bold(&term(test)));
+        if let Some(at) = sources.of(&cassettes::TestId::new(test)) {
+            let _ = writeln!(out, "  source: {}", term(&at));
+        }
         for f in files {
             let _ = writeln!(
                 out,
@@ -404,6 +408,7 @@ pub fn markdown(diff: &Diff) -> String {
         plural(c.files, "cassette"),
         code(&diff.base)
     );
+    let sources = crate::source::Sources::new(&diff.workdir);
     for (test, files) in by_test(diff) {
         let summary: Vec<String> = files
             .iter()
@@ -421,6 +426,9 @@ pub fn markdown(diff: &Diff) -> String {
             html(test),
             summary.join("; ")
         );
+        if let Some(at) = sources.of(&cassettes::TestId::new(test)) {
+            let _ = write!(out, "Source: {}\n\n", code(&at));
+        }
         for f in files {
             let _ = write!(
                 out,

@@ -15,6 +15,7 @@ mod report;
 mod rerun;
 mod review_cmd;
 mod serve;
+mod source;
 mod status;
 mod test_cmd;
 

@@ -188,7 +188,15 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
                 term(&session.diff.base)
             )));
         };
-        let out = screen(p, None, &session.diff.base, true, Styles::for_stdout());
+        let source = crate::source::Sources::new(&session.diff.workdir).of(&p.test);
+        let out = screen(
+            p,
+            None,
+            &session.diff.base,
+            source.as_deref(),
+            true,
+            Styles::for_stdout(),
+        );
         render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
         return Ok(Outcome::Success);
     }
@@ -253,6 +261,7 @@ fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
         ));
     }
     let items: Vec<Pending> = session.open_items(filter).into_iter().cloned().collect();
+    let sources = crate::source::Sources::new(&session.diff.workdir);
     if items.is_empty() {
         render::stderr(&format!(
             "Nothing to review: no recorded interaction differs from {}.\n",
@@ -275,6 +284,7 @@ fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
             &items[i],
             Some((i + 1, items.len())),
             &session.diff.base,
+            sources.of(&items[i].test).as_deref(),
             full,
             styles,
         );
@@ -349,6 +359,7 @@ fn screen(
     p: &Pending,
     at: Option<(usize, usize)>,
     base: &str,
+    source: Option<&str>,
     full: bool,
     styles: Styles,
 ) -> String {
@@ -371,6 +382,9 @@ fn screen(
         drift_suffix(&p.diff)
     );
     let _ = writeln!(out, "  test:     {}", term(&p.test));
+    if let Some(at) = source {
+        let _ = writeln!(out, "  source:   {}", term(at));
+    }
     let _ = writeln!(out, "  cassette: {}", term(&p.cassette.to_string_lossy()));
     let _ = writeln!(
         out,

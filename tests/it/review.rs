@@ -190,6 +190,13 @@ async fn diff_shows_a_changed_answer_a_drifted_prompt_and_added_and_deleted_cass
 
     let text = sample.llmreplay(&["diff", "--base", "HEAD"]);
     assert_eq!(text.code, Some(0), "{}", text.stderr);
+    // Where each test is written, found in the sample's sources.
+    assert!(
+        text.stdout
+            .contains("sample::chat$answers_hello\n  source: tests/chat.rs:14\n"),
+        "{}",
+        text.stdout
+    );
     for line in [
         "4 tests: 2 wording, 1 added, 1 removed",
         "  changed POST /v1/chat/completions, model gpt-4o-mini [wording]\n    prompt: \"Hello\"\n    answer, word by word ([-removed-] {+added+}):\n      You said: Hello{+ (v2)+}\n",
