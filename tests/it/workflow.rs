@@ -66,6 +66,13 @@ async fn several_misses_end_with_one_command_that_records_them_all() {
     let args = with_upstreams(&fake, &["--record", "-E", filter]);
     let run = sample.run(&refs(&args), &[]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "review what changed (2 cassette files) before committing: cargo llmreplay review\n"
+        ),
+        "a recording run ends with what to review: {}",
+        run.stderr
+    );
     let hello = sample.cassette("sample--chat--answers_hello", "openai");
     assert_eq!(prompts(&read_json(&hello)), ["Hello again"]);
     let replay = sample.run(&["--deny", "unused", "--retries", "1"], &[("CI", "true")]);

@@ -140,6 +140,12 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     let outcome = report.outcome(Some(status), deny);
     if plan.review {
         crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
+    } else if mode.writes() && !report.changed.is_empty() {
+        // What this run wrote is for a reviewer to read before it is committed.
+        render::stderr(&format!(
+            "review what changed ({}) before committing: cargo llmreplay review\n",
+            crate::render::plural(report.changed.len(), "cassette file")
+        ));
     }
     // The command ends here: the runtime's threads and the cassettes read go with the
     // process, rather than each being joined or freed first.
