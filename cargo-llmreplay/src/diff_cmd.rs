@@ -52,7 +52,11 @@ pub struct DiffArgs {
 
 pub fn run(args: DiffArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
-    let diff = diff_against(resolved.cassette_dir(), args.base.as_deref(), &args.paths)?;
+    let diff = diff_against(
+        resolved.cassette_dir(),
+        review::git::Base::Rev(args.base.as_deref()),
+        &args.paths,
+    )?;
     let out = match args.format {
         Format::Text => text(&diff, Styles::for_stdout()),
         Format::Markdown => markdown(&diff),

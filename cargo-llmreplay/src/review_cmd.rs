@@ -1,8 +1,9 @@
-//! `cargo llmreplay review`: every recorded interaction that differs from git HEAD (or
-//! `--base`), one at a time, as cargo-insta's review walks pending snapshots: accept keeps the
-//! new recording, reject restores the base's under the folder's lock, skip leaves it pending.
-//! Accepted ones are noted by fingerprint in `<target>/llmreplay/review-<folder hash>.json`,
-//! so they are not shown again until they change or are committed. `--list`, `--show`, `--accept` and
+//! `cargo llmreplay review`: every recorded interaction that differs from what git's index
+//! holds (or from `--base`), one at a time, as cargo-insta's review walks pending snapshots:
+//! accept stages the new recording in the index (as `git add -p` would stage that interaction
+//! alone), reject restores the index's under the folder's lock, skip leaves it pending. What
+//! is staged is what `git commit` commits, and every git tool shows the state: `git diff` what
+//! is left, `git diff --cached` what was accepted. `--list`, `--show`, `--accept` and
 //! `--reject` do the same for scripts and coding agents.
 
 use crate::args::{CassetteDirArg, Resolved};
@@ -10,9 +11,8 @@ use crate::diff_cmd::{drift_suffix, interaction_text};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, plural, term, Styles};
 use clap::{Args, ValueEnum};
-use review::git::{diff_against, Diff};
-use review::pending::{pending, reject, Pending};
-use std::collections::BTreeSet;
+use review::git::{diff_against, Base, Diff};
+use review::pending::{pending, reject, stage, staged_files, Pending};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -26,22 +26,24 @@ pub enum ListFormat {
 #[command(
     about = "Walk through every recorded interaction that changed: accept, reject or skip each",
     long_about = "Walk through every recorded interaction that changed: accept, reject or skip each.\n\n\
-        Shows each interaction that differs from git HEAD (or --base): its test, the request fields \
-        that changed, the answer as a word diff, its drift classes (error, tool call, structure, \
-        wording, usage) and the tokens before and after. Keys: a accept, r reject (restore the \
-        base's interaction), s skip, A/R/S the same for all the rest, d the full answer, q quit. \
-        Accepted interactions are not shown again until they change or are committed; rejections \
-        are written when the review ends.\n\n\
+        Shows each interaction that differs from what git's index holds (or from --base): its \
+        test, the request fields that changed, the answer as a word or line diff, its drift classes \
+        (error, tool call, structure, wording, usage, metadata) and the tokens before and after. \
+        Keys: a accept (stage it in git's index), r reject (restore the index's interaction), s \
+        skip, A/R/S the same for all the rest, d the full answer, q quit. Decisions are written \
+        when the review ends; then git diff --cached shows what was accepted and git commit \
+        commits it.\n\n\
         Each interaction has an ID, <folder>/<provider>#<n>: its position in the cassette, or #-<n> \
         for one only the base has (removed), at its position there.",
     after_help = "Examples:\n  cargo llmreplay review                        # one at a time, in the terminal\n  \
         cargo llmreplay review --list --format json   # what is pending, for scripts\n  \
         cargo llmreplay review --show 'my-crate--chat--greets/openai#2'\n  \
         cargo llmreplay review --accept greets        # accept every pending change of tests matching 'greets'\n  \
-        cargo llmreplay review --reject               # restore every changed interaction from HEAD"
+        cargo llmreplay review --reject               # restore every changed interaction from the index"
 )]
 pub struct ReviewArgs {
-    /// Compare with this commit [default: HEAD].
+    /// Compare with this commit instead of git's index, to read (accepting stages in the
+    /// index, so it needs no --base) [default: the index].
     #[arg(long, value_name = "REF")]
     base: Option<String>,
     /// List what is pending, one a line, and change nothing.
@@ -65,93 +67,67 @@ pub struct ReviewArgs {
     cassettes: CassetteDirArg,
 }
 
-/// What a review found, and the accepted fingerprints it reads and writes.
+/// What a review found. Accepting stages in git's index; what the index and the work tree
+/// still differ on is what is left to review, so no state is kept of its own.
 struct Session {
     diff: Diff,
     pending: Vec<Pending>,
-    accepted: BTreeSet<String>,
-    accepted_path: PathBuf,
     cassette_dir: PathBuf,
-}
-
-#[derive(serde::Serialize, serde::Deserialize, Default)]
-struct AcceptedFile {
-    llmreplay_review: u32,
-    /// Fingerprints of accepted interactions.
-    accepted: BTreeSet<String>,
+    /// Compared with a revision (`--base`) rather than the index: nothing to stage against.
+    against_rev: bool,
 }
 
 impl Session {
-    fn open(cassette_dir: &Path, target_dir: &Path, base: Option<&str>) -> Result<Session> {
-        let diff = diff_against(cassette_dir, Some(base.unwrap_or("HEAD")), &[])?;
+    fn open(cassette_dir: &Path, base: Option<&str>) -> Result<Session> {
+        let against = match base {
+            Some(rev) => Base::Rev(Some(rev)),
+            None => Base::Index,
+        };
+        let diff = diff_against(cassette_dir, against, &[])?;
         let pending = pending(&diff);
-        let accepted_path = accepted_file(target_dir, cassette_dir);
-        let accepted = std::fs::read(&accepted_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<AcceptedFile>(&b).ok())
-            .map(|f| f.accepted)
-            .unwrap_or_default();
         Ok(Session {
             diff,
             pending,
-            accepted,
-            accepted_path,
             cassette_dir: cassette_dir.to_path_buf(),
+            against_rev: base.is_some(),
         })
     }
 
-    /// Pending and not accepted, matching `filter`.
+    /// Pending, matching `filter`.
     fn open_items(&self, filter: Option<&str>) -> Vec<&Pending> {
         self.pending
             .iter()
-            .filter(|p| !self.accepted.contains(&p.fingerprint))
             .filter(|p| filter.is_none_or(|f| matches(f, p)))
             .collect()
     }
 
-    /// Notes `accepted` and restores `rejected`; the accepted file keeps only what is still
-    /// pending, so it never grows past the work in progress.
+    /// Stages `accepted` in git's index and restores `rejected` in the work tree from it.
     fn decide(&mut self, accepted: &[&Pending], rejected: &[&Pending]) -> Result<()> {
+        if !accepted.is_empty() && self.against_rev {
+            return Err(Error::Usage(format!(
+                "accepting stages in git's index, and this review compares with {}; run `cargo llmreplay review` without --base to accept",
+                term(&self.diff.base)
+            )));
+        }
         if !rejected.is_empty() {
             reject(&self.diff, &self.cassette_dir, rejected)?;
         }
-        let still: BTreeSet<&str> = self
-            .pending
-            .iter()
-            .map(|p| p.fingerprint.as_str())
-            .collect();
-        let rejected: BTreeSet<&str> = rejected.iter().map(|p| p.fingerprint.as_str()).collect();
-        let mut keep: BTreeSet<String> = self
-            .accepted
-            .iter()
-            .filter(|f| still.contains(f.as_str()) && !rejected.contains(f.as_str()))
-            .cloned()
-            .collect();
-        keep.extend(accepted.iter().map(|p| p.fingerprint.clone()));
-        let file = AcceptedFile {
-            llmreplay_review: 1,
-            accepted: keep,
-        };
-        let failed = |e| Error::io(format!("cannot write {}", self.accepted_path.display()), e);
-        if let Some(dir) = self.accepted_path.parent() {
-            std::fs::create_dir_all(dir).map_err(failed)?;
+        if !accepted.is_empty() {
+            stage(&self.diff, accepted)?;
         }
-        let mut json = serde_json::to_vec_pretty(&file).expect("serialises");
-        json.push(b'\n');
-        std::fs::write(&self.accepted_path, json).map_err(failed)
+        Ok(())
     }
-}
 
-/// Where the fingerprints accepted in `cassette_dir` are noted: a file per cassette folder,
-/// named by a hash of its path, so that checkouts sharing a target dir (worktrees, a global
-/// `CARGO_TARGET_DIR`) neither hide each other's changes nor overwrite each other's file.
-fn accepted_file(target_dir: &Path, cassette_dir: &Path) -> PathBuf {
-    use sha2::Digest as _;
-    let dir = cassette_dir
-        .canonicalize()
-        .unwrap_or_else(|_| cassette_dir.to_path_buf());
-    let hash = hex::encode(sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes()));
-    target_dir.join(format!("llmreplay/review-{}.json", &hash[..12]))
+    /// What accepting staged so far, for `--list` and the end of a review.
+    fn staged_line(&self) -> String {
+        match staged_files(&self.diff, &self.cassette_dir) {
+            Ok(0) | Err(_) => String::new(),
+            Ok(n) => format!(
+                "{} staged (git diff --cached shows them; git commit commits them)\n",
+                plural(n, "cassette file")
+            ),
+        }
+    }
 }
 
 /// A filter matches an ID or a test id: as a glob when it has one of `*?[`, else as a part.
@@ -165,16 +141,12 @@ fn matches(filter: &str, p: &Pending) -> bool {
 
 pub fn run(args: ReviewArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
-    let mut session = Session::open(
-        resolved.cassette_dir(),
-        &resolved.target_dir(),
-        args.base.as_deref(),
-    )?;
+    let mut session = Session::open(resolved.cassette_dir(), args.base.as_deref())?;
     let filter = args.filter.as_deref();
     if args.list {
         let items = session.open_items(filter);
         let out = match args.format {
-            ListFormat::Text => list_text(&session.diff, &items),
+            ListFormat::Text => list_text(&session.diff, &items) + &session.staged_line(),
             ListFormat::Json => list_json(&session.diff, &items),
         };
         render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
@@ -217,13 +189,14 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
         };
         session.decide(accepted, rejected)?;
         render::stderr(&format!(
-            "{} {}\n",
+            "{} {}\n{}",
             if args.accept {
-                "accepted"
+                "accepted (staged)"
             } else {
                 "rejected (restored from the base)"
             },
-            plural(refs.len(), "interaction")
+            plural(refs.len(), "interaction"),
+            session.staged_line()
         ));
         return Ok(Outcome::Success);
     }
@@ -231,8 +204,8 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
 }
 
 /// After `test --record --review`: the review in a terminal, else a line saying what waits.
-pub fn after_test_run(cassette_dir: &Path, target_dir: &Path) -> Result<()> {
-    let mut session = Session::open(cassette_dir, target_dir, None)?;
+pub fn after_test_run(cassette_dir: &Path) -> Result<()> {
+    let mut session = Session::open(cassette_dir, None)?;
     if console::Term::stdout().is_term() && console::user_attended_stderr() {
         interactive(&mut session, None)?;
     } else {
@@ -349,6 +322,7 @@ fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
             term(&session.diff.base)
         );
     }
+    out.push_str(&session.staged_line());
     render::stderr(&out);
     Ok(Outcome::Success)
 }
@@ -471,28 +445,4 @@ fn list_json(diff: &Diff, items: &[&Pending]) -> String {
     .expect("serialises");
     s.push('\n');
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::accepted_file;
-
-    #[test]
-    fn each_cassette_folder_has_its_own_accepted_file() {
-        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let target = std::path::Path::new("/shared/target");
-        let (fa, fb) = (
-            accepted_file(target, a.path()),
-            accepted_file(target, b.path()),
-        );
-        assert_ne!(fa, fb);
-        assert!(fa.starts_with("/shared/target/llmreplay"));
-        assert_eq!(
-            fa,
-            accepted_file(
-                target,
-                &a.path().join("../").join(a.path().file_name().unwrap())
-            )
-        );
-    }
 }

@@ -305,19 +305,48 @@ pub struct Diff {
     pub workdir: PathBuf,
 }
 
-/// Compares the cassettes of the work tree with those of `base` (a revision such as
-/// `origin/main`); by default the merge base of HEAD with the default branch, else HEAD.
-/// `only` keeps the files under any of these paths (absolute, or relative to the work tree).
-pub fn diff_against(
-    cassette_dir: &Path,
-    base: Option<&str>,
-    only: &[PathBuf],
-) -> Result<Diff, Error> {
+/// What the work tree's cassettes are compared with.
+#[derive(Clone, Copy, Debug)]
+pub enum Base<'a> {
+    /// A revision such as `origin/main`; `None`: the merge base of HEAD with the default
+    /// branch, else HEAD.
+    Rev(Option<&'a str>),
+    /// git's index: what is staged, as review accepts it.
+    Index,
+}
+
+/// Compares the cassettes of the work tree with those of `base`. `only` keeps the files under
+/// any of these paths (absolute, or relative to the work tree).
+pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Result<Diff, Error> {
     let Some((repo, workdir, rel)) = open(cassette_dir)? else {
         return Err(Error::NotInRepository(cassette_dir.to_path_buf()));
     };
-    let (commit, base) = resolve_base(&repo, base)?;
+    let (commit, index, base) = match base {
+        Base::Rev(name) => {
+            let (commit, label) = resolve_base(&repo, name)?;
+            (commit, None, label)
+        }
+        Base::Index => (
+            None,
+            Some(repo.index()?),
+            "the index (what is staged)".to_string(),
+        ),
+    };
     let mut old: BTreeMap<PathBuf, String> = BTreeMap::new();
+    if let Some(index) = &index {
+        for entry in index.iter() {
+            let path = PathBuf::from(String::from_utf8_lossy(&entry.path).into_owned());
+            let Ok(inside) = path.strip_prefix(&rel) else {
+                continue;
+            };
+            // `<folder>/<provider>.json`, as in the tree below.
+            let cassette =
+                inside.components().count() == 2 && path.extension().is_some_and(|x| x == "json");
+            if let (true, Ok(blob)) = (cassette, repo.find_blob(entry.id)) {
+                old.insert(path, String::from_utf8_lossy(blob.content()).into_owned());
+            }
+        }
+    }
     if let Some(tree) = commit.as_ref().map(|c| c.tree()).transpose()? {
         let sub = match tree.get_path(&rel) {
             Ok(entry) => Some(entry.to_object(&repo)?),
@@ -386,11 +415,17 @@ pub fn diff_against(
                 .map_err(Error::from)
         };
         let folder = path.parent().unwrap_or(Path::new("")).join(BLOB_DIR);
-        // Blob sizes for the review: from the base commit on one side, the work tree on the other.
+        // Blob sizes for the review: from the base (a commit or the index) on one side, the
+        // work tree on the other.
         let old_blob = |sha: &str| {
-            let tree = commit.as_ref()?.tree().ok()?;
-            let entry = tree.get_path(&folder.join(sha)).ok()?;
-            let blob = entry.to_object(&repo).ok()?.peel_to_blob().ok()?;
+            let id = match &index {
+                Some(index) => index.get_path(&folder.join(sha), 0)?.id,
+                None => {
+                    let tree = commit.as_ref()?.tree().ok()?;
+                    tree.get_path(&folder.join(sha)).ok()?.id()
+                }
+            };
+            let blob = repo.find_blob(id).ok()?;
             Some(bytes::Bytes::copy_from_slice(blob.content()))
         };
         let new_blob = |sha: &str| {
@@ -685,7 +720,12 @@ mod tests {
         commit_all(&repo);
         let after = record(80_000);
         std::fs::remove_file(folder.join(BLOB_DIR).join(&before)).unwrap();
-        let diff = diff_against(&dir.path().join("tests/cassettes"), Some("HEAD"), &[]).unwrap();
+        let diff = diff_against(
+            &dir.path().join("tests/cassettes"),
+            Base::Rev(Some("HEAD")),
+            &[],
+        )
+        .unwrap();
         let answer = diff.files[0].interactions[0].answer_diff.clone().unwrap();
         assert!(
             answer.contains(&format!("-binary: 70000 bytes, sha256 {before}"))
@@ -721,7 +761,7 @@ mod tests {
         repo.set_head("refs/heads/feature").unwrap();
         write(&cassette(r#"{"v":2}"#));
         commit_all(&repo);
-        let diff = diff_against(&cas, None, &[]).unwrap();
+        let diff = diff_against(&cas, Base::Rev(None), &[]).unwrap();
         assert!(
             diff.base.starts_with("merge base of HEAD and"),
             "{}",
@@ -730,12 +770,18 @@ mod tests {
         assert_eq!(diff.files.len(), 1, "the branch's own commit counts");
         assert_eq!(diff.files[0].kind, ChangeKind::Modified);
         // Against HEAD, the committed change is gone.
-        assert!(diff_against(&cas, Some("HEAD"), &[])
+        assert!(diff_against(&cas, Base::Rev(Some("HEAD")), &[])
             .unwrap()
             .files
             .is_empty());
-        assert!(diff_against(&cas, Some(&main), &[]).unwrap().files.len() == 1);
-        let missing = diff_against(&cas, Some("origin/nope"), &[]).unwrap_err();
+        assert!(
+            diff_against(&cas, Base::Rev(Some(&main)), &[])
+                .unwrap()
+                .files
+                .len()
+                == 1
+        );
+        let missing = diff_against(&cas, Base::Rev(Some("origin/nope")), &[]).unwrap_err();
         assert!(missing.to_string().contains("git fetch"), "{missing}");
     }
 

@@ -162,11 +162,188 @@ pub fn reject(diff: &Diff, cassette_dir: &Path, rejected: &[&Pending]) -> Result
     Ok(done)
 }
 
+/// Stages each of `accepted` in git's index, as `git add -p` would stage that interaction
+/// alone: the cassette as the index holds it (`diff`'s base, which is the index) with the
+/// interaction taken from the work tree (sealed as recorded), and the blobs it refers to.
+/// `git commit` then commits exactly what was accepted. Returns how many were staged.
+pub fn stage(diff: &Diff, accepted: &[&Pending]) -> Result<usize, Error> {
+    let repo = git2::Repository::open(&diff.workdir)?;
+    let mut index = repo.index()?;
+    let mut by_file: BTreeMap<&Path, Vec<&Pending>> = BTreeMap::new();
+    for p in accepted {
+        by_file.entry(&p.cassette).or_default().push(p);
+    }
+    let mut done = 0;
+    for (rel, list) in by_file {
+        let file = diff
+            .files
+            .iter()
+            .find(|f| f.path == rel)
+            .expect("a pending interaction comes from a file of its diff");
+        let (base, work) = (file.sides.base.as_ref(), file.sides.work.as_ref());
+        let Some(named) = work.or(base) else {
+            continue;
+        };
+        let mut slots: Vec<Option<Interaction>> = base
+            .map(|c| c.interactions.iter().cloned().map(Some).collect())
+            .unwrap_or_default();
+        let mut added: Vec<(usize, Interaction)> = Vec::new();
+        for p in &list {
+            let now =
+                p.at.work_position
+                    .and_then(|w| work?.interactions.get(w).cloned());
+            match (p.at.base_position, p.at.work_position) {
+                (Some(b), _) => {
+                    if let Some(slot) = slots.get_mut(b) {
+                        *slot = now;
+                    }
+                }
+                (None, Some(w)) => added.extend(now.map(|x| (w, x))),
+                (None, None) => {}
+            }
+        }
+        added.sort_by_key(|(w, _)| *w);
+        let mut staged = cassettes::Cassette::new(&named.test, &named.provider);
+        staged.interactions = slots.into_iter().flatten().collect();
+        staged
+            .interactions
+            .extend(added.into_iter().map(|(_, x)| x));
+        if staged.interactions.is_empty() && work.is_none() {
+            // The last interaction of a deleted cassette: the deletion is staged.
+            index.remove_path(rel)?;
+        } else {
+            let bytes = staged.to_bytes();
+            let entry = git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: bytes.len() as u32,
+                id: git2::Oid::ZERO_SHA1,
+                flags: 0,
+                flags_extended: 0,
+                path: rel.to_string_lossy().as_bytes().to_vec(),
+            };
+            index.add_frombuffer(&entry, &bytes)?;
+            // The blobs the staged interactions refer to, from the work tree.
+            let folder = rel
+                .parent()
+                .unwrap_or(Path::new(""))
+                .join(cassettes::BLOB_DIR);
+            for blob in staged.blobs() {
+                let path = folder.join(&blob.sha256);
+                if diff.workdir.join(&path).is_file() {
+                    index.add_path(&path)?;
+                }
+            }
+        }
+        done += list.len();
+    }
+    index.write()?;
+    Ok(done)
+}
+
+/// How many cassette files differ between HEAD and the index: what accepting staged.
+pub fn staged_files(diff: &Diff, cassette_dir: &Path) -> Result<usize, Error> {
+    let repo = git2::Repository::open(&diff.workdir)?;
+    let dir = cassette_dir
+        .canonicalize()
+        .map_err(|e| Error::io(cassette_dir, e))?;
+    let rel = dir
+        .strip_prefix(&diff.workdir)
+        .unwrap_or(&dir)
+        .to_path_buf();
+    let mut opts = git2::StatusOptions::new();
+    opts.pathspec(&rel).include_untracked(false);
+    let statuses = repo.statuses(Some(&mut opts))?;
+    Ok(statuses
+        .iter()
+        .filter(|s| s.path().is_ok_and(|p| p.ends_with(".json")))
+        .filter(|s| {
+            s.status().intersects(
+                git2::Status::INDEX_NEW
+                    | git2::Status::INDEX_MODIFIED
+                    | git2::Status::INDEX_DELETED,
+            )
+        })
+        .count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::{commit_all, interaction};
     use cassettes::{Cassette, RecordedResponse};
+
+    /// Two answers changed in one cassette: accepting one stages the index's cassette with
+    /// that interaction alone from the work tree, as `git add -p` would; the other is what is
+    /// left to review, and rejecting it restores the index's.
+    #[test]
+    fn accepting_stages_that_interaction_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = git2::Repository::init(dir.path()).unwrap();
+        let cassettes = dir.path().join("tests/cassettes");
+        let path = cassettes.join("c--t/openai.json");
+        let entry = cassettes::Store::new(&cassettes)
+            .entry(
+                &cassettes::TestId::new("c$t"),
+                &cassettes::ProviderName::new("openai").unwrap(),
+            )
+            .unwrap();
+        for x in [
+            interaction("a", r#"{"v":1}"#),
+            interaction("b", r#"{"v":1}"#),
+        ] {
+            let ordinal = entry.next(&x.key, false).unwrap().ordinal;
+            entry.record(ordinal, x).unwrap();
+        }
+        commit_all(&repo);
+        let mut work: Cassette = cassettes::read_cassette(&path).unwrap();
+        work.interactions[0].response =
+            RecordedResponse::with_body(200, Default::default(), br#"{"v":2}"#);
+        work.interactions[1].response =
+            RecordedResponse::with_body(200, Default::default(), br#"{"v":3}"#);
+        std::fs::write(&path, work.to_bytes()).unwrap();
+
+        let index_diff = || crate::git::diff_against(&cassettes, crate::git::Base::Index, &[]);
+        let diff = index_diff().unwrap();
+        let all = pending(&diff);
+        assert_eq!(all.len(), 2);
+        assert_eq!(stage(&diff, &[&all[0]]).unwrap(), 1);
+
+        let mut staged = repo.index().unwrap();
+        // What `stage` wrote to disk, not this handle's copy from before.
+        staged.read(true).unwrap();
+        let id = staged
+            .get_path(Path::new("tests/cassettes/c--t/openai.json"), 0)
+            .unwrap()
+            .id;
+        let blob = repo.find_blob(id).unwrap();
+        let in_index =
+            Cassette::parse(&path, std::str::from_utf8(blob.content()).unwrap()).unwrap();
+        let answers: Vec<_> = in_index
+            .interactions
+            .iter()
+            .map(|x| x.response.whole().unwrap().to_value().to_string())
+            .collect();
+        assert_eq!(answers, [r#"{"v":2}"#, r#"{"v":1}"#], "the first alone");
+        assert_eq!(staged_files(&diff, &cassettes).unwrap(), 1);
+
+        let diff = index_diff().unwrap();
+        let left = pending(&diff);
+        assert_eq!(left.len(), 1, "the other is left to review");
+        assert_eq!(left[0].id, all[1].id);
+        reject(&diff, &cassettes, &[&left[0]]).unwrap();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            blob.content(),
+            "rejecting restores the index's bytes"
+        );
+        assert!(pending(&index_diff().unwrap()).is_empty());
+    }
 
     /// A changed, a removed (its answer in a blob) and an added interaction: their ids, and
     /// rejecting all three gives back HEAD's file and blob, byte for byte.
@@ -221,7 +398,8 @@ mod tests {
         std::fs::write(&path, work.to_bytes()).unwrap();
         std::fs::remove_dir_all(blob.parent().unwrap()).unwrap();
 
-        let diff = crate::git::diff_against(&cassettes, Some("HEAD"), &[]).unwrap();
+        let diff =
+            crate::git::diff_against(&cassettes, crate::git::Base::Rev(Some("HEAD")), &[]).unwrap();
         let all = pending(&diff);
         let ids: Vec<(&str, Change)> = all.iter().map(|p| (p.id.as_str(), p.diff.change)).collect();
         assert_eq!(

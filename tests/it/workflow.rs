@@ -318,8 +318,9 @@ async fn two_changed_answers(version: &str) -> (FakeProvider, Sample) {
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     // Without a terminal, `test --review` says what waits instead of walking it.
     assert!(
-        run.stderr
-            .contains("review: 2 changed interactions to review against HEAD ("),
+        run.stderr.contains(
+            "review: 2 changed interactions to review against the index (what is staged)"
+        ),
         "{}",
         run.stderr
     );
@@ -412,6 +413,19 @@ async fn review_for_scripts_lists_shows_accepts_and_rejects() {
     );
     let accepted = sample.llmreplay(&["review", "--accept"]);
     assert_eq!(accepted.code, Some(0), "{}", accepted.stderr);
+    assert!(
+        accepted
+            .stderr
+            .contains("accepted (staged) 1 interaction\n1 cassette file staged"),
+        "{}",
+        accepted.stderr
+    );
+    let (cached, unstaged) = staged_and_unstaged(&sample.root);
+    assert_eq!(
+        cached,
+        ["tests/cassettes/sample--chat--answers_hello/openai.json"]
+    );
+    assert_eq!(unstaged, Vec::<String>::new());
     let after = sample.llmreplay(&["review", "--list"]);
     assert!(
         after.stdout.starts_with("Nothing to review"),
@@ -589,12 +603,41 @@ async fn review_in_a_terminal_accepts_one_change_and_rejects_another() {
         ["tests/cassettes/sample--chat--answers_hello/openai.json"],
         "git shows exactly the accepted change"
     );
+    // Accepting staged it: `git diff --cached` holds exactly the accepted interaction's
+    // cassette, as the work tree has it, and `git diff` nothing more to review.
+    let (cached, unstaged) = staged_and_unstaged(&sample.root);
+    assert_eq!(
+        cached,
+        ["tests/cassettes/sample--chat--answers_hello/openai.json"]
+    );
+    assert_eq!(unstaged, Vec::<String>::new());
     let after = sample.llmreplay(&["review", "--list"]);
     assert!(
         after.stdout.starts_with("Nothing to review"),
         "{}",
         after.stdout
     );
+    assert!(
+        after.stdout.contains(
+            "1 cassette file staged (git diff --cached shows them; git commit commits them)"
+        ),
+        "{}",
+        after.stdout
+    );
+}
+
+/// The cassette files `git diff --cached` and `git diff` name.
+fn staged_and_unstaged(root: &Path) -> (Vec<String>, Vec<String>) {
+    let repo = git2::Repository::open(root).unwrap();
+    let head = repo.head().unwrap().peel_to_tree().unwrap();
+    let names = |diff: git2::Diff| -> Vec<String> {
+        diff.deltas()
+            .filter_map(|d| d.new_file().path().map(|p| p.display().to_string()))
+            .collect()
+    };
+    let cached = names(repo.diff_tree_to_index(Some(&head), None, None).unwrap());
+    let unstaged = names(repo.diff_index_to_workdir(None, None).unwrap());
+    (cached, unstaged)
 }
 
 /// A mistyped flag of ours is refused with clap's suggestion and never reaches nextest; a

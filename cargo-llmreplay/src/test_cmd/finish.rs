@@ -15,7 +15,6 @@ const USAGE_REFUSED: i32 = 2;
 pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Result<Outcome> {
     let Launched {
         root,
-        target_dir,
         cassette_dir,
         mut child,
         runtime,
@@ -139,7 +138,7 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     report.to_step_summary(&failures);
     let outcome = report.outcome(Some(status), deny);
     if plan.review {
-        crate::review_cmd::after_test_run(&cassette_dir, &target_dir)?;
+        crate::review_cmd::after_test_run(&cassette_dir)?;
     } else if mode.writes() && !report.changed.is_empty() {
         // What this run wrote is for a reviewer to read before it is committed.
         render::stderr(&format!(

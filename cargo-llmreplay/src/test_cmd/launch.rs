@@ -57,7 +57,6 @@ impl CaThread {
 /// A run under way: nextest running, the daemon serving, and what reads beside them.
 pub(super) struct Launched {
     pub(super) root: PathBuf,
-    pub(super) target_dir: PathBuf,
     pub(super) cassette_dir: PathBuf,
     pub(super) child: std::process::Child,
     pub(super) runtime: tokio::runtime::Runtime,
@@ -260,7 +259,6 @@ pub(super) fn launch(
     });
     Ok(Launched {
         root,
-        target_dir,
         cassette_dir,
         child,
         runtime,
