@@ -22,13 +22,7 @@ pub fn rerecord_command(test: &TestId) -> String {
 /// replaces what they no longer match, `--record-missing` keeps it); none when fewer than two
 /// of them are nextest's.
 pub fn record_all_command(tests: &[&TestId], replace: bool) -> Option<String> {
-    let mut filters: Vec<String> = tests
-        .iter()
-        .filter(|t| t.is_nextest())
-        .map(|t| name_filter(t))
-        .collect();
-    filters.sort();
-    filters.dedup();
+    let filters = name_filters(tests);
     let flag = if replace {
         "--record"
     } else {
@@ -40,6 +34,24 @@ pub fn record_all_command(tests: &[&TestId], replace: bool) -> Option<String> {
             cassettes::shell_quote(&filters.join(" | "))
         )
     })
+}
+
+/// One nextest filterset naming each nextest test of `tests` exactly; none when there is none.
+pub fn tests_filter(tests: &[&TestId]) -> Option<String> {
+    let filters = name_filters(tests);
+    (!filters.is_empty()).then(|| filters.join(" | "))
+}
+
+/// Each nextest test's exact filter, sorted, once each.
+fn name_filters(tests: &[&TestId]) -> Vec<String> {
+    let mut filters: Vec<String> = tests
+        .iter()
+        .filter(|t| t.is_nextest())
+        .map(|t| name_filter(t))
+        .collect();
+    filters.sort();
+    filters.dedup();
+    filters
 }
 
 /// nextest's exact filter on a test's name, escaped for the filterset language.

@@ -626,6 +626,74 @@ async fn review_in_a_terminal_accepts_one_change_and_rejects_another() {
     );
 }
 
+/// The changed-prompt loop in one command: `cargo llmreplay test --review` after a prompt
+/// changed walks the missed test, `r` records it again now (from the local fake upstream), and
+/// the review of the new answer that follows stages it with `a`. No test is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_review_records_a_missed_test_and_stages_it_in_two_keys() {
+    let fake = FakeProvider::start().await;
+    let sample = Sample::new();
+    sample.own_build("0.1.1-test-review");
+    sample.record_all(&fake);
+    sample.commit_all();
+    edit_sample_tests(&sample, |t| t.replace("\"Hello\")", "\"Hello again\")"));
+    let hello = sample.cassette("sample--chat--answers_hello", "openai");
+    let quote = |p: &Path| format!("'{}'", p.display());
+    let mut env = vec![
+        format!("CARGO_TARGET_DIR={}", quote(&Sample::target_dir())),
+        "CARGO_NET_OFFLINE=true".into(),
+        "NO_COLOR=1".into(),
+        "TERM=xterm-256color".into(),
+    ];
+    for var in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME"] {
+        if let Some(v) = std::env::var_os(var) {
+            env.push(format!("{var}={}", quote(&PathBuf::from(v))));
+        }
+    }
+    let upstreams: Vec<String> = upstream_args(&fake)
+        .iter()
+        .map(|a| format!("'{a}'"))
+        .collect();
+    let command = format!(
+        "cd {} && env -i {} {} llmreplay test -i {}; echo \"test exited $?\"; read done",
+        quote(&sample.root),
+        env.join(" "),
+        quote(&binary()),
+        upstreams.join(" ")
+    );
+    let Some(tmux) = Tmux::start(&command) else {
+        return;
+    };
+    let walk = tmux.wait_for("missed test 1 of 1");
+    assert!(walk.contains("sample::chat$answers_hello"), "{walk}");
+    assert!(
+        walk.contains("/body/messages/0/content: \"Hello\" -> \"Hello again\""),
+        "{walk}"
+    );
+    assert!(walk.contains("source:   tests/chat.rs:14"), "{walk}");
+    tmux.keys("r");
+    let review = tmux.wait_for("review: 1 of 1");
+    assert!(review.contains("Hello again"), "the new answer: {review}");
+    tmux.keys("a");
+    let end = tmux.wait_for("test exited");
+    assert!(end.contains("1 accepted, 0 rejected, 0 skipped"), "{end}");
+    drop(tmux);
+
+    let (cached, unstaged) = staged_and_unstaged(&sample.root);
+    assert_eq!(
+        cached,
+        ["tests/cassettes/sample--chat--answers_hello/openai.json"],
+        "the new recording is staged"
+    );
+    assert!(
+        !unstaged.iter().any(|p| p.contains("cassettes")),
+        "nothing left to review: {unstaged:?}"
+    );
+    assert_eq!(prompts(&read_json(&hello)), ["Hello again"]);
+    let replay = sample.run(&["--retries", "1"], &[("CI", "true")]);
+    assert_eq!(replay.code, Some(0), "{}", replay.stderr);
+}
+
 /// The cassette files `git diff --cached` and `git diff` name.
 fn staged_and_unstaged(root: &Path) -> (Vec<String>, Vec<String>) {
     let repo = git2::Repository::open(root).unwrap();

@@ -137,8 +137,10 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     render::stderr(&report::Report::gate_text(&failures, Styles::for_stderr()));
     report.to_step_summary(&failures);
     let outcome = report.outcome(Some(status), deny);
-    if plan.review {
+    if plan.review && mode.goes_upstream() {
         crate::review_cmd::after_test_run(&cassette_dir)?;
+    } else if plan.review && !report.missing.is_empty() && status.code().is_some() {
+        super::misses::walk(&report.missing, &root, &cassette_dir, &plan.forward)?;
     } else if mode.writes() && !report.changed.is_empty() {
         // What this run wrote is for a reviewer to read before it is committed.
         render::stderr(&format!(

@@ -265,6 +265,21 @@ mod tests {
             Vec::<&String>::new(),
             "in nextest's help, not in the table: add them to NEXTEST_FLAGS"
         );
+        // Our short flags (-i) are none of nextest's.
+        let short = regex::Regex::new(r"^\s+-(\w),").unwrap();
+        let theirs: Vec<String> = help
+            .lines()
+            .filter_map(|l| short.captures(l).map(|c| format!("-{}", &c[1])))
+            .collect();
+        let (switches, with_value) = own_flags();
+        // -h is help, ours and nextest's alike.
+        for ours in switches
+            .iter()
+            .chain(&with_value)
+            .filter(|f| !f.starts_with("--") && *f != "-h")
+        {
+            assert!(!theirs.contains(ours), "{ours} is nextest's too");
+        }
     }
 
     fn split(args: &[&str]) -> (Vec<String>, Vec<String>) {

@@ -7,6 +7,7 @@
 mod finish;
 mod flags;
 mod launch;
+mod misses;
 mod plan;
 
 use flags::{check_typos, split_args};
@@ -58,9 +59,10 @@ pub struct TestArgs {
     /// accepted for gates that name it.
     #[arg(long, value_enum)]
     deny: Vec<Deny>,
-    /// After the run, walk through every recorded answer that changed against git HEAD
-    /// (cargo llmreplay review): accept, reject or skip each.
-    #[arg(long)]
+    /// After a recording run, walk through every recorded answer that changed (cargo llmreplay
+    /// review): accept (stage), reject or skip each. After a replay that missed, walk each
+    /// missed test first, with a key that records it again now. Not under CI.
+    #[arg(long, short = 'i')]
     review: bool,
     /// How tests are pointed at the daemon. auto: on Linux, in replay, with no target runner
     /// of your own, one environment for the whole run and each connection's test read from its

@@ -38,8 +38,11 @@ pub(super) struct RunPlan {
     pub(super) report: PathBuf,
     /// Beside the report: runs that keep their reports apart keep their logs apart too.
     pub(super) log: PathBuf,
-    /// `--review` after a run that went upstream.
+    /// `--review`: after a run that went upstream, the review of what it changed; after a
+    /// replay that missed, the walk of the missed tests.
     pub(super) review: bool,
+    /// The flags a recording started from the review passes on: where requests go.
+    pub(super) forward: Vec<OsString>,
 }
 
 /// What a plan is made from besides the arguments.
@@ -51,6 +54,22 @@ pub(super) struct Facts {
     pub(super) peers_supported: bool,
     pub(super) default_report: PathBuf,
     pub(super) target_dir: PathBuf,
+}
+
+/// The flags of this run that a recording run started from it needs too.
+fn forwarded(args: &TestArgs) -> Vec<OsString> {
+    let daemon = &args.daemon;
+    let mut out: Vec<OsString> = Vec::new();
+    for u in &daemon.upstream.upstream {
+        out.extend(["--upstream".into(), u.into()]);
+    }
+    for h in &daemon.upstream.allow_credentials_to {
+        out.extend(["--allow-credentials-to".into(), h.into()]);
+    }
+    if let Some(dir) = &daemon.cassettes.cassette_dir {
+        out.extend(["--cassette-dir".into(), dir.into()]);
+    }
+    out
 }
 
 impl RunPlan {
@@ -93,7 +112,8 @@ impl RunPlan {
             results: mode == daemon::Mode::Record,
             report,
             log,
-            review: args.review && mode.goes_upstream(),
+            review: args.review,
+            forward: forwarded(args),
         }
     }
 }

@@ -1,0 +1,134 @@
+//! `cargo llmreplay test --review` after a replay that missed: each missed test, what differs
+//! from its closest recording, and a key to record it again now; then the review of what that
+//! recorded, to accept (stage) or reject. The changed-prompt loop in one command, no test
+//! named. Never under CI: a missing recording there fails the run.
+
+use crate::error::{Error, Result};
+use crate::render::{self, term, Styles};
+use crate::report::Missing;
+use cassettes::TestId;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Walks the missed tests on the terminal; records those asked for with `record` (a
+/// `cargo llmreplay test --record` of them, with the run's own upstream flags), then reviews
+/// what that changed.
+pub(super) fn walk(
+    missing: &[Missing],
+    root: &Path,
+    cassette_dir: &Path,
+    forward: &[OsString],
+) -> Result<()> {
+    if std::env::var_os("CI").is_some() {
+        render::stderr("cargo-llmreplay: --review records no missed test under CI\n");
+        return Ok(());
+    }
+    let terminal = console::Term::stdout();
+    if !terminal.is_term() {
+        render::stderr("cargo-llmreplay: --review walks missed tests in a terminal; record them with the command above\n");
+        return Ok(());
+    }
+    let mut by_test: BTreeMap<&TestId, Vec<&Missing>> = BTreeMap::new();
+    for m in missing.iter().filter(|m| m.renamed_from.is_none()) {
+        by_test.entry(&m.miss.test).or_default().push(m);
+    }
+    let sources = crate::source::Sources::new(root);
+    let styles = Styles::for_stdout();
+    let failed = |e| Error::io("cannot use the terminal", e);
+    let mut chosen: Vec<&TestId> = Vec::new();
+    for (n, (test, misses)) in by_test.iter().enumerate() {
+        terminal.clear_screen().map_err(failed)?;
+        let shown = screen(test, misses, (n + 1, by_test.len()), &sources, styles);
+        terminal.write_str(&shown).map_err(failed)?;
+        match terminal.read_key().map_err(failed)? {
+            console::Key::Char('r') => chosen.push(test),
+            console::Key::Char('q') | console::Key::Escape => break,
+            _ => {}
+        }
+    }
+    terminal.clear_screen().map_err(failed)?;
+    if chosen.is_empty() {
+        render::stderr("cargo-llmreplay: no missed test recorded\n");
+        return Ok(());
+    }
+    let Some(filter) = daemon::tests_filter(&chosen) else {
+        return Ok(());
+    };
+    render::stderr(&format!(
+        "cargo-llmreplay: cargo llmreplay test --record -E {}\n",
+        cassettes::shell_quote(&filter)
+    ));
+    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find this program", e))?;
+    let status = std::process::Command::new(exe)
+        .args(["llmreplay", "test", "--record", "-E", &filter])
+        .args(forward)
+        .env_remove("LLMREPLAY_MODE")
+        .status()
+        .map_err(|e| Error::io("cannot run cargo llmreplay test --record", e))?;
+    if !status.success() {
+        render::stderr("cargo-llmreplay: the recording run failed (above); nothing to review\n");
+        return Ok(());
+    }
+    crate::review_cmd::after_test_run(cassette_dir)
+}
+
+/// One missed test: its requests, what differs from the closest recording, and the keys.
+fn screen(
+    test: &TestId,
+    misses: &[&Missing],
+    (n, of): (usize, usize),
+    sources: &crate::source::Sources,
+    styles: Styles,
+) -> String {
+    let mut out = format!(
+        "{}\n\n",
+        styles.bold(&format!(
+            "cargo llmreplay test --review: missed test {n} of {of}"
+        ))
+    );
+    let _ = writeln!(out, "  test:     {}", term(test));
+    if let Some(at) = sources.of(test) {
+        let _ = writeln!(out, "  source:   {}", term(&at));
+    }
+    for m in misses {
+        let d = &m.miss.detail;
+        let _ = writeln!(
+            out,
+            "  request:  {} {} {}{}",
+            term(&m.miss.provider),
+            term(&m.miss.method),
+            term(&m.miss.path),
+            d.model
+                .as_deref()
+                .map(|x| format!(", model {}", term(x)))
+                .unwrap_or_default()
+        );
+        if d.values.is_empty() {
+            let _ = writeln!(out, "    no recording like it");
+        } else {
+            let _ = writeln!(
+                out,
+                "    differs from its closest recording (recorded -> now):"
+            );
+            for v in &d.values {
+                let _ = writeln!(
+                    out,
+                    "      {}: {} -> {}",
+                    term(&v.field),
+                    term(&daemon::short_json(v.recorded.as_ref(), 80)),
+                    term(&daemon::short_json(v.now.as_ref(), 80))
+                );
+            }
+        }
+    }
+    let _ = write!(
+        out,
+        "\n  {}\n",
+        styles.note(
+            "r record it again now (calls the upstream for this test; its old recording is replaced)   s skip   q quit"
+        )
+    );
+    out
+}
