@@ -48,8 +48,23 @@ async fn several_misses_end_with_one_command_that_records_them_all() {
         t.replace("\"Hello\")", "\"Hello again\")")
             .replace("\"Bonjour\")", "\"Bonjour encore\")")
     });
-    let miss = sample.run(&["--retries", "1"], &[("CI", "true")]);
+    let miss = sample.run(&["--retries", "1", "--review"], &[("CI", "true")]);
     assert_ne!(miss.code, Some(0), "{}", miss.stderr);
+    assert!(
+        miss.stderr
+            .contains("--review records no missed test under CI"),
+        "{}",
+        miss.stderr
+    );
+    // Without a terminal, the walk is left to the command the summary printed.
+    let no_terminal = sample.run(&["--retries", "1", "-i"], &[]);
+    assert!(
+        no_terminal.stderr.contains(
+            "--review walks missed tests in a terminal; record them with the command above"
+        ),
+        "{}",
+        no_terminal.stderr
+    );
     let all = "cargo llmreplay test --record -E 'test(=answers_hello) | test(=asks_claude)'";
     let line = format!("  record them all: {all}\n");
     assert!(miss.stderr.contains(&line), "{}", miss.stderr);
