@@ -238,6 +238,7 @@ fn a_rewrite_reads_as_lines() {
     );
     let text = crate::diff_cmd::interaction_text(x, Styles::plain(), false, "");
     insta::assert_snapshot!("diff_text_rewrite", text);
+    insta::assert_snapshot!("diff_markdown_rewrite", crate::diff_cmd::markdown(&d));
     assert!(!text.contains("[-"), "{text}");
     let small = crate::diff_cmd::interaction_text(
         &diff().files[0].interactions[0],

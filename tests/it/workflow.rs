@@ -709,6 +709,42 @@ async fn test_review_records_a_missed_test_and_stages_it_in_two_keys() {
     assert_eq!(replay.code, Some(0), "{}", replay.stderr);
 }
 
+/// Accepting one of two changes stages that one: `git diff --cached` holds it and `git diff`
+/// the other, which `review --list` still lists; rejecting it restores the index's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepting_one_of_two_stages_it_and_leaves_the_other_in_git_diff() {
+    let (_fake, sample) = two_changed_answers("0.1.1-review-stage").await;
+    let accepted = sample.llmreplay(&["review", "--accept", "answers_hello"]);
+    assert_eq!(accepted.code, Some(0), "{}", accepted.stderr);
+    let (cached, unstaged) = staged_and_unstaged(&sample.root);
+    assert_eq!(
+        cached,
+        ["tests/cassettes/sample--chat--answers_hello/openai.json"]
+    );
+    assert_eq!(
+        unstaged,
+        ["tests/cassettes/sample--chat--asks_claude/anthropic.json"]
+    );
+    let list = sample.llmreplay(&["review", "--list"]);
+    assert!(
+        list.stdout
+            .starts_with("1 interaction to review against the index"),
+        "{}",
+        list.stdout
+    );
+    assert!(list.stdout.contains(CLAUDE), "{}", list.stdout);
+    assert!(
+        list.stdout.contains("1 cassette file staged"),
+        "{}",
+        list.stdout
+    );
+    let rejected = sample.llmreplay(&["review", "--reject"]);
+    assert_eq!(rejected.code, Some(0), "{}", rejected.stderr);
+    let (cached, unstaged) = staged_and_unstaged(&sample.root);
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    assert_eq!(unstaged, Vec::<String>::new());
+}
+
 /// The cassette files `git diff --cached` and `git diff` name.
 fn staged_and_unstaged(root: &Path) -> (Vec<String>, Vec<String>) {
     let repo = git2::Repository::open(root).unwrap();
