@@ -553,24 +553,9 @@ async fn review_in_a_terminal_accepts_one_change_and_rejects_another() {
     let (_fake, sample) = two_changed_answers("0.1.1-review-tui").await;
     let hello = sample.cassette("sample--chat--answers_hello", "openai");
     let claude = sample.cassette("sample--chat--asks_claude", "anthropic");
-    let quote = |p: &Path| format!("'{}'", p.display());
-    // The sample's environment, as `Sample::command` gives it, for a shell in tmux.
-    let mut env = vec![
-        format!("CARGO_TARGET_DIR={}", quote(&Sample::target_dir())),
-        "CARGO_NET_OFFLINE=true".into(),
-        "NO_COLOR=1".into(),
-        "TERM=xterm-256color".into(),
-    ];
-    for var in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME"] {
-        if let Some(v) = std::env::var_os(var) {
-            env.push(format!("{var}={}", quote(&PathBuf::from(v))));
-        }
-    }
     let command = format!(
-        "cd {} && env -i {} {} llmreplay review; echo \"review exited $?\"; read done",
-        quote(&sample.root),
-        env.join(" "),
-        quote(&binary())
+        "{} llmreplay review; echo \"review exited $?\"; read done",
+        in_tmux(&sample)
     );
     let Some(tmux) = Tmux::start(&command) else {
         return;
@@ -653,27 +638,13 @@ async fn test_review_records_a_missed_test_and_stages_it_in_two_keys() {
     sample.commit_all();
     edit_sample_tests(&sample, |t| t.replace("\"Hello\")", "\"Hello again\")"));
     let hello = sample.cassette("sample--chat--answers_hello", "openai");
-    let quote = |p: &Path| format!("'{}'", p.display());
-    let mut env = vec![
-        format!("CARGO_TARGET_DIR={}", quote(&Sample::target_dir())),
-        "CARGO_NET_OFFLINE=true".into(),
-        "NO_COLOR=1".into(),
-        "TERM=xterm-256color".into(),
-    ];
-    for var in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME"] {
-        if let Some(v) = std::env::var_os(var) {
-            env.push(format!("{var}={}", quote(&PathBuf::from(v))));
-        }
-    }
     let upstreams: Vec<String> = upstream_args(&fake)
         .iter()
         .map(|a| format!("'{a}'"))
         .collect();
     let command = format!(
-        "cd {} && env -i {} {} llmreplay test -i {}; echo \"test exited $?\"; read done",
-        quote(&sample.root),
-        env.join(" "),
-        quote(&binary()),
+        "{} llmreplay test -i {}; echo \"test exited $?\"; read done",
+        in_tmux(&sample),
         upstreams.join(" ")
     );
     let Some(tmux) = Tmux::start(&command) else {
@@ -743,6 +714,29 @@ async fn accepting_one_of_two_stages_it_and_leaves_the_other_in_git_diff() {
     let (cached, unstaged) = staged_and_unstaged(&sample.root);
     assert_eq!(cached.len(), 1, "{cached:?}");
     assert_eq!(unstaged, Vec::<String>::new());
+}
+
+/// A shell command's start that runs this program in the sample, with the sample's environment
+/// as `Sample::command` gives it and nothing else, for a shell in tmux.
+fn in_tmux(sample: &Sample) -> String {
+    let quote = |p: &Path| format!("'{}'", p.display());
+    let mut env = vec![
+        format!("CARGO_TARGET_DIR={}", quote(&Sample::target_dir())),
+        "CARGO_NET_OFFLINE=true".into(),
+        "NO_COLOR=1".into(),
+        "TERM=xterm-256color".into(),
+    ];
+    for var in ["PATH", "HOME", "CARGO_HOME", "RUSTUP_HOME"] {
+        if let Some(v) = std::env::var_os(var) {
+            env.push(format!("{var}={}", quote(&PathBuf::from(v))));
+        }
+    }
+    format!(
+        "cd {} && env -i {} {}",
+        quote(&sample.root),
+        env.join(" "),
+        quote(&binary())
+    )
 }
 
 /// The cassette files `git diff --cached` and `git diff` name.
