@@ -657,6 +657,10 @@ async fn test_review_records_a_missed_test_and_stages_it_in_two_keys() {
         "{walk}"
     );
     assert!(walk.contains("source:   tests/chat.rs:14"), "{walk}");
+    assert!(
+        walk.contains("r record it again now (about 1 request to the real upstream;"),
+        "the spend, said before: {walk}"
+    );
     tmux.keys("r");
     let review = tmux.wait_for("review: 1 of 1");
     assert!(review.contains("Hello again"), "the new answer: {review}");

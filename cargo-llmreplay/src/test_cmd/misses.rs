@@ -123,12 +123,33 @@ fn screen(
             }
         }
     }
+    // The spend, said before it is made: the test makes its recorded requests again.
+    let before = misses
+        .first()
+        .and_then(|m| Path::new(&m.miss.cassette).parent().map(recorded_in))
+        .unwrap_or(0);
+    let calls = before.max(misses.len());
     let _ = write!(
         out,
         "\n  {}\n",
-        styles.note(
-            "r record it again now (calls the upstream for this test; its old recording is replaced)   s skip   q quit"
-        )
+        styles.note(&format!(
+            "r record it again now (about {} to the real upstream; its old recordings are replaced)   s skip   q quit",
+            crate::render::plural(calls, "request")
+        ))
     );
     out
+}
+
+/// How many recordings a test's cassette folder holds: what recording it again calls anew.
+fn recorded_in(folder: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter_map(|p| cassettes::read_cassette(&p).ok())
+        .map(|c| c.interactions.len())
+        .sum()
 }
