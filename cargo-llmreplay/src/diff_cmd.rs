@@ -150,19 +150,23 @@ pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// The word diff of a changed answer, when its text changed and most of it stayed.
-pub fn answer_words(d: &InteractionDiff) -> Option<Vec<review::review::Words>> {
-    d.answer_diff.as_ref()?;
-    let (before, after) = (d.answer_before.as_deref()?, d.answer_after.as_deref()?);
-    (!review::review::mostly_rewritten(before, after))
-        .then(|| review::review::word_diff(before, after))
+/// How a changed answer reads best: the words that changed when most of it stayed, else its
+/// lines old then new.
+pub enum AnswerChange<'a> {
+    Words(Vec<review::review::Words>),
+    Lines(&'a str),
 }
 
-/// The line diff of a changed answer that was mostly rewritten: `-` old lines, `+` new ones.
-pub fn answer_lines(d: &InteractionDiff) -> Option<&str> {
-    let diff = d.answer_diff.as_deref()?;
+/// The diff of a changed answer, when its text changed: one word diff, which also tells
+/// whether it was mostly rewritten.
+pub fn answer_change(d: &InteractionDiff) -> Option<AnswerChange<'_>> {
+    let lines = d.answer_diff.as_deref()?;
     let (before, after) = (d.answer_before.as_deref()?, d.answer_after.as_deref()?);
-    review::review::mostly_rewritten(before, after).then_some(diff)
+    let words = review::review::word_diff(before, after);
+    Some(match review::review::rewritten(&words) {
+        true => AnswerChange::Lines(lines),
+        false => AnswerChange::Words(words),
+    })
 }
 
 /// The classes of one changed answer: `tool call, wording`.
@@ -338,12 +342,13 @@ pub fn interaction_text(d: &InteractionDiff, styles: Styles, full: bool, pad: &s
             term(&d.request_fields.join(", "))
         );
     }
-    if let Some(words) = answer_words(d) {
+    let change = answer_change(d);
+    if let Some(AnswerChange::Words(words)) = &change {
         let _ = writeln!(out, "{pad}answer, word by word ([-removed-] {{+added+}}):");
-        for line in render::word_diff(&words, styles, full).lines() {
+        for line in render::word_diff(words, styles, full).lines() {
             let _ = writeln!(out, "{pad}  {line}");
         }
-    } else if let Some(lines) = answer_lines(d) {
+    } else if let Some(AnswerChange::Lines(lines)) = change {
         let _ = writeln!(out, "{pad}answer, rewritten (- before, + after):");
         for line in lines.lines() {
             let shown = term(line);

@@ -288,6 +288,20 @@ fn escape_where(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A miss's differing fields, a line each: `      /pointer: recorded -> now`, values shortened.
+pub fn field_values(out: &mut String, values: &[daemon::FieldValues]) {
+    use std::fmt::Write as _;
+    for v in values {
+        let _ = writeln!(
+            out,
+            "      {}: {} -> {}",
+            term(&v.field),
+            term(&daemon::short_json(v.recorded.as_ref(), 80)),
+            term(&daemon::short_json(v.now.as_ref(), 80))
+        );
+    }
+}
+
 /// For HTML (and markdown's HTML blocks): on one line, with `&`, `<`, `>` and quotes as
 /// entities. A newline could end the HTML block and let the rest be read as markdown.
 pub fn html(text: &str) -> String {

@@ -97,18 +97,7 @@ mod tests {
             let args = command
                 .strip_prefix("cargo llmreplay test --record-missing -E ")
                 .unwrap_or_else(|| panic!("{command}"));
-            let out = std::process::Command::new("bash")
-                .arg("-c")
-                .arg(format!("printf '%s' {args}"))
-                .current_dir(dir.path())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{command}");
-            assert!(
-                !dir.path().join("pwned").exists(),
-                "{command} ran something"
-            );
-            let filter = String::from_utf8(out.stdout).unwrap();
+            let filter = pasted(dir.path(), args);
             let inner = filter
                 .strip_prefix("test(=")
                 .and_then(|f| f.strip_suffix(')'))
@@ -126,6 +115,20 @@ mod tests {
         );
     }
 
+    /// What `args`, pasted into bash in `dir`, passes as one argument; fails the test when
+    /// pasting ran anything (a file `pwned` appears).
+    fn pasted(dir: &std::path::Path, args: &str) -> String {
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf '%s' {args}"))
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args}");
+        assert!(!dir.join("pwned").exists(), "{args} ran something");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
     /// Several tests make one filterset, quoted once; fewer than two nextest tests make none.
     #[test]
     fn several_tests_make_one_pasteable_filter() {
@@ -138,15 +141,8 @@ mod tests {
             .strip_prefix("cargo llmreplay test --record -E ")
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let out = std::process::Command::new("bash")
-            .arg("-c")
-            .arg(format!("printf '%s' {args}"))
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        assert!(!dir.path().join("pwned").exists(), "{command}");
         assert_eq!(
-            String::from_utf8(out.stdout).unwrap(),
+            pasted(dir.path(), args),
             r"test(=b\,c\)) | test(=quote'; touch pwned; echo ')"
         );
         assert_eq!(super::record_all_command(&[&a], false), None);

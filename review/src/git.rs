@@ -215,23 +215,12 @@ fn find_moves(
             &Cassette::parse(path, &text).ok()?.interactions,
         ))
     };
-    let mut gone = Vec::new();
-    for (d, deleted) in changes.iter().enumerate() {
-        if deleted.kind != ChangeKind::Deleted {
-            continue;
-        }
-        let Some(old) = ids_at_head(&deleted.path) else {
-            continue;
-        };
-        let to = changes.iter().position(|new| {
-            new.kind == ChangeKind::New
-                && new.path.file_name() == deleted.path.file_name()
-                && ids_in_tree(&new.path).as_ref() == Some(&old)
-        });
-        if let Some(n) = to {
-            gone.push((d, n));
-        }
-    }
+    let entries: Vec<(ChangeKind, &Path)> =
+        changes.iter().map(|c| (c.kind, c.path.as_path())).collect();
+    let gone = moved_pairs(&entries, |n| match entries[n].0 {
+        ChangeKind::Deleted => ids_at_head(entries[n].1),
+        _ => ids_in_tree(entries[n].1),
+    });
     for &(d, n) in &gone {
         let from = changes[d].path.clone();
         let moved = &mut changes[n];
@@ -240,12 +229,7 @@ fn find_moves(
         moved.added = 0;
         moved.moved_from = Some(from);
     }
-    let deleted: Vec<usize> = gone.iter().map(|(d, _)| *d).collect();
-    let mut i = 0;
-    changes.retain(|_| {
-        i += 1;
-        !deleted.contains(&(i - 1))
-    });
+    drop_moved(changes, &gone);
 }
 
 /// One cassette file that differs between the base and the work tree, told interaction by
@@ -498,22 +482,13 @@ pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Re
 /// A deleted cassette and a new one of the same provider that hold the same requests in the
 /// same order are one cassette moved (its test renamed): one entry, with what changed in it.
 fn pair_moves(files: &mut Vec<FileDiff>, whole: &BTreeMap<PathBuf, Cassette>) {
-    let ids = |path: &PathBuf| whole.get(path).map(|c| recording_ids(&c.interactions));
-    let mut moved: Vec<(usize, usize)> = Vec::new();
-    for (d, deleted) in files.iter().enumerate() {
-        if deleted.kind != ChangeKind::Deleted || ids(&deleted.path).is_none() {
-            continue;
-        }
-        let to = files.iter().enumerate().position(|(n, new)| {
-            new.kind == ChangeKind::New
-                && new.provider == deleted.provider
-                && !moved.iter().any(|(_, m)| *m == n)
-                && ids(&new.path) == ids(&deleted.path)
-        });
-        if let Some(n) = to {
-            moved.push((d, n));
-        }
-    }
+    let entries: Vec<(ChangeKind, &Path)> =
+        files.iter().map(|f| (f.kind, f.path.as_path())).collect();
+    let moved = moved_pairs(&entries, |n| {
+        whole
+            .get(entries[n].1)
+            .map(|c| recording_ids(&c.interactions))
+    });
     for &(d, n) in &moved {
         let (old, new) = (&whole[&files[d].path], &whole[&files[n].path]);
         let paired = paired_diffs(Some(old), Some(new));
@@ -529,11 +504,44 @@ fn pair_moves(files: &mut Vec<FileDiff>, whole: &BTreeMap<PathBuf, Cassette>) {
             work: Some(new.clone()),
         };
     }
-    let gone: Vec<usize> = moved.iter().map(|(d, _)| *d).collect();
+    drop_moved(files, &moved);
+}
+
+/// Which deleted cassette moved to which new one (deleted, new): a new one of the same file
+/// name (provider) that holds the same recordings; each new one is paired once. `ids` reads an
+/// entry's recordings, the base's for a deleted one and the work tree's for a new one, and is
+/// asked only where a deletion and an addition of one name meet.
+fn moved_pairs(
+    entries: &[(ChangeKind, &Path)],
+    ids: impl Fn(usize) -> Option<Vec<RecordingId>>,
+) -> Vec<(usize, usize)> {
+    let mut moved: Vec<(usize, usize)> = Vec::new();
+    for (d, (kind, path)) in entries.iter().enumerate() {
+        if *kind != ChangeKind::Deleted {
+            continue;
+        }
+        let Some(old) = ids(d) else {
+            continue;
+        };
+        let to = entries.iter().enumerate().position(|(n, (kind, new))| {
+            *kind == ChangeKind::New
+                && new.file_name() == path.file_name()
+                && !moved.iter().any(|(_, m)| *m == n)
+                && ids(n).as_ref() == Some(&old)
+        });
+        if let Some(n) = to {
+            moved.push((d, n));
+        }
+    }
+    moved
+}
+
+/// `items` without the deleted side of each move: the new side stands for it.
+fn drop_moved<T>(items: &mut Vec<T>, moved: &[(usize, usize)]) {
     let mut i = 0;
-    files.retain(|_| {
+    items.retain(|_| {
         i += 1;
-        !gone.contains(&(i - 1))
+        !moved.iter().any(|(d, _)| *d == i - 1)
     });
 }
 

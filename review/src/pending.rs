@@ -278,6 +278,20 @@ mod tests {
     use crate::testing::{commit_all, interaction};
     use cassettes::{Cassette, RecordedResponse};
 
+    /// Records `xs` as test `c$t`'s OpenAI cassette under `cassettes`, in order.
+    fn record(cassettes: &Path, xs: impl IntoIterator<Item = Interaction>) {
+        let entry = cassettes::Store::new(cassettes)
+            .entry(
+                &cassettes::TestId::new("c$t"),
+                &cassettes::ProviderName::new("openai").unwrap(),
+            )
+            .unwrap();
+        for x in xs {
+            let ordinal = entry.next(&x.key, false).unwrap().ordinal;
+            entry.record(ordinal, x).unwrap();
+        }
+    }
+
     /// Two answers changed in one cassette: accepting one stages the index's cassette with
     /// that interaction alone from the work tree, as `git add -p` would; the other is what is
     /// left to review, and rejecting it restores the index's.
@@ -287,19 +301,13 @@ mod tests {
         let repo = git2::Repository::init(dir.path()).unwrap();
         let cassettes = dir.path().join("tests/cassettes");
         let path = cassettes.join("c--t/openai.json");
-        let entry = cassettes::Store::new(&cassettes)
-            .entry(
-                &cassettes::TestId::new("c$t"),
-                &cassettes::ProviderName::new("openai").unwrap(),
-            )
-            .unwrap();
-        for x in [
-            interaction("a", r#"{"v":1}"#),
-            interaction("b", r#"{"v":1}"#),
-        ] {
-            let ordinal = entry.next(&x.key, false).unwrap().ordinal;
-            entry.record(ordinal, x).unwrap();
-        }
+        record(
+            &cassettes,
+            [
+                interaction("a", r#"{"v":1}"#),
+                interaction("b", r#"{"v":1}"#),
+            ],
+        );
         commit_all(&repo);
         let mut work: Cassette = cassettes::read_cassette(&path).unwrap();
         work.interactions[0].response =
@@ -367,21 +375,14 @@ mod tests {
         audio.key = cassettes::Key::of(&audio.request);
         let bytes = vec![0xfe; cassettes::INLINE_LIMIT + 1];
         audio.response = RecordedResponse::with_body(200, Default::default(), &bytes);
-        let store = cassettes::Store::new(&cassettes);
-        let entry = store
-            .entry(
-                &cassettes::TestId::new("c$t"),
-                &cassettes::ProviderName::new("openai").unwrap(),
-            )
-            .unwrap();
-        for x in [
-            interaction("a", r#"{"v":1}"#),
-            audio,
-            interaction("c", "{}"),
-        ] {
-            let ordinal = entry.next(&x.key, false).unwrap().ordinal;
-            entry.record(ordinal, x).unwrap();
-        }
+        record(
+            &cassettes,
+            [
+                interaction("a", r#"{"v":1}"#),
+                audio,
+                interaction("c", "{}"),
+            ],
+        );
         commit_all(&repo);
         let head = std::fs::read(&path).unwrap();
         let blob = folder

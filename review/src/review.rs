@@ -281,24 +281,26 @@ pub fn text_diff(before: &str, after: &str) -> Option<String> {
 /// Whether most of an answer changed (under half of its words kept): a rewrite reads best as
 /// whole lines, old then new; a small change as the words that changed.
 pub fn mostly_rewritten(before: &str, after: &str) -> bool {
-    let diff = similar::TextDiff::configure()
-        .timeout(std::time::Duration::from_millis(200))
-        .diff_unicode_words(before, after);
+    rewritten(&word_diff(before, after))
+}
+
+/// [`mostly_rewritten`] of a word diff already made.
+pub fn rewritten(words: &[Words]) -> bool {
     // Words only: the spaces and punctuation two sentences share say nothing of their words.
-    let word = |t: &str| t.chars().any(char::is_alphanumeric);
+    let count = |t: &str| {
+        t.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .count()
+    };
     let (mut kept, mut old, mut new) = (0, 0, 0);
-    for change in diff.iter_all_changes().filter(|c| word(c.value())) {
-        match change.tag() {
-            similar::ChangeTag::Equal => {
-                kept += 1;
-                old += 1;
-                new += 1;
-            }
-            similar::ChangeTag::Delete => old += 1,
-            similar::ChangeTag::Insert => new += 1,
+    for w in words {
+        match w {
+            Words::Same(t) => kept += count(t),
+            Words::Removed(t) => old += count(t),
+            Words::Added(t) => new += count(t),
         }
     }
-    kept * 2 < old.max(new)
+    kept * 2 < (kept + old).max(kept + new)
 }
 
 /// A run of words of a word-level diff.

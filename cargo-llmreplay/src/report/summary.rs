@@ -96,15 +96,7 @@ impl Report {
                         );
                     } else {
                         let _ = writeln!(out, "    closest recording differs (recorded -> now):");
-                        for v in d.values.iter().take(4) {
-                            let _ = writeln!(
-                                out,
-                                "      {}: {} -> {}",
-                                term(&v.field),
-                                term(&daemon::short_json(v.recorded.as_ref(), 80)),
-                                term(&daemon::short_json(v.now.as_ref(), 80))
-                            );
-                        }
+                        render::field_values(&mut out, &d.values[..d.values.len().min(4)]);
                         if fields.len() > 4 {
                             let _ = writeln!(out, "      and {} more", fields.len() - 4);
                         }

@@ -112,15 +112,7 @@ fn screen(
                 out,
                 "    differs from its closest recording (recorded -> now):"
             );
-            for v in &d.values {
-                let _ = writeln!(
-                    out,
-                    "      {}: {} -> {}",
-                    term(&v.field),
-                    term(&daemon::short_json(v.recorded.as_ref(), 80)),
-                    term(&daemon::short_json(v.now.as_ref(), 80))
-                );
-            }
+            render::field_values(&mut out, &d.values);
         }
     }
     // The spend, said before it is made: the test makes its recorded requests again.
