@@ -145,6 +145,10 @@ pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
             Drift::Wording => format!("{n} wording"),
             Drift::Usage => format!("{n} usage only"),
             Drift::Metadata => format!("{n} metadata only"),
+            Drift::RequestOnly => format!(
+                "{} re-keyed after a client change, answers unchanged",
+                plural(*n, "recording")
+            ),
         })
         .collect();
     (!parts.is_empty()).then(|| parts.join(", "))

@@ -8,8 +8,10 @@ mod error;
 mod files;
 mod locate;
 mod log;
+mod match_cmd;
 mod mv_cmd;
 mod prune;
+mod rekey_cmd;
 mod render;
 mod report;
 mod rerun;
@@ -66,6 +68,10 @@ enum Command {
     Mv(mv_cmd::MvArgs),
     Review(review_cmd::ReviewArgs),
     Rerun(rerun::RerunArgs),
+    /// Rules for values that change every run (times, UUIDs, minted ids), from the last run's misses
+    #[command(subcommand, name = "match")]
+    Match(match_cmd::MatchCommand),
+    Rekey(rekey_cmd::RekeyArgs),
     /// Work with run reports (merge the reports of a sharded suite)
     #[command(subcommand)]
     Report(report::ReportCommand),
@@ -105,6 +111,8 @@ fn main() -> ExitCode {
         Command::Mv(args) => mv_cmd::run(args),
         Command::Review(args) => review_cmd::run(args),
         Command::Rerun(args) => rerun::run(args),
+        Command::Match(cmd) => match_cmd::run(cmd),
+        Command::Rekey(args) => rekey_cmd::run(args),
         Command::Report(cmd) => report::run(cmd),
     };
     log::finish();

@@ -116,6 +116,7 @@ pub fn stats_sentence(s: &daemon::Stats) -> String {
         (s.broken, plural_word(s.broken, "broken stream")),
         (s.errors, plural_word(s.errors, "error")),
         (s.faults, "answered by faults".into()),
+        (s.telemetry, "telemetry answered here".into()),
     ];
     let said: Vec<String> = counts
         .into_iter()
@@ -292,9 +293,10 @@ fn escape_where(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
 pub fn field_values(out: &mut String, values: &[daemon::FieldValues]) {
     use std::fmt::Write as _;
     for v in values {
+        let class = v.class.map(|c| format!(" ({c})")).unwrap_or_default();
         let _ = writeln!(
             out,
-            "      {}: {} -> {}",
+            "      {}{class}: {} -> {}",
             term(&v.field),
             term(&daemon::short_json(v.recorded.as_ref(), 80)),
             term(&daemon::short_json(v.now.as_ref(), 80))

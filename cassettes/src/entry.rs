@@ -158,6 +158,10 @@ pub struct Closest {
     pub differing: Vec<String>,
     /// For each differing field, the recorded value and the new one (`None`: absent).
     pub values: Vec<(Option<serde_json::Value>, Option<serde_json::Value>)>,
+    /// Its key.
+    pub key: Key,
+    /// Its request, as [`RecordedRequest::to_value`] gives it.
+    pub recorded: serde_json::Value,
 }
 
 impl Closest {
@@ -295,6 +299,8 @@ impl Entry {
             index,
             differing,
             values,
+            key: loaded.cassette.interactions[index].key.clone(),
+            recorded,
         })
     }
 

@@ -188,7 +188,7 @@ pub const REGEX_DFA_CACHE: usize = 4 << 20;
 #[derive(Debug, Default)]
 pub struct Normalizer {
     ignore: Vec<Vec<String>>,
-    replace: Vec<(Regex, String)>,
+    replace: Vec<Replacer>,
     /// Secret-named body fields, whose values become a placeholder before keying.
     secrets: providers::redact::BodyFields,
 }
@@ -218,7 +218,11 @@ impl Normalizer {
                     .size_limit(REGEX_SIZE_LIMIT)
                     .dfa_size_limit(REGEX_DFA_CACHE)
                     .build()
-                    .map(|re| (re, r.replacement.clone()))
+                    .map(|re| Replacer {
+                        re,
+                        numbered: r.replacement.contains(NUMBER),
+                        with: r.replacement.clone(),
+                    })
                     .map_err(|e| Error::BadRule {
                         rule: format!("[match] replace pattern {:?}", r.pattern),
                         reason: e.to_string(),
@@ -291,6 +295,9 @@ impl Normalizer {
         shared: Option<&Bytes>,
         secret_params: &[&str],
     ) -> RecordedRequest {
+        let n = &mut Numbering::default();
+        // Path, query, then body: the order numbered rules count in, here and on re-keying.
+        let path = self.replace_in(path, n);
         let query = query.and_then(|q| {
             let mut pairs: Vec<&str> = q
                 .split('&')
@@ -300,13 +307,13 @@ impl Normalizer {
                 })
                 .collect();
             pairs.sort_unstable();
-            (!pairs.is_empty()).then(|| self.replace_in(&pairs.join("&")))
+            (!pairs.is_empty()).then(|| self.replace_in(&pairs.join("&"), n))
         });
         RecordedRequest {
             method: method.to_string(),
-            path: self.replace_in(path),
+            path,
             query,
-            body: self.body(content_type, body, shared),
+            body: self.body(content_type, body, shared, n),
             websocket: false,
         }
     }
@@ -332,12 +339,57 @@ impl Normalizer {
             remove_at(&mut value, path);
         }
         if !self.replace.is_empty() {
-            self.replace_strings(&mut value);
+            self.replace_strings(&mut value, &mut Numbering::default());
         }
         value
     }
 
-    fn body(&self, content_type: Option<&str>, body: &[u8], shared: Option<&Bytes>) -> Body {
+    /// A recorded request under these rules, as if it came in now: for re-keying cassettes
+    /// after `[match]` rules were added. Rules already applied change nothing again.
+    pub fn renormalize(&self, request: &RecordedRequest) -> RecordedRequest {
+        let n = &mut Numbering::default();
+        let path = self.replace_in(&request.path, n);
+        let query = request.query.as_ref().map(|q| self.replace_in(q, n));
+        let body = match &request.body {
+            Body::Json { value, layout } => {
+                let mut value = value.clone();
+                for pointer in &self.ignore {
+                    remove_at(&mut value, pointer);
+                }
+                self.replace_strings(&mut value, n);
+                Body::Json {
+                    value,
+                    layout: *layout,
+                }
+            }
+            Body::Text(t) => Body::Text(self.replace_in(t, n)),
+            Body::Parts(parts) => {
+                let mut parts = parts.clone();
+                for p in &mut parts {
+                    if let Body::Text(t) = &mut p.body {
+                        *t = self.replace_in(t, n);
+                    }
+                }
+                Body::Parts(parts)
+            }
+            other => other.clone(),
+        };
+        RecordedRequest {
+            method: request.method.clone(),
+            path,
+            query,
+            body,
+            websocket: request.websocket,
+        }
+    }
+
+    fn body(
+        &self,
+        content_type: Option<&str>,
+        body: &[u8],
+        shared: Option<&Bytes>,
+        n: &mut Numbering,
+    ) -> Body {
         if body.is_empty() {
             return Body::Empty;
         }
@@ -349,7 +401,7 @@ impl Normalizer {
                 if let Body::Text(t) = &mut p.body {
                     *t = match self.secrets.is_secret(&p.name) {
                         true => providers::redact::PLACEHOLDER.to_string(),
-                        false => self.replace_in(t),
+                        false => self.replace_in(t, n),
                     };
                 }
             }
@@ -373,7 +425,7 @@ impl Normalizer {
                     remove_at(&mut value, pointer);
                 }
                 if !self.replace.is_empty() {
-                    self.replace_strings(&mut value);
+                    self.replace_strings(&mut value, n);
                 }
                 Body::Json {
                     value,
@@ -382,31 +434,68 @@ impl Normalizer {
             }
             None => match std::str::from_utf8(body) {
                 Ok(text) => match self.secrets.form(text) {
-                    Some(form) => Body::Text(self.replace_in(&form)),
-                    None => Body::Text(self.replace_in(text)),
+                    Some(form) => Body::Text(self.replace_in(&form, n)),
+                    None => Body::Text(self.replace_in(text, n)),
                 },
                 Err(_) => Body::binary(Bytes::copy_from_slice(body)),
             },
         }
     }
 
-    fn replace_in(&self, s: &str) -> String {
+    fn replace_in(&self, s: &str, n: &mut Numbering) -> String {
         let mut out = s.to_string();
-        for (re, with) in &self.replace {
-            if re.is_match(&out) {
-                out = re.replace_all(&out, with.as_str()).into_owned();
+        for (i, r) in self.replace.iter().enumerate() {
+            if !r.re.is_match(&out) {
+                continue;
             }
+            out = match r.numbered {
+                false => r.re.replace_all(&out, r.with.as_str()).into_owned(),
+                true => {
+                    let seen = n.of(i);
+                    r.re.replace_all(&out, |caps: &regex::Captures<'_>| {
+                        let next = seen.len() + 1;
+                        let k = *seen.entry(caps[0].to_string()).or_insert(next);
+                        let mut with = String::new();
+                        caps.expand(&r.with, &mut with);
+                        with.replace(NUMBER, &k.to_string())
+                    })
+                    .into_owned()
+                }
+            };
         }
         out
     }
 
-    fn replace_strings(&self, value: &mut Value) {
+    fn replace_strings(&self, value: &mut Value, n: &mut Numbering) {
         match value {
-            Value::String(s) => *s = self.replace_in(s),
-            Value::Array(items) => items.iter_mut().for_each(|v| self.replace_strings(v)),
-            Value::Object(map) => map.values_mut().for_each(|v| self.replace_strings(v)),
+            Value::String(s) => *s = self.replace_in(s, n),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.replace_strings(v, n)),
+            Value::Object(map) => map.values_mut().for_each(|v| self.replace_strings(v, n)),
             _ => {}
         }
+    }
+}
+
+/// In a replacement, the number of the match among the distinct matches of its request.
+const NUMBER: &str = "{n}";
+
+/// One compiled `[match] replace` rule.
+#[derive(Debug)]
+struct Replacer {
+    re: Regex,
+    with: String,
+    /// `{n}` in `with`: each distinct match of a request gets its own number, in the order
+    /// they come, so an id a tool minted keys the same in every run and two ids stay apart.
+    numbered: bool,
+}
+
+/// The distinct matches of numbered rules in one request, per rule.
+#[derive(Default)]
+struct Numbering(std::collections::HashMap<usize, std::collections::HashMap<String, usize>>);
+
+impl Numbering {
+    fn of(&mut self, rule: usize) -> &mut std::collections::HashMap<String, usize> {
+        self.0.entry(rule).or_default()
     }
 }
 
@@ -519,6 +608,39 @@ mod tests {
             })
             .collect();
         Normalizer::new(&ignore, &replace).unwrap()
+    }
+
+    /// `{n}` numbers the distinct matches of one request in the order they come, whatever
+    /// their values: two runs whose tool minted other ids key the same, and two ids stay apart.
+    #[test]
+    fn a_numbered_rule_keys_minted_ids_by_their_order() {
+        let n = norm(&[], &[(r"\bord_[a-z0-9]{6}\b", "<ORD_{n}>")]);
+        let body = |a: &str, b: &str| {
+            format!(
+                r#"{{"messages":[{{"content":"made {a}"}},{{"content":"made {b}, then {a} again"}}]}}"#
+            )
+        };
+        let keyed =
+            |a: &str, b: &str| n.request("POST", "/v1/x", None, None, body(a, b).as_bytes(), &[]);
+        let first = keyed("ord_abc123", "ord_def456");
+        assert_eq!(
+            first.json().unwrap()["messages"][1]["content"],
+            "made <ORD_2>, then <ORD_1> again"
+        );
+        assert_eq!(Key::of(&first), Key::of(&keyed("ord_zzz999", "ord_yyy888")));
+        assert_ne!(Key::of(&first), Key::of(&keyed("ord_abc123", "ord_abc123")));
+        // Re-keying a request recorded before the rule gives the key of one made under it.
+        let before = norm(&[], &[]).request(
+            "POST",
+            "/v1/x",
+            None,
+            None,
+            body("ord_q1w2e3", "ord_r4t5y6").as_bytes(),
+            &[],
+        );
+        let again = n.renormalize(&before);
+        assert_eq!(Key::of(&again), Key::of(&first));
+        assert_eq!(n.renormalize(&again), again);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod body;
 mod canonical;
+pub mod classify;
 mod entry;
 pub mod eventstream;
 pub mod filter;
@@ -37,8 +38,8 @@ pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, Key, Normalizer, RecordedRequest, ReplaceRule};
 pub use maintenance::{
     cassette_files, fix_cassette, move_test, mv_command, read_cassette, read_cassette_with_blobs,
-    remove_folder, remove_leftover_temp, remove_recordings, remove_unreferenced_blobs,
-    rewrite_cassette, sealed, Fixed, Moved, TestChanges,
+    rekey_cassette, remove_folder, remove_leftover_temp, remove_recordings,
+    remove_unreferenced_blobs, rewrite_cassette, sealed, Fixed, Moved, TestChanges,
 };
 pub use store::{Store, Unused};
 pub use summary::Tokens;

@@ -8,7 +8,7 @@ use crate::fs::{
     confined, lock_creating, lock_folder, remove_if_empty, write_atomic, DEFAULT_LOCK_TIMEOUT,
 };
 use crate::id::{ProviderName, Slug, TestId};
-use crate::key::Key;
+use crate::key::{Key, RecordedRequest};
 use crate::Error;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -361,6 +361,33 @@ pub fn fix_cassette(path: &Path) -> Result<Vec<Fixed>, Error> {
         write_atomic(path, &cassette.to_bytes())?;
     }
     Ok(fixed)
+}
+
+/// Gives each interaction of a cassette the request (and key) `renormalize` makes of its own,
+/// under the folder's lock, keeping every answer byte for byte; writes the file when a key
+/// changed. For `[match]` rules added after the recordings were made. Returns each changed
+/// position with its old and new key.
+pub fn rekey_cassette(
+    path: &Path,
+    renormalize: impl Fn(&RecordedRequest) -> RecordedRequest,
+) -> Result<Vec<(usize, Key, Key)>, Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    let _lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
+    let mut cassette = read_cassette_with_blobs(path)?;
+    let mut changed = Vec::new();
+    for (index, x) in cassette.interactions.iter_mut().enumerate() {
+        let request = renormalize(&x.request);
+        let key = Key::of(&request);
+        if key != x.key {
+            changed.push((index, x.key.clone(), key.clone()));
+            x.request = request;
+            x.key = key;
+        }
+    }
+    if !changed.is_empty() {
+        write_atomic(path, &cassette.to_bytes())?;
+    }
+    Ok(changed)
 }
 
 /// Removes a temporary file a killed write left in a cassette folder (or its blobs), under

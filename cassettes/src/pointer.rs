@@ -6,6 +6,11 @@ pub fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
+/// One reference token read back: `~1` as `/`, `~0` as `~`.
+pub fn unescape(token: &str) -> String {
+    token.replace("~1", "/").replace("~0", "~")
+}
+
 /// A pointer made of these tokens.
 pub fn join<'a>(tokens: impl IntoIterator<Item = &'a str>) -> String {
     tokens

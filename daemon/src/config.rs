@@ -121,6 +121,16 @@ struct FileConfig {
     faults: Vec<crate::faults::FaultSpec>,
     #[serde(default)]
     capture: CaptureSection,
+    #[serde(default)]
+    telemetry: TelemetrySection,
+}
+
+/// `[telemetry]`: more paths that only report, beside the families' own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TelemetrySection {
+    #[serde(default)]
+    paths: Vec<String>,
 }
 
 /// `[capture]`: the daemon as each test's HTTPS proxy.
@@ -350,6 +360,9 @@ pub struct Settings {
     pub providers: Vec<Arc<Provider>>,
     /// The `[match]` rules, compiled.
     pub normalizer: Normalizer,
+    /// `[telemetry] paths`: paths of any provider that only report; a trailing `*` takes
+    /// every path under it.
+    pub telemetry: Vec<String>,
     /// Response headers never written, lowercase, on top of the built-in secret list.
     pub redact_headers: Vec<String>,
     /// Replay streams at their recorded pace.
@@ -422,6 +435,17 @@ fn runner_placeholder() -> &'static str {
 }
 
 impl Settings {
+    /// Whether `route` only reports: a path its family names as telemetry, or one of
+    /// `[telemetry] paths`.
+    pub fn is_telemetry(&self, route: &crate::route::Route) -> bool {
+        let path = route.upstream_path.as_str();
+        route.provider.family().telemetry_paths().contains(&path)
+            || self.telemetry.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => path.starts_with(prefix),
+                None => p == path,
+            })
+    }
+
     /// Reads `config` (when it exists; a missing `llmreplay.toml` means every default), relative
     /// paths being taken from `root`, then applies the overrides.
     pub fn load(
@@ -596,6 +620,11 @@ impl Settings {
         }
         let normalizer = Normalizer::new(&file.matching.ignore, &file.matching.replace)?
             .with_body_fields(&file.redact.body_fields);
+        if let Some(bad) = file.telemetry.paths.iter().find(|p| !p.starts_with('/')) {
+            return Err(ConfigError::Invalid(format!(
+                "[telemetry] paths: {bad:?} is not a path; write it as the API has it, from its first '/', e.g. \"/api/public/ingestion\""
+            )));
+        }
         let network = crate::upstream::Network {
             ca_file: file.upstream.ca_file.as_ref().map(|f| root.join(f)),
             proxy: file.upstream.proxy.clone(),
@@ -625,6 +654,7 @@ impl Settings {
             cassette_dir: root.join(cassette_dir),
             providers: providers.into_values().map(Arc::new).collect(),
             normalizer,
+            telemetry: file.telemetry.paths,
             redact_headers: file
                 .redact
                 .headers

@@ -46,13 +46,21 @@ pub(crate) async fn http(
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok());
+    // Telemetry is keyed, and kept, without its body: fresh ids in every batch, and what a
+    // test's traces say is no answer to replay.
+    let telemetry = state.settings.is_telemetry(&route);
+    let keyed_body = if telemetry {
+        Bytes::new()
+    } else {
+        body.clone()
+    };
     let keyed = |state: &State, query: Option<&str>, content_type: Option<&str>| {
         let request = state.settings.normalizer.request_shared(
             parts.method.as_str(),
             &route.upstream_path,
             query,
             content_type,
-            &body,
+            &keyed_body,
             providers::secret_params(),
         );
         let key = Key::of(&request);
@@ -73,7 +81,12 @@ pub(crate) async fn http(
             _ => keyed(&state, query.as_deref(), content_type.as_deref()),
         }
     };
-    let planned = match plan(&state, &route, parts.method.clone(), key, Form::Http) {
+    let form = if telemetry {
+        Form::Telemetry
+    } else {
+        Form::Http
+    };
+    let planned = match plan(&state, &route, parts.method.clone(), key, form) {
         Ok(planned) => planned,
         Err(refused) => return *refused,
     };
@@ -102,8 +115,20 @@ pub(crate) async fn http(
                 bytes: Some(prepared.body.len() as u64),
                 ..call
             };
-            state.journal.log(call, Outcome::Hit, prepared.status, None);
+            let outcome = if telemetry {
+                Outcome::Telemetry
+            } else {
+                Outcome::Hit
+            };
+            state.journal.log(call, outcome, prepared.status, None);
             crate::respond::replay(prepared, state.settings.realtime).await
+        }
+        Plan::Acknowledge => {
+            state.journal.log(call, Outcome::Telemetry, 204, None);
+            Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(crate::respond::empty())
+                .expect("a 204 builds")
         }
         Plan::Miss => {
             let (message, detail) = crate::explain::miss(&route, &call, &request);

@@ -5,6 +5,7 @@
 use crate::call::Call;
 use crate::journal::{short_json, Detail, FieldValues};
 use crate::route::Route;
+use cassettes::classify::{classify, match_table, Class, Verdict};
 use cassettes::session::WsFrame;
 use cassettes::{RecordedRequest, TestId};
 use http::Method;
@@ -17,6 +18,10 @@ const PROMPT_PREVIEW: usize = 200;
 pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (String, Detail) {
     let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
     let closest = entry.closest(request);
+    let verdict = closest
+        .as_ref()
+        .map(|c| classify(&c.recorded, &request.to_value(), &c.differing))
+        .unwrap_or_default();
     let model = request.model();
     let prompt = request
         .last_user_text()
@@ -54,9 +59,12 @@ pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (St
                 c.index + 1,
                 entry.path.display(),
             ));
-            for (field, (was, now)) in c.differing.iter().zip(&c.values).take(8) {
+            for (f, (was, now)) in verdict.fields.iter().zip(&c.values).take(8) {
                 message.push_str(&format!(
-                    "    {field}: {} -> {}\n",
+                    "    {} ({}: {}): {} -> {}\n",
+                    f.field,
+                    f.class,
+                    f.why,
                     short_json(was.as_ref(), 120),
                     short_json(now.as_ref(), 120)
                 ));
@@ -64,6 +72,7 @@ pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (St
             if c.differing.len() > 8 {
                 message.push_str(&format!("    and {} more\n", c.differing.len() - 8));
             }
+            message.push_str(&fix_hint(&route.test, &verdict));
             if c.same_call() && route.test.is_nextest() {
                 message.push_str(&format!(
                     "  if the test changed on purpose, record it again (its old recording is replaced): {}\n  or keep both, ",
@@ -83,31 +92,65 @@ pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (St
     let same_call = closest
         .as_ref()
         .is_some_and(|c| !c.differing.is_empty() && c.same_call());
+    // A miss of SDK shape keeps every field, so that `rekey` can rebuild the request.
+    let kept = match verdict.class {
+        Some(Class::SdkShape) => MAX_SHAPE_FIELDS,
+        _ => 8,
+    };
     let values = closest
         .as_ref()
         .map(|c| {
-            c.differing
+            verdict
+                .fields
                 .iter()
                 .zip(&c.values)
-                .take(8)
-                .map(|(field, (recorded, now))| FieldValues {
-                    field: field.clone(),
+                .take(kept)
+                .map(|(f, (recorded, now))| FieldValues {
+                    field: f.field.clone(),
                     recorded: recorded.clone(),
                     now: now.clone(),
+                    class: Some(f.class),
+                    why: Some(f.why.clone()),
                 })
                 .collect()
         })
         .unwrap_or_default();
+    let closest_at = closest.as_ref().map(|c| (c.index, c.key.to_string()));
     let detail = Detail {
         model,
         prompt,
         closest: closest.map(|c| c.differing),
         values,
         same_call,
+        class: verdict.class,
+        rules: verdict.rules,
+        closest_at,
         host: route.captured.clone(),
         message: Some(message.clone()),
     };
     (message, detail)
+}
+
+/// The most fields a miss of SDK shape keeps in the report.
+const MAX_SHAPE_FIELDS: usize = 64;
+
+/// What fixes a miss of its class: the `[match]` rule for values that change every run, a
+/// re-key for another shape of the same call; nothing for a real change.
+fn fix_hint(test: &TestId, verdict: &Verdict) -> String {
+    match verdict.class {
+        Some(Class::Volatile) if !verdict.rules.is_empty() => {
+            let table = match_table(&verdict.rules).replace('\n', "\n    ");
+            format!(
+                "  these values change on every run; this rule in llmreplay.toml keys them the same:\n    {}\n  or let cargo llmreplay add it, re-key the cassettes and replay: cargo llmreplay match suggest --apply\n",
+                table.trim_end()
+            )
+        }
+        Some(Class::SdkShape) => format!(
+            "  the same call in another shape (a client or SDK change); keep the recorded answer under the new request: {}\n",
+            crate::hints::rekey_command(test)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Why a WebSocket session in replay found no recording.

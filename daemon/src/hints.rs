@@ -18,6 +18,15 @@ pub fn rerecord_command(test: &TestId) -> String {
     command_for(test, "--record")
 }
 
+/// The command that gives a test's closest recordings the requests its client sends now,
+/// keeping their answers (a miss of SDK shape).
+pub fn rekey_command(test: &TestId) -> String {
+    format!(
+        "cargo llmreplay rekey {}",
+        cassettes::shell_quote(test.as_str())
+    )
+}
+
 /// One command for several tests: one filterset naming each nextest test (`--record`
 /// replaces what they no longer match, `--record-missing` keeps it); none when fewer than two
 /// of them are nextest's.

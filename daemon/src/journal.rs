@@ -42,6 +42,8 @@ pub enum Outcome {
     Error,
     /// Answered by a fault the test asked for: not forwarded, not saved.
     Fault,
+    /// A request that only reports (traces), answered here in replay whatever its body.
+    Telemetry,
 }
 
 impl Outcome {
@@ -58,6 +60,7 @@ impl Outcome {
             Outcome::Broken => "broken",
             Outcome::Error => "error",
             Outcome::Fault => "fault",
+            Outcome::Telemetry => "telemetry",
         }
     }
 
@@ -82,10 +85,20 @@ pub struct Detail {
     #[serde(skip_serializing_if = "Option::is_none")]
     /// The fields that differ from the closest recording.
     pub closest: Option<Vec<String>>,
-    /// For each differing field (up to 8), what the closest recording holds and what this
-    /// request sent.
+    /// For each differing field (up to 8; every one, up to 64, for a miss of SDK shape, so that
+    /// `rekey` can rebuild the request), what the closest recording holds and what this request
+    /// sent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<FieldValues>,
+    /// The class of the miss: the most meaningful of its fields' classes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<cassettes::classify::Class>,
+    /// The `[match]` rules that would key its volatile fields the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<cassettes::classify::Rule>,
+    /// The closest recording: its position in the cassette, from 0, and its key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closest_at: Option<(usize, String)>,
     /// The closest recording is the same call (method and path) with other parameters:
     /// re-recording the test replaces it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -124,6 +137,12 @@ pub struct FieldValues {
     /// This request's value; absent when it has no such field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now: Option<serde_json::Value>,
+    /// What kind of difference it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<cassettes::classify::Class>,
+    /// The evidence for its class, in a few words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 impl Detail {
@@ -277,6 +296,7 @@ impl Stats {
             Outcome::Broken => &mut self.broken,
             Outcome::Error => &mut self.errors,
             Outcome::Fault => &mut self.faults,
+            Outcome::Telemetry => &mut self.telemetry,
         }
     }
 }
@@ -308,6 +328,13 @@ pub struct Stats {
     /// Requests answered by a fault the test asked for.
     #[serde(default)]
     pub faults: usize,
+    /// Telemetry (traces) answered here in replay, whatever its body.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub telemetry: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Adds the counts of another run: a sharded suite's reports are merged this way.
@@ -324,6 +351,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.broken += o.broken;
         self.errors += o.errors;
         self.faults += o.faults;
+        self.telemetry += o.telemetry;
     }
 }
 

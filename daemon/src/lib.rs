@@ -40,7 +40,9 @@ mod tee;
 pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
-pub use hints::{record_all_command, record_command, rerecord_command, tests_filter};
+pub use hints::{
+    record_all_command, record_command, rekey_command, rerecord_command, tests_filter,
+};
 pub use journal::{short_json, ErrorAnswer, FieldValues, Journal, Miss, Outcome, Stats};
 pub use sigv4::SigningError;
 

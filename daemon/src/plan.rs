@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 pub(crate) enum Form {
     Http,
     Session,
+    /// A request that only reports (traces): no fault is drawn for it, every one is answered by
+    /// the test's one recording of it, and in replay it is answered even with none.
+    Telemetry,
 }
 
 /// What an exchange does.
@@ -31,6 +34,8 @@ pub(crate) enum Plan {
     Replay(Arc<Prepared>),
     /// No recording, and replay goes nowhere else: explained to the client and journalled.
     Miss,
+    /// Telemetry with no recording, in replay: acknowledged here, never sent.
+    Acknowledge,
     /// Sent upstream, the answer recorded (`Save::Yes`) or passed on as it came.
     Forward(Save),
 }
@@ -82,11 +87,16 @@ pub(crate) fn plan(
         let plan = Plan::Forward(Save::PassOn);
         return Ok(Planned { call, delay, plan });
     }
-    let (call, hit) = next_in_sequence(state, call, kind)?;
+    let (mut call, hit) = next_in_sequence(state, call, kind, form)?;
     // A session's recording without frames is not one it can replay.
-    let hit = hit.filter(|p| form == Form::Http || p.frames.is_some());
+    let hit = hit.filter(|p| form != Form::Session || p.frames.is_some());
+    if form == Form::Telemetry {
+        // One recording a test: a re-record replaces it, quietly when its answer is the same.
+        call.ordinal = 0;
+    }
     let plan = match (mode, hit) {
         (Mode::Replay | Mode::RecordMissing, Some(prepared)) => Plan::Replay(prepared),
+        (Mode::Replay, None) if form == Form::Telemetry => Plan::Acknowledge,
         (Mode::Replay, None) => Plan::Miss,
         _ => Plan::Forward(Save::Yes),
     };
@@ -132,8 +142,9 @@ fn next_in_sequence(
     state: &State,
     mut call: Call,
     kind: Kind,
+    form: Form,
 ) -> Result<(Call, Option<Arc<Prepared>>), Refused> {
-    let repeat = state.settings.allow_repeats;
+    let repeat = state.settings.allow_repeats || form == Form::Telemetry;
     let lookup = match state.settings.mode {
         Mode::Replay => call.entry.next_recorded(&call.key, repeat),
         _ => call.entry.next(&call.key, repeat),

@@ -163,7 +163,9 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
             response
         }
         Plan::Forward(save) => record(state, route, call, request, req, client_key, save).await,
-        Plan::Fault(_) => unreachable!("sessions draw no faults"),
+        Plan::Fault(_) | Plan::Acknowledge => {
+            unreachable!("sessions draw no faults and are not telemetry")
+        }
     }
 }
 

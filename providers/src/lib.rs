@@ -178,6 +178,11 @@ pub trait Family: Sync {
         &[]
     }
 
+    /// Paths that only report (an SDK's traces): telemetry, not a conversation to replay.
+    fn telemetry_paths(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Response headers that carry keys or account ids: never recorded.
     fn secret_headers(&self) -> &'static [&'static str] {
         &[]

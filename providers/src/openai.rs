@@ -26,6 +26,11 @@ impl Family for OpenAi {
         Some("https://api.openai.com")
     }
 
+    fn telemetry_paths(&self) -> &'static [&'static str] {
+        // The Agents SDK's trace exporter, with fresh ids in every batch.
+        &["/v1/traces/ingest"]
+    }
+
     fn hosts(&self) -> &'static [&'static str] {
         &["api.openai.com"]
     }

@@ -82,6 +82,36 @@ fn open(cassette_dir: &Path) -> Result<Option<(git2::Repository, PathBuf, PathBu
     Ok(Some((repo, workdir, rel)))
 }
 
+/// What the work tree's sources are now, outside `cassette_dir`: the commit checked out and
+/// the content of every file changed against it, as one hash; `None` outside a repository.
+/// Two runs with the same fingerprint ran the same code.
+pub fn sources_fingerprint(cassette_dir: &Path) -> Option<String> {
+    let (repo, workdir, rel) = open(cassette_dir).ok()??;
+    let mut hasher = sha2::Sha256::new();
+    use sha2::Digest as _;
+    if let Ok(head) = repo.head().and_then(|h| h.peel_to_commit()) {
+        hasher.update(head.id().as_bytes());
+    }
+    let mut options = git2::StatusOptions::new();
+    options.include_untracked(true).recurse_untracked_dirs(true);
+    let statuses = repo.statuses(Some(&mut options)).ok()?;
+    let mut changed: Vec<(String, Option<git2::Oid>)> = statuses
+        .iter()
+        .filter_map(|e| e.path().ok().map(str::to_string))
+        .filter(|p| !Path::new(p).starts_with(&rel))
+        .map(|p| {
+            let oid = git2::Oid::hash_file(git2::ObjectType::Blob, workdir.join(&p)).ok();
+            (p, oid)
+        })
+        .collect();
+    changed.sort();
+    for (path, oid) in changed {
+        hasher.update(path.as_bytes());
+        hasher.update(oid.map(|o| o.to_string()).unwrap_or_default().as_bytes());
+    }
+    Some(hex::encode(hasher.finalize()))
+}
+
 /// The changed cassette files under `cassette_dir`, or `None` when it is not inside a git
 /// repository.
 pub fn changes_against_head(cassette_dir: &Path) -> Result<Option<Vec<Change>>, Error> {

@@ -41,17 +41,21 @@ pub enum Drift {
     /// Neither text, tool calls, shape nor usage: only what describes the answer (its model,
     /// ids, fingerprint, headers).
     Metadata,
+    /// The answer is byte for byte the one recorded; only the request moved: a recording
+    /// re-keyed after a client change (`cargo llmreplay rekey`).
+    RequestOnly,
 }
 
 impl Drift {
     /// Every class, worst first.
-    pub const ALL: [Drift; 6] = [
+    pub const ALL: [Drift; 7] = [
         Drift::Error,
         Drift::ToolCall,
         Drift::Structure,
         Drift::Wording,
         Drift::Usage,
         Drift::Metadata,
+        Drift::RequestOnly,
     ];
 
     /// Its name as people read it.
@@ -63,6 +67,7 @@ impl Drift {
             Drift::Wording => "wording",
             Drift::Usage => "usage",
             Drift::Metadata => "metadata",
+            Drift::RequestOnly => "request only",
         }
     }
 
@@ -463,6 +468,11 @@ fn changed(old: &Interaction, new: &Interaction) -> Option<InteractionDiff> {
     let (before, after) = (answer_text(&old.response), answer_text(&new.response));
     d.answer_diff = text_diff(&before, &after);
     d.drift = drift(&old.response, &new.response);
+    // The very answer, seal for seal, under another request: a re-key. A re-record whose
+    // answer reads the same has new ids, and stays a plain request change.
+    if d.drift.is_empty() && !same_request && old.seal.is_some() && old.seal == new.seal {
+        d.drift.push(Drift::RequestOnly);
+    }
     if d.answer_diff.is_none() && was != now {
         d.response_fields = differing_fields(&was, &now);
     }
@@ -640,7 +650,38 @@ mod tests {
             );
             seen.extend(expected);
         }
-        assert_eq!(seen.len(), Drift::ALL.len(), "a fixture for every class");
+        // `request only` is a matter of the whole interaction, not of two answers: tested below.
+        assert_eq!(
+            seen.len(),
+            Drift::ALL.len() - 1,
+            "a fixture for every class"
+        );
+    }
+
+    /// The very answer, seal and all, under another request: a re-key, of its own class. The
+    /// same words recorded again (new ids, another seal) stay a plain request change.
+    #[test]
+    fn a_rekeyed_recording_is_request_only() {
+        let sealed = |prompt: &str, answer: &str| {
+            let mut x = interaction(prompt, answer);
+            x.seal = Some(cassettes::seal_of(&x.response));
+            x
+        };
+        let old = sealed(
+            "Hi",
+            r#"{"id":"a","choices":[{"message":{"content":"Hello"}}]}"#,
+        );
+        let rekeyed = sealed(
+            "Hi there",
+            r#"{"id":"a","choices":[{"message":{"content":"Hello"}}]}"#,
+        );
+        let d = changed(&old, &rekeyed).unwrap();
+        assert_eq!(d.drift, [Drift::RequestOnly]);
+        let again = sealed(
+            "Hi there",
+            r#"{"id":"b","choices":[{"message":{"content":"Hello"}}]}"#,
+        );
+        assert!(changed(&old, &again).unwrap().drift.is_empty());
     }
 
     #[test]

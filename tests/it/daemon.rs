@@ -486,7 +486,7 @@ async fn a_miss_names_the_test_the_differing_field_and_the_command() {
         "{msg}"
     );
     assert!(
-        msg.contains("what differs (recorded -> now):\n    /body/temperature: 0.25 -> 0.75\n"),
+        msg.contains("what differs (recorded -> now):\n    /body/temperature (semantic: its value changed): 0.25 -> 0.75\n"),
         "the recorded value beside the new one: {msg}"
     );
     assert!(
@@ -507,8 +507,9 @@ async fn a_miss_names_the_test_the_differing_field_and_the_command() {
     assert_eq!(journal[0]["closest"], json!(["/body/temperature"]));
     assert_eq!(
         journal[0]["values"],
-        json!([{"field": "/body/temperature", "recorded": 0.25, "now": 0.75}])
+        json!([{"field": "/body/temperature", "recorded": 0.25, "now": 0.75, "class": "semantic", "why": "its value changed"}])
     );
+    assert_eq!(journal[0]["class"], "semantic");
     assert_eq!(journal[0]["same_call"], true);
     let stopped = replay.stop();
     assert_eq!(stopped.status.code(), Some(1), "a run with misses fails");

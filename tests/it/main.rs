@@ -22,5 +22,6 @@ mod sdk;
 mod secrets;
 mod sessions;
 mod test_command;
+mod volatile;
 mod wire;
 mod workflow;

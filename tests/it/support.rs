@@ -334,7 +334,13 @@ async fn answer(
         let streamed = stream || path.contains(":streamGenerateContent");
         return Ok(tool_answer(&path, &tool, n, streamed));
     }
-    let resp = if path == "/v1/chat/completions" {
+    let resp = if path == "/v1/traces/ingest" {
+        // The Agents SDK's traces: acknowledged with no body, as OpenAI does.
+        Response::builder()
+            .status(204)
+            .body(full(String::new()))
+            .unwrap()
+    } else if path == "/v1/chat/completions" {
         let id = format!("chatcmpl-{n}");
         let model = match state.answer_model.lock().unwrap().clone() {
             Some(model) => json!(model),
@@ -476,7 +482,7 @@ async fn answer(
     } else if path == "/v1/embeddings" {
         json_response(json!({"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [0.25, -0.5, 0.125]}], "model": body["model"], "usage": {"prompt_tokens": 2, "total_tokens": 2}}).to_string(), &[])
     } else if path == "/v1/responses" {
-        json_response(json!({"id": format!("resp_{n}"), "object": "response", "created_at": n, "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}], "usage": {"total_tokens": 7}}).to_string(), &[])
+        json_response(json!({"id": format!("resp_{n}"), "object": "response", "created_at": n, "status": "completed", "model": body["model"], "output": [{"type": "message", "id": format!("msg_{n}"), "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]}], "parallel_tool_calls": true, "tool_choice": "auto", "tools": [], "usage": {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7}}).to_string(), &[])
     } else if path == "/v1/messages" {
         let id = format!("msg_{n}");
         if stream {
@@ -1033,6 +1039,13 @@ impl Sample {
             "report-{}.json",
             std::process::id() as u128 * 1000 + rand_suffix()
         ));
+        self.run_reporting(&report, args, env)
+    }
+
+    /// As [`Sample::run`], writing the report at `report` (where the run before may have left
+    /// one).
+    pub fn run_reporting(&self, report: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let report = report.to_path_buf();
         let state = tempfile::tempdir().unwrap();
         let mut cmd = self.command(binary());
         cmd.args(["llmreplay", "test", "--report"])
@@ -1086,6 +1099,22 @@ impl Sample {
         );
         assert_ne!(edited, text);
         std::fs::write(manifest, edited).unwrap();
+    }
+
+    /// Adds the fixture's `tests/NAME` (kept out of every sample but those that ask for it).
+    pub fn add_test(&self, name: &str) {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/sample/tests");
+        std::fs::copy(fixture.join(name), self.root.join("tests").join(name)).unwrap();
+    }
+
+    /// Runs `cargo llmreplay ARGS` in the sample with `env` on top of its clean environment.
+    pub fn llmreplay_with(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = self.command(binary());
+        cmd.arg("llmreplay").args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Output::of(&mut cmd)
     }
 
     /// A scratch folder beside the sample, removed with it.

@@ -112,7 +112,7 @@ async fn recording_a_test_again_leaves_exactly_what_it_calls_in_one_command() {
     assert_ne!(miss.code, Some(0), "{}", miss.stderr);
     assert!(
         miss.stderr
-            .contains(r#"/body/messages/0/content: "Second" -> "Second again""#),
+            .contains(r#"/body/messages/0/content (semantic): "Second" -> "Second again""#),
         "the recorded value beside the new one: {}",
         miss.stderr
     );
@@ -653,7 +653,7 @@ async fn test_review_records_a_missed_test_and_stages_it_in_two_keys() {
     let walk = tmux.wait_for("missed test 1 of 1");
     assert!(walk.contains("sample::chat$answers_hello"), "{walk}");
     assert!(
-        walk.contains("/body/messages/0/content: \"Hello\" -> \"Hello again\""),
+        walk.contains("/body/messages/0/content (semantic): \"Hello\" -> \"Hello again\""),
         "{walk}"
     );
     assert!(walk.contains("source:   tests/chat.rs:14"), "{walk}");

@@ -105,6 +105,10 @@ pub struct Report {
     pub changed: Vec<Change>,
     /// False when the cassettes are not in a git repository (so `changed` says nothing).
     pub git: bool,
+    /// The code the run ran, as a hash of the commit and the changed files outside the
+    /// cassettes: two runs of the same code that missed on different values saw volatile ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<String>,
     /// For a partition of the suite, what `report merge` needs to judge cassette folders once
     /// every partition is in: the suite's test ids and the cassette folders present.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -209,6 +213,7 @@ impl Report {
             unused,
             faults: inputs.journal.faults(),
             git: changes.is_some(),
+            sources: review::git::sources_fingerprint(inputs.cassette_dir),
             changed: changes.unwrap_or_default(),
             suite,
             folders,
@@ -297,6 +302,66 @@ impl Report {
         out.unused
             .retain(|u| seen.insert(serde_json::to_string(u).unwrap_or_default()));
         Ok(out)
+    }
+
+    /// Takes as volatile a field the run `before` also missed on, against the same recording,
+    /// with another value, when nothing else that differs changed between the two runs: two
+    /// runs of one test that send different values there, unasked.
+    pub fn learn_volatile(&mut self, before: &Report) {
+        use cassettes::classify::{Class, Rule};
+        // Another version of the code may send another prompt on purpose.
+        if self.sources.is_none() || self.sources != before.sources {
+            return;
+        }
+        for m in &mut self.missing {
+            let d = &mut m.miss.detail;
+            let Some(prev) = before.missing.iter().find(|p| {
+                p.miss.test == m.miss.test
+                    && p.miss.detail.closest_at.is_some()
+                    && p.miss.detail.closest_at == d.closest_at
+                    && p.miss.detail.closest == d.closest
+            }) else {
+                continue;
+            };
+            let was = &prev.miss.detail.values;
+            if was.len() != d.values.len()
+                || d.closest.as_ref().map(Vec::len) != Some(d.values.len())
+            {
+                continue;
+            }
+            let moved: Vec<usize> = (0..d.values.len())
+                .filter(|&i| was[i].now != d.values[i].now)
+                .collect();
+            // Nothing else changed: the fields that moved are all semantic by their look, and
+            // every other field sent the same as before.
+            if moved.is_empty()
+                || moved.iter().any(|&i| {
+                    d.values[i].class != Some(Class::Semantic)
+                        || !d.values[i].field.starts_with("/body/")
+                })
+            {
+                continue;
+            }
+            for &i in &moved {
+                let v = &mut d.values[i];
+                v.class = Some(Class::Volatile);
+                v.why = Some("another value in each run, nothing else changed".into());
+                // Within a text, the run of characters that moved; else the whole field.
+                let texts: Option<Vec<&str>> = [&v.recorded, &was[i].now, &v.now]
+                    .iter()
+                    .map(|x| x.as_ref().and_then(|x| x.as_str()))
+                    .collect();
+                let rule = texts
+                    .and_then(|t| cassettes::classify::between_runs(&t))
+                    .unwrap_or_else(|| Rule::Ignore {
+                        pointer: v.field["/body".len()..].to_string(),
+                    });
+                if !d.rules.contains(&rule) {
+                    d.rules.insert(0, rule);
+                }
+            }
+            d.class = d.values.iter().filter_map(|v| v.class).max();
+        }
     }
 
     pub fn write(&self, path: &Path) -> Result<()> {

@@ -102,6 +102,22 @@ impl Report {
                         }
                     }
                 }
+                match d.class {
+                    Some(cassettes::classify::Class::Volatile) if !d.rules.is_empty() => {
+                        let _ = writeln!(
+                            out,
+                            "    volatile: values that change every run; add the [match] rule, re-key and replay: cargo llmreplay match suggest --apply"
+                        );
+                    }
+                    Some(cassettes::classify::Class::SdkShape) => {
+                        let _ = writeln!(
+                            out,
+                            "    sdk shape: the same call in another shape; keep its answer under the new request: {}",
+                            term(&daemon::rekey_command(&m.miss.test))
+                        );
+                    }
+                    _ => {}
+                }
                 if let Some(old) = &m.renamed_from {
                     let _ = writeln!(
                         out,

@@ -112,7 +112,7 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
             }
         }
     };
-    let report = report::Report::build(report::Inputs {
+    let mut report = report::Report::build(report::Inputs {
         mode,
         stats,
         journal: &journal,
@@ -127,6 +127,11 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
         changes: background
             .and_then(|read| read.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
     })?;
+    // The run before this one, from the report it is about to replace: a value that differs
+    // between the two with nothing else changed is volatile, whatever its shape.
+    if let Ok(before) = report::Report::read(&plan.report) {
+        report.learn_volatile(&before);
+    }
     report.write(&plan.report)?;
     render::stderr(&report.summary(&root, &plan.report, Styles::for_stderr()));
     // nextest's own failure is its status; the gate's reasons are for a run whose tests passed.

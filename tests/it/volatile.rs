@@ -1,0 +1,413 @@
+//! Volatile inputs and client changes, end to end with the official Python `openai` SDK under the
+//! real `cargo llmreplay test`: prompts that carry a time, a UUID and ids a tool minted miss
+//! as `volatile` and `match suggest --apply` makes them replay offline; an SDK option that adds
+//! a field misses as `sdk shape` and `rekey` keeps the recorded answer under the new request;
+//! another prompt is `semantic`, and `rekey` refuses it. The OpenAI Agents SDK's traces are
+//! telemetry: recorded once, answered in replay whatever their body.
+
+use crate::support::{read_json, sdk_python, upstream_args, FakeProvider, Sample, TestCa};
+use serde_json::Value;
+use std::path::Path;
+
+fn scripts() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/sdk")
+        .display()
+        .to_string()
+}
+
+/// The volatile sample: its own build (it adds a test binary), recorded from `fake`.
+fn volatile_sample(version: &str) -> Sample {
+    let sample = Sample::new();
+    sample.own_build(version);
+    sample.add_test("volatile.rs");
+    sample
+}
+
+fn classes(report: &Value) -> Vec<String> {
+    report["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["class"].as_str().unwrap_or("none").to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volatile_prompts_miss_then_match_suggest_apply_makes_them_replay_offline() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let mut fake = FakeProvider::start().await;
+    let sample = volatile_sample("0.1.37");
+    let scripts = scripts();
+    let env = [
+        ("SAMPLE_PYTHON", python.to_str().unwrap()),
+        ("SAMPLE_SCRIPTS", scripts.as_str()),
+        ("OPENAI_API_KEY", "sk-test-not-real"),
+    ];
+    let filter = "test(/^volatile_/)";
+    let mut record: Vec<String> = vec!["--record".into(), "-E".into(), filter.into()];
+    record.extend(upstream_args(&fake));
+    let record: Vec<&str> = record.iter().map(String::as_str).collect();
+    let recorded = sample.run(&record, &env);
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+    let upstream_calls = fake.received().len();
+    assert_eq!(upstream_calls, 3, "one call, then two turns");
+
+    // The second run sends another time, UUID and pair of order ids: each misses, volatile.
+    let missed = sample.run(&["-E", filter], &env);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    assert_eq!(
+        classes(&missed.report),
+        ["volatile", "volatile"],
+        "{}",
+        missed.report
+    );
+    let time_miss = missed.report["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| {
+            m["test"]
+                .as_str()
+                .unwrap()
+                .ends_with("volatile_time_and_uuid")
+        })
+        .unwrap();
+    assert_eq!(
+        time_miss["values"][0]["why"], "a time and a UUID",
+        "{time_miss}"
+    );
+    let message = time_miss["message"].as_str().unwrap();
+    assert!(
+        message.contains("this rule in llmreplay.toml keys them the same:")
+            && message.contains("<TIME>")
+            && message.contains("<UUID>"),
+        "{message}"
+    );
+    assert!(
+        missed
+            .stderr
+            .contains("volatile: values that change every run"),
+        "{}",
+        missed.stderr
+    );
+    let report = missed.report_path.to_str().unwrap();
+
+    // The rules, written for the user: a numbered one for the two ids turn 1 minted.
+    let suggested = sample.llmreplay_with(&["match", "suggest", "--report", report], &env);
+    assert_eq!(suggested.code, Some(0), "{}", suggested.stderr);
+    assert!(
+        suggested.stdout.contains("[match]\nreplace = [")
+            && suggested.stdout.contains("with = '<TIME>'")
+            && suggested.stdout.contains("with = '<UUID>'")
+            && suggested
+                .stdout
+                .contains(r"pattern = '\bord_[A-Za-z0-9]{12}\b', with = '<ORD_ID_{n}>'"),
+        "{}",
+        suggested.stdout
+    );
+    assert!(
+        !sample.root.join("llmreplay.toml").exists(),
+        "suggest alone writes nothing"
+    );
+
+    // Applied: the rules in llmreplay.toml, the cassettes re-keyed, the two tests replayed green.
+    let applied = sample.llmreplay_with(&["match", "suggest", "--apply", "--report", report], &env);
+    assert_eq!(
+        applied.code,
+        Some(0),
+        "{}\n{}",
+        applied.stdout,
+        applied.stderr
+    );
+    assert!(
+        applied.stderr.contains("added 3 rules to llmreplay.toml")
+            && applied
+                .stderr
+                .contains("re-keyed 2 recordings in 2 cassettes"),
+        "{}",
+        applied.stderr
+    );
+    let toml = std::fs::read_to_string(sample.root.join("llmreplay.toml")).unwrap();
+    assert!(toml.contains("<ORD_ID_{n}>"), "{toml}");
+    let turn2 = read_json(&sample.cassette("sample--volatile--volatile_minted_ids", "openai"));
+    let sent = turn2["interactions"][1]["request"]["body"]["messages"][2]["content"].clone();
+    assert_eq!(
+        sent, "The tool made orders <ORD_ID_1> and <ORD_ID_2>. Confirm both.",
+        "{turn2}"
+    );
+    assert_eq!(fake.received().len(), upstream_calls, "no provider call");
+
+    // Every later run replays, offline, under CI.
+    fake.stop();
+    let mut ci = env.to_vec();
+    ci.push(("CI", "true"));
+    let again = sample.run(&["-E", filter], &ci);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(again.report["counts"]["misses"], 0, "{}", again.report);
+    assert_eq!(again.report["counts"]["hits"], 3, "{}", again.report);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let fake = FakeProvider::start().await;
+    let sample = volatile_sample("0.1.38");
+    let scripts = scripts();
+    let env = vec![
+        ("SAMPLE_PYTHON", python.to_str().unwrap()),
+        ("SAMPLE_SCRIPTS", scripts.as_str()),
+        ("OPENAI_API_KEY", "sk-test-not-real"),
+    ];
+    let filter = "test(=shape_streams_a_greeting)";
+    let mut record: Vec<String> = vec!["--record".into(), "-E".into(), filter.into()];
+    record.extend(upstream_args(&fake));
+    let record: Vec<&str> = record.iter().map(String::as_str).collect();
+    assert_eq!(sample.run(&record, &env).code, Some(0));
+    sample.commit_all();
+    let cassette = sample.cassette("sample--volatile--shape_streams_a_greeting", "openai");
+    let before = read_json(&cassette);
+
+    // The same call with the SDK's stream_options: a miss of SDK shape.
+    let mut usage = env.clone();
+    usage.push(("SAMPLE_USAGE", "1"));
+    let missed = sample.run(&["-E", filter], &usage);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    assert_eq!(classes(&missed.report), ["sdk_shape"], "{}", missed.report);
+    let field = &missed.report["missing"][0]["values"][0];
+    assert_eq!(field["field"], "/body/stream_options", "{field}");
+    assert_eq!(field["class"], "sdk_shape");
+    let report = missed.report_path.to_str().unwrap().to_string();
+
+    // Never under CI.
+    let mut ci = usage.clone();
+    ci.push(("CI", "true"));
+    let refused = sample.llmreplay_with(&["rekey", "--report", &report], &ci);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("never runs under CI"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(read_json(&cassette), before);
+
+    // A new prompt is semantic: refused, the cassette as it was.
+    let mut other = usage.clone();
+    other.push(("SAMPLE_PROMPT", "Stream a farewell"));
+    let semantic = sample.run(&["-E", filter], &other);
+    assert_eq!(
+        classes(&semantic.report),
+        ["semantic"],
+        "{}",
+        semantic.report
+    );
+    let semantic_report = semantic.report_path.to_str().unwrap();
+    let no = sample.llmreplay_with(&["rekey", "--report", semantic_report], &other);
+    assert_eq!(no.code, Some(1), "{}", no.stderr);
+    assert!(
+        no.stderr.contains("refused: ")
+            && no
+                .stderr
+                .contains("semantic: what is asked changed (/body/messages/0/content"),
+        "{}",
+        no.stderr
+    );
+    assert_eq!(read_json(&cassette), before);
+
+    // Re-keyed: the new request and key, the answer byte for byte, and the test replays.
+    let rekeyed = sample.llmreplay_with(&["rekey", "shape_streams", "--report", &report], &usage);
+    assert_eq!(rekeyed.code, Some(0), "{}", rekeyed.stderr);
+    assert!(
+        rekeyed.stderr.contains("re-keyed: sample::volatile$shape_streams_a_greeting  openai POST /v1/chat/completions (+/body/stream_options); answer unchanged"),
+        "{}",
+        rekeyed.stderr
+    );
+    let after = read_json(&cassette);
+    let (old, new) = (&before["interactions"][0], &after["interactions"][0]);
+    assert_eq!(new["response"], old["response"]);
+    assert_eq!(new["seal"], old["seal"]);
+    assert_ne!(new["key"], old["key"]);
+    assert_eq!(
+        new["request"]["body"]["stream_options"]["include_usage"],
+        true
+    );
+    let replayed = sample.run(&["-E", filter], &usage);
+    assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
+    assert_eq!(fake.received().len(), 1, "one call, when it was recorded");
+
+    // A change of its own for review and the PR: request only.
+    let list = sample.llmreplay(&["review", "--list"]);
+    assert!(
+        list.stdout.contains("[request only]"),
+        "{}\n{}",
+        list.stdout,
+        list.stderr
+    );
+    let markdown = sample.llmreplay(&["diff", "--format", "markdown"]);
+    assert!(
+        markdown
+            .stdout
+            .contains("1 recording re-keyed after a client change, answers unchanged"),
+        "{}",
+        markdown.stdout
+    );
+}
+
+/// A value of no known shape that differs between two runs of the same code is volatile too:
+/// the second run's report says so, with a rule that replaces just that word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_that_differs_between_two_runs_of_the_same_code_is_volatile() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let mut fake = FakeProvider::start().await;
+    let sample = volatile_sample("0.1.39");
+    let scripts = scripts();
+    let env = [
+        ("SAMPLE_PYTHON", python.to_str().unwrap()),
+        ("SAMPLE_SCRIPTS", scripts.as_str()),
+        ("OPENAI_API_KEY", "sk-test-not-real"),
+    ];
+    let filter = "test(=drifting_word)";
+    let mut record: Vec<String> = vec!["--record".into(), "-E".into(), filter.into()];
+    record.extend(upstream_args(&fake));
+    let record: Vec<&str> = record.iter().map(String::as_str).collect();
+    assert_eq!(sample.run(&record, &env).code, Some(0));
+    fake.stop();
+    let report = sample.scratch().join("report.json");
+    let first = sample.run_reporting(&report, &["-E", filter], &env);
+    assert_eq!(
+        classes(&first.report),
+        ["semantic"],
+        "one run tells nothing: {}",
+        first.report
+    );
+    let second = sample.run_reporting(&report, &["-E", filter], &env);
+    assert_eq!(classes(&second.report), ["volatile"], "{}", second.report);
+    assert_eq!(
+        second.report["missing"][0]["rules"][0]["pattern"], r"(Tell me about )[a-z]{8}( please)",
+        "{}",
+        second.report
+    );
+    let applied = sample.llmreplay_with(
+        &[
+            "match",
+            "suggest",
+            "--apply",
+            "--report",
+            report.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert_eq!(
+        applied.code,
+        Some(0),
+        "{}\n{}",
+        applied.stdout,
+        applied.stderr
+    );
+    let mut ci = env.to_vec();
+    ci.push(("CI", "true"));
+    let again = sample.run(&["-E", filter], &ci);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_sdks_traces_are_telemetry_and_its_run_replays_offline_with_no_miss() {
+    let Some(python) = sdk_python("agents") else {
+        return;
+    };
+    let ca = TestCa::new("agents");
+    let fake = FakeProvider::start().await;
+    let tls = FakeProvider::start_tls(&ca).await;
+    let sample = Sample::capture();
+    ca.trusted_by(&sample.root, sample.scratch(), "");
+    let scripts = scripts();
+    let out = sample.scratch().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let env = [
+        ("SAMPLE_PYTHON", python.to_str().unwrap()),
+        ("SAMPLE_SCRIPTS", scripts.as_str()),
+        ("SAMPLE_OUT", out.to_str().unwrap()),
+        ("SAMPLE_AGENTS", "1"),
+        // What a developer records with; the daemon forwards it and writes it nowhere.
+        ("OPENAI_API_KEY", "sk-test-agents-not-real"),
+    ];
+    let filter = "test(=agent_with_tracing)";
+    let openai = format!("openai={}", fake.url());
+    let traces = format!("api.openai.com=https://127.0.0.1:{}", tls.addr.port());
+    let record = [
+        "--record",
+        "-E",
+        filter,
+        "--upstream",
+        &openai,
+        "--upstream",
+        &traces,
+    ];
+    let recorded = sample.run(&record, &env);
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+    let ingested: Vec<_> = tls
+        .received()
+        .into_iter()
+        .filter(|r| r.path == "/v1/traces/ingest")
+        .collect();
+    assert!(!ingested.is_empty(), "the SDK posted its traces");
+    let answer = std::fs::read_to_string(out.join("agents")).unwrap();
+    let trace_id = serde_json::from_str::<Value>(&answer).unwrap()["trace_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cassette = sample
+        .root
+        .join("tests/cassettes/capture--capture--agent_with_tracing/openai.json");
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    let kept = read_json(&cassette);
+    let telemetry: Vec<&Value> = kept["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["request"]["path"] == "/v1/traces/ingest")
+        .collect();
+    assert_eq!(
+        telemetry.len(),
+        1,
+        "one recording a test, whatever the batches: {text}"
+    );
+    assert!(telemetry[0]["request"].get("body").is_none(), "{text}");
+    assert!(!text.contains(&trace_id), "no trace in the cassette");
+
+    // Replay, offline: fresh trace ids, answered here, never missed.
+    let (seen, seen_tls) = (fake.received().len(), tls.received().len());
+    let mut ci = env.to_vec();
+    ci.push(("CI", "true"));
+    let replayed = sample.run(&["-E", filter, "--deny", "unused"], &ci);
+    assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
+    assert_eq!(
+        replayed.report["counts"]["misses"], 0,
+        "{}",
+        replayed.report
+    );
+    assert!(
+        replayed.report["counts"]["telemetry"].as_u64().unwrap() >= 1,
+        "{}",
+        replayed.report
+    );
+    assert!(
+        replayed.stderr.contains("telemetry answered here"),
+        "{}",
+        replayed.stderr
+    );
+    assert_eq!(
+        (fake.received().len(), tls.received().len()),
+        (seen, seen_tls)
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("agents")).unwrap().len(),
+        answer.len()
+    );
+}
