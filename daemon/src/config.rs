@@ -898,6 +898,13 @@ mod tests {
             let e = load(bad, &o).unwrap_err().to_string();
             assert!(e.contains("at most"), "{bad}: {e}");
         }
+        let e = load("[telemetry]\npaths = [\"api/public/ingestion\"]\n", &o)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("[telemetry] paths: \"api/public/ingestion\" is not a path"),
+            "{e}"
+        );
         let e = load("casette_dir = 1\n", &o).unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("casette_dir"), "{e}");
         let e = load("[providers.x]\nkind = \"openai\"\n", &o)

@@ -411,3 +411,73 @@ async fn the_agents_sdks_traces_are_telemetry_and_its_run_replays_offline_with_n
         answer.len()
     );
 }
+
+/// Paths `[telemetry]` names, of any provider, are telemetry too: recorded once a test, without
+/// their bodies; in replay answered with the recorded status whatever they send, or with a 204
+/// when none was recorded; never a miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_telemetry_paths_are_answered_whatever_their_body() {
+    use crate::support::{http, Serve};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[providers.tracer]\nkind = \"http\"\nupstream = \"https://tracer.example\"\n\n[telemetry]\npaths = [\"/tools/ingest*\"]\n",
+    )
+    .unwrap();
+    let fake = FakeProvider::start().await;
+    let test = "traces$batches";
+    let rec = Serve::recording(dir.path(), &format!("tracer={}", fake.url()));
+    let url = format!("{}/tracer/tools/ingest/batch", rec.for_test(test));
+    for run in ["run-1", "run-2"] {
+        let sent = http()
+            .post(&url)
+            .json(&serde_json::json!({"id": run}))
+            .send();
+        assert_eq!(sent.await.unwrap().status(), 200);
+    }
+    assert!(rec.stop().status.success());
+    assert_eq!(fake.received().len(), 2, "both batches reach the sink");
+    let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+    let text =
+        std::fs::read_to_string(dir.path().join("c").join(slug.as_str()).join("tracer.json"))
+            .unwrap();
+    let kept: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(kept["interactions"].as_array().unwrap().len(), 1, "{text}");
+    // The request is kept without what it reported (this sink echoes it in its answer).
+    assert!(
+        kept["interactions"][0]["request"].get("body").is_none(),
+        "{text}"
+    );
+
+    let replay = Serve::replaying(dir.path());
+    let url = format!("{}/tracer/tools/ingest/batch", replay.for_test(test));
+    for run in ["run-3", "run-4", "run-5"] {
+        let sent = http()
+            .post(&url)
+            .json(&serde_json::json!({"id": run}))
+            .send();
+        assert_eq!(sent.await.unwrap().status(), 200);
+    }
+    let other = format!(
+        "{}/tracer/tools/ingest/never-recorded",
+        replay.for_test(test)
+    );
+    let sent = http().post(&other).body("anything").send().await.unwrap();
+    assert_eq!(sent.status(), 204);
+    let journal = replay.journal().await;
+    let outcomes: Vec<&str> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["telemetry"; 4], "{journal}");
+    let stopped = replay.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert!(
+        stopped.stderr.contains("4 telemetry answered here"),
+        "{}",
+        stopped.stderr
+    );
+    assert_eq!(fake.received().len(), 2, "replay never reaches the sink");
+}
