@@ -50,11 +50,7 @@ pub struct SuggestArgs {
 pub fn run(command: MatchCommand) -> Result<Outcome> {
     let MatchCommand::Suggest(args) = command;
     let resolved = Resolved::workspace(&args.cassettes)?;
-    let path = args
-        .report
-        .clone()
-        .unwrap_or_else(|| resolved.default_report());
-    let report = Report::read(&path)?;
+    let (path, report) = Report::last_run(&resolved, args.report.as_deref())?;
     let (volatile, others): (Vec<&Missing>, Vec<&Missing>) = report.missing.iter().partition(|m| {
         m.miss.detail.class == Some(Class::Volatile) && !m.miss.detail.rules.is_empty()
     });

@@ -34,11 +34,7 @@ pub struct PruneArgs {
 pub fn run(args: PruneArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
     let cassette_dir = resolved.cassette_dir().to_path_buf();
-    let path = args
-        .report
-        .clone()
-        .unwrap_or_else(|| resolved.default_report());
-    let report = Report::read(&path)?;
+    let (path, report) = Report::last_run(&resolved, args.report.as_deref())?;
     trust(&report, &path, &cassette_dir)?;
     // The report may come from another machine: its paths are rebased on this cassette
     // folder, keeping `<slug>/<provider>.json` (or `<slug>`) when the prefix differs.

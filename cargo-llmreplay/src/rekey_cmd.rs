@@ -56,11 +56,7 @@ pub fn run(args: RekeyArgs) -> Result<Outcome> {
         )));
     }
     let resolved = Resolved::workspace(&args.cassettes)?;
-    let path = args
-        .report
-        .clone()
-        .unwrap_or_else(|| resolved.default_report());
-    let report = Report::read(&path)?;
+    let (path, report) = Report::last_run(&resolved, args.report.as_deref())?;
     let chosen: Vec<&Missing> = report
         .missing
         .iter()

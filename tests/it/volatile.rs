@@ -16,12 +16,58 @@ fn scripts() -> String {
         .to_string()
 }
 
-/// The volatile sample: its own build (it adds a test binary), recorded from `fake`.
-fn volatile_sample(version: &str) -> Sample {
-    let sample = Sample::new();
-    sample.own_build(version);
-    sample.add_test("volatile.rs");
-    sample
+/// The volatile sample (its own build: it adds a test binary) with the tests `filter` names
+/// recorded from a fake provider, and the environment its tests need.
+struct Recorded {
+    fake: FakeProvider,
+    sample: Sample,
+    env: Vec<(String, String)>,
+}
+
+impl Recorded {
+    async fn new(version: &str, filter: &str) -> Option<Recorded> {
+        let python = sdk_python("openai")?;
+        let fake = FakeProvider::start().await;
+        let sample = Sample::new();
+        sample.own_build(version);
+        sample.add_test("volatile.rs");
+        let env = vec![
+            ("SAMPLE_PYTHON".into(), python.display().to_string()),
+            ("SAMPLE_SCRIPTS".into(), scripts()),
+            ("OPENAI_API_KEY".into(), "sk-test-not-real".into()),
+        ];
+        let mut record: Vec<String> = vec!["--record".into(), "-E".into(), filter.into()];
+        record.extend(upstream_args(&fake));
+        let record: Vec<&str> = record.iter().map(String::as_str).collect();
+        let this = Recorded { fake, sample, env };
+        let recorded = this.sample.run(&record, &this.env(&[]));
+        assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+        Some(this)
+    }
+
+    /// Its environment, with `more` on top.
+    fn env<'a>(&'a self, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        env.extend_from_slice(more);
+        env
+    }
+}
+
+/// `match suggest --apply` on `report`, which must succeed.
+fn apply(sample: &Sample, report: &str, env: &[(&str, &str)]) -> crate::support::Output {
+    let applied = sample.llmreplay_with(&["match", "suggest", "--apply", "--report", report], env);
+    assert_eq!(
+        applied.code,
+        Some(0),
+        "{}\n{}",
+        applied.stdout,
+        applied.stderr
+    );
+    applied
 }
 
 fn classes(report: &Value) -> Vec<String> {
@@ -35,23 +81,12 @@ fn classes(report: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volatile_prompts_miss_then_match_suggest_apply_makes_them_replay_offline() {
-    let Some(python) = sdk_python("openai") else {
+    let filter = "test(/^volatile_/)";
+    let Some(mut r) = Recorded::new("0.1.37", filter).await else {
         return;
     };
-    let mut fake = FakeProvider::start().await;
-    let sample = volatile_sample("0.1.37");
-    let scripts = scripts();
-    let env = [
-        ("SAMPLE_PYTHON", python.to_str().unwrap()),
-        ("SAMPLE_SCRIPTS", scripts.as_str()),
-        ("OPENAI_API_KEY", "sk-test-not-real"),
-    ];
-    let filter = "test(/^volatile_/)";
-    let mut record: Vec<String> = vec!["--record".into(), "-E".into(), filter.into()];
-    record.extend(upstream_args(&fake));
-    let record: Vec<&str> = record.iter().map(String::as_str).collect();
-    let recorded = sample.run(&record, &env);
-    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+    let env = r.env(&[]);
+    let (sample, fake) = (&r.sample, &r.fake);
     let upstream_calls = fake.received().len();
     assert_eq!(upstream_calls, 3, "one call, then two turns");
 
@@ -114,14 +149,7 @@ async fn volatile_prompts_miss_then_match_suggest_apply_makes_them_replay_offlin
     );
 
     // Applied: the rules in llmreplay.toml, the cassettes re-keyed, the two tests replayed green.
-    let applied = sample.llmreplay_with(&["match", "suggest", "--apply", "--report", report], &env);
-    assert_eq!(
-        applied.code,
-        Some(0),
-        "{}\n{}",
-        applied.stdout,
-        applied.stderr
-    );
+    let applied = apply(sample, report, &env);
     assert!(
         applied.stderr.contains("added 3 rules to llmreplay.toml")
             && applied
@@ -141,10 +169,9 @@ async fn volatile_prompts_miss_then_match_suggest_apply_makes_them_replay_offlin
     assert_eq!(fake.received().len(), upstream_calls, "no provider call");
 
     // Every later run replays, offline, under CI.
-    fake.stop();
-    let mut ci = env.to_vec();
-    ci.push(("CI", "true"));
-    let again = sample.run(&["-E", filter], &ci);
+    drop(env);
+    r.fake.stop();
+    let again = r.sample.run(&["-E", filter], &r.env(&[("CI", "true")]));
     assert_eq!(again.code, Some(0), "{}", again.stderr);
     assert_eq!(again.report["counts"]["misses"], 0, "{}", again.report);
     assert_eq!(again.report["counts"]["hits"], 3, "{}", again.report);
@@ -152,22 +179,11 @@ async fn volatile_prompts_miss_then_match_suggest_apply_makes_them_replay_offlin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
-    let Some(python) = sdk_python("openai") else {
+    let filter = "test(=shape_streams_a_greeting)";
+    let Some(r) = Recorded::new("0.1.38", filter).await else {
         return;
     };
-    let fake = FakeProvider::start().await;
-    let sample = volatile_sample("0.1.38");
-    let scripts = scripts();
-    let env = vec![
-        ("SAMPLE_PYTHON", python.to_str().unwrap()),
-        ("SAMPLE_SCRIPTS", scripts.as_str()),
-        ("OPENAI_API_KEY", "sk-test-not-real"),
-    ];
-    let filter = "test(=shape_streams_a_greeting)";
-    let mut record: Vec<String> = vec!["--record".into(), "-E".into(), filter.into()];
-    record.extend(upstream_args(&fake));
-    let record: Vec<&str> = record.iter().map(String::as_str).collect();
-    assert_eq!(sample.run(&record, &env).code, Some(0));
+    let (sample, fake, env) = (&r.sample, &r.fake, r.env(&[]));
     sample.commit_all();
     let cassette = sample.cassette("sample--volatile--shape_streams_a_greeting", "openai");
     let before = read_json(&cassette);
@@ -261,23 +277,12 @@ async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
 /// the second run's report says so, with a rule that replaces just that word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_value_that_differs_between_two_runs_of_the_same_code_is_volatile() {
-    let Some(python) = sdk_python("openai") else {
+    let filter = "test(=drifting_word)";
+    let Some(mut r) = Recorded::new("0.1.39", filter).await else {
         return;
     };
-    let mut fake = FakeProvider::start().await;
-    let sample = volatile_sample("0.1.39");
-    let scripts = scripts();
-    let env = [
-        ("SAMPLE_PYTHON", python.to_str().unwrap()),
-        ("SAMPLE_SCRIPTS", scripts.as_str()),
-        ("OPENAI_API_KEY", "sk-test-not-real"),
-    ];
-    let filter = "test(=drifting_word)";
-    let mut record: Vec<String> = vec!["--record".into(), "-E".into(), filter.into()];
-    record.extend(upstream_args(&fake));
-    let record: Vec<&str> = record.iter().map(String::as_str).collect();
-    assert_eq!(sample.run(&record, &env).code, Some(0));
-    fake.stop();
+    r.fake.stop();
+    let (sample, env) = (&r.sample, r.env(&[]));
     let report = sample.scratch().join("report.json");
     let first = sample.run_reporting(&report, &["-E", filter], &env);
     assert_eq!(
@@ -293,23 +298,7 @@ async fn a_value_that_differs_between_two_runs_of_the_same_code_is_volatile() {
         "{}",
         second.report
     );
-    let applied = sample.llmreplay_with(
-        &[
-            "match",
-            "suggest",
-            "--apply",
-            "--report",
-            report.to_str().unwrap(),
-        ],
-        &env,
-    );
-    assert_eq!(
-        applied.code,
-        Some(0),
-        "{}\n{}",
-        applied.stdout,
-        applied.stderr
-    );
+    apply(sample, report.to_str().unwrap(), &env);
     let mut ci = env.to_vec();
     ci.push(("CI", "true"));
     let again = sample.run(&["-E", filter], &ci);

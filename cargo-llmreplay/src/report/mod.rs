@@ -223,6 +223,18 @@ impl Report {
         })
     }
 
+    /// The report at `given`, else the last run's in the workspace's target dir, with its path.
+    pub fn last_run(
+        resolved: &crate::args::Resolved,
+        given: Option<&Path>,
+    ) -> Result<(PathBuf, Report)> {
+        let path = given
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| resolved.default_report());
+        let report = Report::read(&path)?;
+        Ok((path, report))
+    }
+
     pub fn read(path: &Path) -> Result<Report> {
         let text = std::fs::read(path).map_err(|source| Error::ReportUnreadable {
             path: path.to_path_buf(),
