@@ -121,7 +121,11 @@ impl Resolved {
         cassettes: &CassetteDirArg,
         upstream: &UpstreamArg,
     ) -> Result<Self> {
-        let root = crate::locate::workspace_root()?;
+        // A Python or Node project has no cargo workspace: its cassettes are found all the same.
+        let root = match crate::locate::workspace_root() {
+            Ok(root) => root,
+            Err(_) => crate::locate::project_root()?,
+        };
         Self::at(
             root,
             None,

@@ -35,6 +35,23 @@ pub fn workspace_root() -> Result<PathBuf> {
     Ok(manifest.parent().map(Into::into).unwrap_or(manifest))
 }
 
+/// The project's root for commands that need no cargo (`run`, and the cassette commands in a
+/// Python or Node project): the cargo workspace when there is one, else the nearest folder
+/// up from here with `llmreplay.toml`, else with `.git`, else this one.
+pub fn project_root() -> Result<PathBuf> {
+    let here =
+        std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
+    if let Some(root) = root_from_manifests(&here) {
+        return Ok(root);
+    }
+    for marker in [daemon::CONFIG_FILE, ".git"] {
+        if let Some(dir) = here.ancestors().find(|d| d.join(marker).exists()) {
+            return Ok(dir.to_path_buf());
+        }
+    }
+    Ok(here)
+}
+
 fn read_manifest(dir: &Path) -> Option<toml::Table> {
     let text = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
     toml::from_str(&text).ok()

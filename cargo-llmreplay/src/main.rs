@@ -16,6 +16,7 @@ mod render;
 mod report;
 mod rerun;
 mod review_cmd;
+mod run_cmd;
 mod serve;
 mod source;
 mod status;
@@ -61,6 +62,7 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    Run(run_cmd::RunArgs),
     Serve(serve::ServeArgs),
     Status(status::StatusArgs),
     Diff(diff_cmd::DiffArgs),
@@ -99,11 +101,15 @@ fn main() -> ExitCode {
         false => Cli::parse_from(args).command,
     };
     // `test` and `serve` set up their own log: a file beside the report, `-v`.
-    if !matches!(command, Command::Test { .. } | Command::Serve(_)) {
+    if !matches!(
+        command,
+        Command::Test { .. } | Command::Serve(_) | Command::Run(_)
+    ) {
         let _ = log::init(0, None);
     }
     let result = match command {
         Command::Test { args } => test_cmd::run(args),
+        Command::Run(args) => run_cmd::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => status::run(args),
         Command::Diff(args) => diff_cmd::run(args),

@@ -183,11 +183,11 @@ fn env_lines(
         }
     }
     if let Some((ca, bundle)) = ca {
-        let proxy = providers::env::proxy_url(
-            root,
-            test_id.unwrap_or(cassettes::TestId::DEFAULT),
-            proxy_secret,
-        );
+        // Credentials that name a test win over every other way; with no test named here,
+        // they name none (the run's secret alone, so the proxy asks nothing more), and a
+        // connection's process (its environment, or the test it announced) says whose each
+        // call is, else `default`.
+        let proxy = providers::env::proxy_url(root, test_id.unwrap_or(""), proxy_secret);
         let (ca, bundle) = (ca.to_string_lossy(), bundle.to_string_lossy());
         for (name, value) in providers::env::capture_vars(&proxy, &ca, &bundle) {
             out.push_str(&format!("export {name}={}\n", shell_quote(&value)));

@@ -46,14 +46,14 @@ fn main() {
             } else {
                 new.push(took)
             }
-            assert_eq!(found.test, format!("bench::many$t{i}"));
+            assert_eq!(found.test.unwrap().test, format!("bench::many$t{i}"));
         }
         for (i, (stream, peer)) in conns.iter().enumerate() {
             let local = stream.local_addr().unwrap();
             let t = Instant::now();
             let again = fresh.identify(*peer, local).expect("identified");
             known.push(t.elapsed().as_secs_f64() * 1e6);
-            assert_eq!(again.test, format!("bench::many$t{i}"));
+            assert_eq!(again.test.unwrap().test, format!("bench::many$t{i}"));
         }
     }
     // Each connection named its own process's test.
@@ -61,7 +61,7 @@ fn main() {
         let (stream, peer) = &conns[i];
         let found = peers.identify(*peer, stream.local_addr().unwrap()).unwrap();
         let want = format!("bench::many$t{i}");
-        assert_eq!(found.test, want, "child {}", child.id());
+        assert_eq!(found.test.unwrap().test, want, "child {}", child.id());
     }
     for (what, mut times) in [
         ("the run's first connection (the tree walked)", walk),

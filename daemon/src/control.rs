@@ -1,6 +1,7 @@
 //! The control routes under `/__llmreplay/`: health, stats and the journal for people and the
-//! runner; `begin` (a test's attempt starts afresh: its sequence and its faults) and `listed`
-//! from the runner; and `faults`, where a test registers the faults of its own requests.
+//! runner; `begin` (a test's attempt starts afresh: its sequence and its faults; with `pid`, the
+//! process runs it from now on), `end` (its outcome, for record semantics) and `listed` from the
+//! runner and the runners' plugins; and `faults`, where a test registers the faults of its own requests.
 
 use crate::faults::FaultSpec;
 use crate::identity::{identify_on, Claims};
@@ -47,16 +48,47 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
             .header(CONTENT_TYPE, "application/json")
             .body(crate::respond::full(state.journal.to_json().into()))
             .expect("static headers"),
-        (&Method::POST, "begin") => match test() {
-            Some(t) => {
-                let test = TestId::new(t);
-                state.journal.begin(&test);
-                state.store.reset_test(&test);
-                state.faults.reset(&test);
-                json(serde_json::json!({ "status": "ok" }))
+        (&Method::POST, "begin") => {
+            let pid = match param("pid").map(|p| p.parse::<u32>()) {
+                Some(Ok(pid)) => Some(pid),
+                Some(Err(_)) => return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin's pid is the announcing process's id, a number".into()),
+                None => None,
+            };
+            match test() {
+                Some(t) => {
+                    let test = TestId::new(t);
+                    state.journal.begin(&test);
+                    state.store.reset_test(&test);
+                    state.faults.reset(&test);
+                    // From now on, requests from this process (and what it spawns) are this
+                    // test's, whatever connection they come on.
+                    if let Some(pid) = pid {
+                        let _ = state.peers.set(crate::peer::Peers::new(None, crate::peer::IdVars::Announced));
+                        state.announced.begin(pid, &test);
+                    }
+                    json(serde_json::json!({ "status": "ok", "peers": crate::peer::Peers::supported() }))
+                }
+                None => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin needs ?test=<test id> or an X-Test-Id header".into()),
             }
-            None => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin needs ?test=<test id> or an X-Test-Id header".into()),
-        },
+        }
+        (&Method::POST, "end") => {
+            let outcome = param("outcome").unwrap_or_default();
+            let passed = match outcome.as_str() {
+                "passed" => Some(true),
+                "failed" => Some(false),
+                "skipped" => None,
+                _ => return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?outcome=passed, failed or skipped".into()),
+            };
+            if let Some(pid) = param("pid").and_then(|p| p.parse::<u32>().ok()) {
+                state.announced.end(pid);
+            }
+            match (test(), passed) {
+                (Some(t), Some(passed)) => state.journal.ended(&TestId::new(t), passed),
+                (None, _) => return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?test=<test id> or an X-Test-Id header".into()),
+                _ => {}
+            }
+            json(serde_json::json!({ "status": "ok" }))
+        }
         (&Method::POST, "listed") => {
             let binary = param("binary").unwrap_or_default();
             match req.into_body().collect().await {
@@ -70,7 +102,7 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, listed, faults", req.method()),
+            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, end, listed, faults", req.method()),
         ),
     }
 }

@@ -122,16 +122,18 @@ pub(crate) async fn identify(
     if let Some(test) = header_id(claims.header)? {
         return found(test, Source::Header);
     }
-    if let Some(test) = claims
+    // Credentials with the run's secret that name no test (`serve --env` with no `--test-id`)
+    // leave it to the process, and are not challenged: the client has no others.
+    let trusted = claims
         .credentials
-        .and_then(|c| credentials_id(c, proxy_secret))
-    {
+        .and_then(|c| credentials_id(c, proxy_secret));
+    if let Some(Some(test)) = trusted {
         return found(test, Source::Credentials);
     }
     if let Some(test) = peer.await {
         return found(test, Source::Peer);
     }
-    if claims.challenge && !challenged.swap(true, Ordering::Relaxed) {
+    if claims.challenge && trusted.is_none() && !challenged.swap(true, Ordering::Relaxed) {
         return Err(Refusal::Challenge);
     }
     found(TestId::new(TestId::DEFAULT), Source::Default)
@@ -168,9 +170,10 @@ fn header_id(header: Option<&HeaderValue>) -> Result<Option<TestId>, Refusal> {
         .map_err(|_| Refusal::Bad("cargo-llmreplay: the X-Test-Id header is not UTF-8 once percent-decoded; send the test's name as UTF-8, percent-encoded".into()))
 }
 
-/// The test a proxy's credentials name, if they carry the run's secret: a token alone (a
-/// test's id, base64url) is no more than a guess at a name.
-fn credentials_id(value: &HeaderValue, secret: &str) -> Option<TestId> {
+/// What a proxy's credentials say, if they carry the run's secret (a token alone, a test's id
+/// in base64url, is no more than a guess at a name): the test they name, or none for an empty
+/// token.
+fn credentials_id(value: &HeaderValue, secret: &str) -> Option<Option<TestId>> {
     let basic = value.to_str().ok()?.strip_prefix("Basic ")?;
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(basic.trim())
@@ -183,7 +186,10 @@ fn credentials_id(value: &HeaderValue, secret: &str) -> Option<TestId> {
     }
     // The token as given, or percent-encoded by a client that encodes userinfo.
     let user = percent_decode_str(user).decode_utf8().ok()?;
-    providers::env::test_of_token(&user).map(TestId::new)
+    if user.is_empty() {
+        return Some(None);
+    }
+    providers::env::test_of_token(&user).map(|t| Some(TestId::new(t)))
 }
 
 #[cfg(test)]
@@ -323,6 +329,15 @@ mod tests {
             credentials: Some(&guessed),
             ..Claims::default()
         };
+        assert_eq!(named(who(claims, None, false)).1, Source::Default);
+        // The run's secret with no test: the process decides, and no challenge.
+        let nameless = credentials("", SECRET);
+        let claims = Claims {
+            credentials: Some(&nameless),
+            challenge: true,
+            ..Claims::default()
+        };
+        assert_eq!(named(who(claims, Some("p$q"), false)).1, Source::Peer);
         assert_eq!(named(who(claims, None, false)).1, Source::Default);
         let encoded = HeaderValue::from_static("suite %E2%80%BA one");
         let claims = Claims {

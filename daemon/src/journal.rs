@@ -203,6 +203,8 @@ pub struct Journal {
     kept_others: AtomicUsize,
     /// Faults answered, per test: small (one count a test), so always kept.
     faults: Mutex<std::collections::BTreeMap<String, usize>>,
+    /// How each test a plugin announced ended: passed or failed.
+    ended: Mutex<std::collections::BTreeMap<TestId, bool>>,
     /// Tunnels to `[capture] pass` hosts, per test and host: how many each opened. Bounded by
     /// the tests and hosts of a run, as the faults' counts are.
     passed: Mutex<std::collections::BTreeMap<(TestId, String), usize>>,
@@ -490,6 +492,24 @@ impl Journal {
                 host: host.clone(),
                 tunnels: *count,
             })
+            .collect()
+    }
+
+    /// Notes how a test announced by a plugin ended: its last word is its last attempt's.
+    pub fn ended(&self, test: &TestId, passed: bool) {
+        let mut ended = self.ended.lock().expect("journal lock");
+        if ended.len() < MAX_KEPT_OTHERS || ended.contains_key(test) {
+            ended.insert(test.clone(), passed);
+        }
+    }
+
+    /// The outcomes plugins reported, as `passed <test>` / `failed <test>` lines (the form the
+    /// target runner writes).
+    pub fn outcomes(&self) -> String {
+        let ended = self.ended.lock().expect("journal lock");
+        ended
+            .iter()
+            .map(|(t, passed)| format!("{} {t}\n", if *passed { "passed" } else { "failed" }))
             .collect()
     }
 

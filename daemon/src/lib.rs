@@ -149,6 +149,7 @@ impl Daemon {
             captured: Default::default(),
             peers: Arc::default(),
             attempts: Default::default(),
+            announced: Default::default(),
             own_uid: local
                 .ip()
                 .is_loopback()

@@ -41,6 +41,47 @@ pub(crate) struct State {
     /// This process's uid, when the daemon listens on loopback and the system tells whose a
     /// connection is: another user's connections are refused.
     pub own_uid: Option<u32>,
+    /// The test each process said it runs now (`begin?pid=`), until it says it ended.
+    pub announced: Announced,
+}
+
+/// The tests processes announced, by pid: a runner's worker runs one test after another on
+/// connections it keeps, so each request is filed under the test its process runs then.
+#[derive(Default)]
+pub(crate) struct Announced {
+    /// Set once any process announced: until then a request costs no lookup.
+    any: std::sync::atomic::AtomicBool,
+    by_pid: std::sync::Mutex<std::collections::HashMap<u32, cassettes::TestId>>,
+}
+
+impl Announced {
+    /// Most processes announcing at once: a runner's workers, one entry each.
+    const MAX: usize = 4096;
+
+    /// `pid` runs `test` from now on.
+    pub fn begin(&self, pid: u32, test: &cassettes::TestId) {
+        let mut by_pid = self.by_pid.lock().expect("announced lock");
+        if by_pid.len() < Self::MAX || by_pid.contains_key(&pid) {
+            by_pid.insert(pid, test.clone());
+        }
+        self.any.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `pid` runs no test any more.
+    pub fn end(&self, pid: u32) {
+        self.by_pid.lock().expect("announced lock").remove(&pid);
+    }
+
+    /// Whether any process ever announced.
+    pub fn any(&self) -> bool {
+        self.any.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The test the nearest of `lineage` (a process and its ancestors) announced.
+    pub fn of(&self, lineage: &[u32]) -> Option<cassettes::TestId> {
+        let by_pid = self.by_pid.lock().expect("announced lock");
+        lineage.iter().find_map(|pid| by_pid.get(pid).cloned())
+    }
 }
 
 /// What the daemon knows of one connection.
@@ -49,8 +90,10 @@ pub(crate) struct Conn {
     pub challenged: std::sync::atomic::AtomicBool,
     pub peer: SocketAddr,
     pub local: SocketAddr,
-    /// Its test, from its process, once asked: a connection is one test's.
-    pub identified: tokio::sync::OnceCell<Option<cassettes::TestId>>,
+    /// Its process, and the test its environment names, once asked.
+    pub identified: tokio::sync::OnceCell<Option<peer::Holder>>,
+    /// Its process and that process's ancestors, once a process announced a test.
+    pub lineage: std::sync::OnceLock<Vec<u32>>,
     /// Whether it is this user's (or cannot be told), once asked.
     pub admitted: std::sync::OnceLock<bool>,
 }
@@ -63,6 +106,7 @@ impl Conn {
             peer,
             local,
             identified: tokio::sync::OnceCell::new(),
+            lineage: std::sync::OnceLock::new(),
             admitted: std::sync::OnceLock::new(),
         }
     }
@@ -85,8 +129,22 @@ impl Conn {
         })
     }
 
-    /// The test of the process at the other end, when peers are identified; cached.
+    /// The test of the process at the other end, when peers are identified: the one it (or an
+    /// ancestor) announced for now, else the one its environment names (cached: a process's
+    /// environment does not change).
     pub async fn peer_test(&self, state: &Arc<State>) -> Option<cassettes::TestId> {
+        let holder = self.holder(state).await?;
+        if state.announced.any() {
+            let lineage = self.lineage.get_or_init(|| peer::lineage(holder.pid));
+            if let Some(test) = state.announced.of(lineage) {
+                return Some(test);
+            }
+        }
+        holder.test.as_ref().map(|p| p.test.clone())
+    }
+
+    /// The process at the other end, found once.
+    async fn holder(&self, state: &Arc<State>) -> Option<&peer::Holder> {
         let peers = state.peers.get()?;
         self.identified
             .get_or_init(|| async {
@@ -108,9 +166,11 @@ impl Conn {
                 };
                 tracing::trace!(target: "cargo_llmreplay::daemon", us = started.elapsed().as_micros() as u64, "identified a connection's process");
                 match found {
-                    Ok(p) => {
-                        state.note_attempt(&p.test, p.attempt);
-                        Some(p.test)
+                    Ok(holder) => {
+                        if let Some(p) = &holder.test {
+                            state.note_attempt(&p.test, p.attempt);
+                        }
+                        Some(holder)
                     }
                     Err(why) => {
                         tracing::warn!(target: "cargo_llmreplay::daemon", "cannot tell this connection's test from its process ({why}); its requests are filed under `default` unless they name their test");
@@ -119,7 +179,7 @@ impl Conn {
                 }
             })
             .await
-            .clone()
+            .as_ref()
     }
 }
 

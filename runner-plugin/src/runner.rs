@@ -212,9 +212,12 @@ pub fn daemon_env(
     }
     env.push(("LLMREPLAY_BASE_URL".into(), base));
     if let Some(capture) = capture {
-        let proxy = match id {
-            Some(id) => providers::env::proxy_url(root, id, capture.secret),
-            None => root.trim_end_matches('/').to_string(),
+        // Without a test, credentials with the run's secret alone (when there is one) name
+        // none: each call's process says whose it is, and the proxy asks nothing more.
+        let proxy = match (id, capture.secret) {
+            (Some(id), secret) => providers::env::proxy_url(root, id, secret),
+            (None, "") => root.trim_end_matches('/').to_string(),
+            (None, secret) => providers::env::proxy_url(root, "", secret),
         };
         env.extend(
             providers::env::capture_vars(&proxy, capture.ca, capture.bundle)

@@ -18,6 +18,7 @@ mod network;
 mod peers;
 mod rerun;
 mod review;
+mod runners;
 mod sdk;
 mod secrets;
 mod sessions;

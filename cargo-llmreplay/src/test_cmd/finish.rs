@@ -173,7 +173,7 @@ pub(super) fn silent_folders(store: &cassettes::Store, journal: &daemon::Journal
 
 /// Says what the run changed in each test's cassettes. Under `--record`, a test whose last
 /// attempt passed ends holding exactly what it recorded in this run.
-pub(super) fn finish_tests(
+pub(crate) fn finish_tests(
     mode: daemon::Mode,
     journal: &daemon::Journal,
     store: &cassettes::Store,

@@ -23,7 +23,7 @@ pub(super) struct CaThread {
 pub(super) type ChangesRead = std::result::Result<Option<Vec<review::git::Change>>, review::Error>;
 
 /// The run's CA, or why it could not be made.
-pub(super) type CaMade =
+pub(crate) type CaMade =
     std::result::Result<std::sync::Arc<daemon::ca::RunCa>, daemon::ca::CaError>;
 
 impl CaThread {
@@ -276,7 +276,7 @@ pub(super) fn launch(
 
 /// The async runtime, with Ctrl-C caught, and the daemon on `listener` with the run's CA
 /// (from its thread).
-pub(super) fn start_daemon(
+pub(crate) fn start_daemon(
     settings: daemon::Settings,
     listener: std::net::TcpListener,
     ca: Option<std::sync::mpsc::Receiver<CaMade>>,

@@ -4,9 +4,9 @@
 //! `launch` (nextest spawned, the daemon serving, the cassettes read beside them) and `finish`
 //! (the report and review); `flags` splits the command line between this command and nextest.
 
-mod finish;
+pub(crate) mod finish;
 mod flags;
-mod launch;
+pub(crate) mod launch;
 mod misses;
 mod plan;
 

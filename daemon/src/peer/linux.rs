@@ -3,7 +3,7 @@
 
 use super::proc_dir::{own_uid, ProcDir};
 use super::sock_diag;
-use super::{from_environ, PeerError, PeerTest, Peers, Pending, Quick};
+use super::{from_environ, Holder, PeerError, PeerTest, Peers, Pending, Quick};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -29,7 +29,7 @@ struct Known {
     /// The descriptor its last connection had: a client that closes a connection and
     /// opens the next gets the same number back.
     fd: AtomicI32,
-    test: PeerTest,
+    test: Option<PeerTest>,
 }
 
 /// A process that starts the processes that connect (nextest), and its thread that
@@ -93,7 +93,7 @@ pub fn quick(peers: &Peers, peer: SocketAddr, local: SocketAddr) -> Result<Quick
     for k in &known {
         if k.dir.holds(k.fd.load(Ordering::Relaxed), &socket.link) {
             memory.touch(k);
-            return Ok(Quick::Found(k.test.clone()));
+            return Ok(Quick::Found(k.holder()));
         }
     }
     // None: most often a new test, started as another ended. Those gone are forgotten
@@ -138,13 +138,13 @@ pub fn quick(peers: &Peers, peer: SocketAddr, local: SocketAddr) -> Result<Quick
         if let Some(fd) = held_at(k.pid, &k.dir, &socket.link) {
             k.fd.store(fd, Ordering::Relaxed);
             memory.touch(k);
-            return Ok(Quick::Found(k.test.clone()));
+            return Ok(Quick::Found(k.holder()));
         }
     }
     Ok(Quick::Walk(Pending { socket }))
 }
 
-pub fn walk(peers: &Peers, mut socket: Socket) -> Result<PeerTest, PeerError> {
+pub fn walk(peers: &Peers, mut socket: Socket) -> Result<Holder, PeerError> {
     let pids = match peers.within {
         Some(root) => descendants(root),
         None => every_process(),
@@ -163,6 +163,36 @@ pub fn walk(peers: &Peers, mut socket: Socket) -> Result<PeerTest, PeerError> {
         peer: socket.peer,
         inode: socket.inode,
     })
+}
+
+/// `pid`, its parent, and theirs, up to (not including) pid 1: the processes whose announced
+/// test a request from `pid` belongs to, nearest first.
+pub fn lineage(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    let mut at = pid;
+    // Deep enough for a runner, its workers and what a test spawns.
+    for _ in 0..32 {
+        let parent = ProcDir::open(at)
+            .and_then(|dir| dir.read("stat").ok())
+            .and_then(|stat| parent_in(&stat));
+        match parent {
+            Some(p) if p > 1 && !out.contains(&p) => {
+                out.push(p);
+                at = p;
+            }
+            _ => break,
+        }
+    }
+    out
+}
+
+impl Known {
+    fn holder(&self) -> Holder {
+        Holder {
+            pid: self.pid,
+            test: self.test.clone(),
+        }
+    }
 }
 
 impl Memory {
@@ -193,7 +223,7 @@ fn search_new(
     mut children: Vec<(u32, u32)>,
     known: &[Arc<Known>],
     socket: &mut Socket,
-) -> Result<Option<PeerTest>, PeerError> {
+) -> Result<Option<Holder>, PeerError> {
     children
         .retain(|(_, pid)| known.iter().all(|k| k.pid != *pid) && !socket.searched.contains(pid));
     children.sort_unstable_by_key(|&(_, pid)| std::cmp::Reverse(pid));
@@ -234,7 +264,7 @@ fn search(
     pid: u32,
     socket: &mut Socket,
     parent: Parent<'_>,
-) -> Result<Option<PeerTest>, PeerError> {
+) -> Result<Option<Holder>, PeerError> {
     socket.searched.push(pid);
     let Some(dir) = open_own(pid, socket.uid) else {
         return Ok(None);
@@ -252,12 +282,13 @@ fn adopt(
     dir: ProcDir,
     fd: i32,
     parent: Parent<'_>,
-) -> Result<PeerTest, PeerError> {
+) -> Result<Holder, PeerError> {
     let environ = dir.read("environ").map_err(|source| PeerError::Read {
         path: format!("/proc/{pid}/environ"),
         source,
     })?;
-    let test = from_environ(&environ, &peers.vars).ok_or(PeerError::NoTest(pid))?;
+    // A process whose environment names no test may announce one (README, "Every runner").
+    let test = from_environ(&environ, &peers.vars);
     let spawner = match parent {
         Parent::Spawner { pid, task } => Some(Spawner {
             pid,
@@ -301,7 +332,7 @@ fn adopt(
             }
         }
     }
-    Ok(test)
+    Ok(Holder { pid, test })
 }
 
 /// The descriptor at which the process of `dir` holds the socket, the newest (highest)
@@ -534,8 +565,8 @@ mod tests {
         drop(accepted);
         let _ = child.kill();
         let _ = child.wait();
-        assert_eq!(found.unwrap().test, "pkg::bin$case");
-        assert_eq!(everyone.unwrap().test, "pkg::bin$case");
+        assert_eq!(found.unwrap().test.unwrap().test, "pkg::bin$case");
+        assert_eq!(everyone.unwrap().test.unwrap().test, "pkg::bin$case");
     }
 
     /// After the first child, the next is found among its parent's children; a process's
@@ -566,8 +597,10 @@ mod tests {
                 let (accepted, peer) = listener.accept().unwrap();
                 let quick = peers.quick(peer, accepted.local_addr().unwrap());
                 let test = match quick {
-                    Ok(Quick::Found(t)) => Ok(("quick", t.test)),
-                    Ok(Quick::Walk(pending)) => peers.walk(pending).map(|t| ("walk", t.test)),
+                    Ok(Quick::Found(t)) => Ok(("quick", t.test.unwrap().test)),
+                    Ok(Quick::Walk(pending)) => {
+                        peers.walk(pending).map(|t| ("walk", t.test.unwrap().test))
+                    }
                     Err(e) => Err(e),
                 };
                 found.push(test);

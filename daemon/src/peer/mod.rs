@@ -63,6 +63,9 @@ pub enum IdVars {
     /// One variable of the user's (`serve --test-id-env PYTEST_CURRENT_TEST`), whose value is
     /// the test id (pytest's phase suffix, ` (call)`, left out).
     Named(String),
+    /// None: the processes announce the test they run (`begin?pid=`), as the pytest plugin and
+    /// the vitest and jest setup files do.
+    Announced,
 }
 
 /// A connection's test, as its process's environment names it.
@@ -72,6 +75,15 @@ pub struct PeerTest {
     pub test: cassettes::TestId,
     /// Its attempt, from 1 (always 1 for a named variable).
     pub attempt: u32,
+}
+
+/// The process at the other end of a connection, and the test its environment names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Its pid: a process may announce the test it runs now (`begin?pid=`).
+    pub pid: u32,
+    /// What its environment names; none for a process that announces its tests instead.
+    pub test: Option<PeerTest>,
 }
 
 /// Processes remembered after holding a connection: a test opens most of its connections from
@@ -97,7 +109,7 @@ pub struct Peers {
 #[derive(Debug)]
 pub enum Quick {
     /// The connection's test.
-    Found(PeerTest),
+    Found(Holder),
     /// Not held by a process seen before nor by a new child of one of their parents:
     /// [`Peers::walk`] searches the whole tree.
     Walk(Pending),
@@ -157,7 +169,7 @@ impl Peers {
 
     /// The test of the process that holds the other end of the connection from `peer` to
     /// `local` (as this daemon sees them).
-    pub fn identify(&self, peer: SocketAddr, local: SocketAddr) -> Result<PeerTest, PeerError> {
+    pub fn identify(&self, peer: SocketAddr, local: SocketAddr) -> Result<Holder, PeerError> {
         match self.quick(peer, local)? {
             Quick::Found(test) => Ok(test),
             Quick::Walk(pending) => self.walk(pending),
@@ -181,7 +193,7 @@ impl Peers {
 
     /// The rest of [`Peers::identify`]: every process of the tree, which takes a few hundred
     /// microseconds and more on a busy machine.
-    pub fn walk(&self, pending: Pending) -> Result<PeerTest, PeerError> {
+    pub fn walk(&self, pending: Pending) -> Result<Holder, PeerError> {
         #[cfg(target_os = "linux")]
         {
             linux::walk(self, pending.socket)
@@ -191,6 +203,18 @@ impl Peers {
             let _ = pending;
             Err(PeerError::Unsupported("finding a connection's process"))
         }
+    }
+}
+
+/// `pid` and its ancestors, nearest first (Linux); `pid` alone elsewhere.
+pub fn lineage(pid: u32) -> Vec<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        linux::lineage(pid)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        vec![pid]
     }
 }
 
@@ -211,6 +235,7 @@ fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
                 attempt,
             })
         }
+        IdVars::Announced => None,
         IdVars::Named(var) => {
             let value = get(var)?;
             let test = ["call", "setup", "teardown"]

@@ -1,0 +1,212 @@
+//! `cargo llmreplay run [FLAGS] -- COMMAND...`: what `test` does around nextest, around any test
+//! command: a daemon of its own, the environment that points every process at it, then the
+//! summary, the report, the gates and the exit status. Tests are told apart by what names them:
+//! the pytest plugin and the vitest and jest setup files announce each test from the process
+//! that runs it; a process whose environment has `LLMREPLAY_TEST_ID`, or a request with
+//! `X-Test-Id`, names its own; anything else is `default`.
+
+use crate::args::{DaemonArgs, Resolved};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, Styles};
+use crate::report::{self, Deny, RunScope};
+use clap::Args;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Args)]
+#[command(
+    about = "Run any test command (pytest, vitest, go test...) against a per-run daemon, then report",
+    long_about = "Run any test command against a per-run record/replay daemon, then report as `test` does.\n\n\
+        Every process the command starts gets the base URL every client reads, LLMREPLAY_BASE_URL, \
+        a placeholder key in replay, and (with capture on) the daemon as its HTTPS proxy. Each \
+        request is filed under the test that made it: the one its process announced (the \
+        pytest-llmreplay plugin and the vitest and jest setup files do, before each test), else \
+        the one LLMREPLAY_TEST_ID in its environment or an X-Test-Id header names, else `default`. \
+        Under --record, a test that announced it passed keeps exactly what it recorded.\n\n\
+        After the command: the summary, target/llmreplay/report.json, the --deny gates, and the \
+        command's own status when it failed. Unused recordings are judged for the tests that ran; \
+        cassette folders of tests that did not are not judged.",
+    after_help = "Examples:\n  \
+        cargo llmreplay run -- pytest                    # replay; fails on a missing cassette\n  \
+        cargo llmreplay run --record-missing -- pytest -n 2\n  \
+        cargo llmreplay run -- npx vitest run\n  \
+        cargo llmreplay run --deny unused -- pytest      # strict CI gate"
+)]
+pub struct RunArgs {
+    #[command(flatten)]
+    daemon: DaemonArgs,
+    /// Write the JSON report here [default: <target dir>/llmreplay/report.json].
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
+    /// Fail the run on unused recordings (unused) or on cassettes changed against git HEAD
+    /// (changed). Repeatable. Missing and escaped calls always fail a run.
+    #[arg(long, value_enum)]
+    deny: Vec<Deny>,
+    /// The test command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+pub fn run(args: RunArgs) -> Result<Outcome> {
+    args.daemon.check_ci()?;
+    let root = crate::locate::project_root()?;
+    let resolved = Resolved::daemon(root.clone(), None, &args.daemon)?;
+    let report_path = args
+        .report
+        .clone()
+        .unwrap_or_else(|| resolved.default_report());
+    let log = report_path.with_extension("log");
+    crate::log::init(0, Some(&log))?;
+    let target_dir = resolved.target_dir();
+    let settings = resolved.settings;
+    let mode = settings.mode;
+    let cassette_dir = settings.cassette_dir.clone();
+    let gateways = settings.gateways();
+    let secret = settings.proxy_secret.clone();
+    let capture = settings.capture.enabled;
+    if mode.goes_upstream() {
+        render::stderr(&format!(
+            "cargo-llmreplay: {mode} mode; upstreams:\n{}",
+            settings.upstream_report()
+        ));
+    }
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|source| daemon::DaemonError::Bind { addr, source })?;
+    let url = format!(
+        "http://{}",
+        listener
+            .local_addr()
+            .map_err(|source| daemon::DaemonError::Bind { addr, source })?
+    );
+    let (runtime, daemon) = crate::test_cmd::launch::start_daemon(settings, listener, None)?;
+    // The CA's files, the run's own, removed when it ends.
+    let mut run_dir = None;
+    let ca_files = match (capture, daemon.ca_pem()) {
+        (true, Some(pem)) => {
+            let parent = target_dir.join("llmreplay");
+            let dir = crate::files::RunDir::make(&parent).map_err(|e| {
+                Error::io(format!("cannot make a folder in {}", parent.display()), e)
+            })?;
+            let written = crate::capture::write_ca(&dir.path().join("ca"), &pem)?;
+            run_dir = Some(dir);
+            Some(written)
+        }
+        _ => None,
+    };
+    let names = ca_files
+        .as_ref()
+        .map(|(ca, bundle)| (ca.to_string_lossy(), bundle.to_string_lossy()));
+    let env = runner_plugin::daemon_env(
+        &url,
+        None,
+        Some(&gateways),
+        mode == daemon::Mode::Replay,
+        names.as_ref().map(|(ca, bundle)| runner_plugin::Capture {
+            ca,
+            bundle,
+            secret: &secret,
+        }),
+    );
+    let (journal, store, peers) = (daemon.journal(), daemon.store(), daemon.peers());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = runtime.spawn(daemon.run(async {
+        let _ = stopped.await;
+    }));
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let mut child = std::process::Command::new(program);
+    child
+        .args(rest)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("LLMREPLAY_MODE", mode.as_str());
+    let mut child = match child.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = stop.send(());
+            let _ = runtime.block_on(served);
+            return Err(Error::Precondition(format!(
+                "cannot run {}: {e}",
+                program.to_string_lossy()
+            )));
+        }
+    };
+    // Processes of the command's tree name their test in their environment, or announce it.
+    let _ = peers.set(daemon::peer::Peers::new(
+        Some(child.id()),
+        daemon::peer::IdVars::Named("LLMREPLAY_TEST_ID".into()),
+    ));
+    let status = child
+        .wait()
+        .map_err(|e| Error::io(format!("waiting for {}", program.to_string_lossy()), e))?;
+    let _ = stop.send(());
+    let stats = runtime
+        .block_on(served)
+        .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
+    let recorded =
+        crate::test_cmd::finish::finish_tests(mode, &journal, &store, &journal.outcomes())?;
+    // Only the tests that ran are known: folders of the others are not judged.
+    let mut scope = RunScope::default();
+    scope.filtered = true;
+    let mut report = report::Report::build(report::Inputs {
+        mode,
+        stats,
+        journal: &journal,
+        store: &store,
+        cassette_dir: &cassette_dir,
+        scope: &scope,
+        listed: None,
+        tests_passed: status.success(),
+        stopped_early: false,
+        recorded,
+        log: Some(&log),
+        changes: None,
+    })?;
+    // The commands that record, for this command: pytest selects one test by its node id.
+    let pytest = is_pytest(&args.command);
+    for m in &mut report.missing {
+        m.command = rerun_command(&args.command, "--record-missing", None);
+        m.rerecord = (m.miss.detail.same_call && pytest)
+            .then(|| rerun_command(&args.command, "--record", Some(m.miss.test.as_str())));
+    }
+    if let Ok(before) = report::Report::read(&report_path) {
+        report.learn_volatile(&before);
+    }
+    report.write(&report_path)?;
+    render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));
+    let failures = match status.success() {
+        true => report.gate_failures(&args.deny),
+        false => Vec::new(),
+    };
+    render::stderr(&report::Report::gate_text(&failures, Styles::for_stderr()));
+    report.to_step_summary(&failures);
+    let outcome = report.outcome(Some(status), &args.deny);
+    runtime.shutdown_background();
+    drop(run_dir);
+    Ok(outcome)
+}
+
+/// Whether the command is pytest's, whose arguments select a test by its node id.
+fn is_pytest(command: &[OsString]) -> bool {
+    let words: Vec<String> = command
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    let pytest = words.iter().any(|w| {
+        std::path::Path::new(w)
+            .file_name()
+            .is_some_and(|n| n == "pytest" || n == "py.test")
+    }) || words.windows(2).any(|w| w[0] == "-m" && w[1] == "pytest");
+    pytest
+}
+
+/// `cargo llmreplay run FLAG -- COMMAND [TEST]`, quoted for the shell.
+fn rerun_command(command: &[OsString], flag: &str, test: Option<&str>) -> String {
+    let mut words: Vec<String> = command
+        .iter()
+        .map(|w| cassettes::shell_quote(&w.to_string_lossy()).into_owned())
+        .collect();
+    if let Some(test) = test {
+        words.push(cassettes::shell_quote(test).into_owned());
+    }
+    format!("cargo llmreplay run {flag} -- {}", words.join(" "))
+}

@@ -1,0 +1,119 @@
+"""pytest-llmreplay: each test's LLM calls in its own cassettes, under cargo-llmreplay.
+
+Before each test, in the process that runs it (an xdist worker included), the plugin tells the
+daemon `POST /__llmreplay/begin?test=<node id>&pid=<this process>`; the daemon files every
+request from this process, whatever client or connection it comes on, under that test. After
+the test, `POST /__llmreplay/end` says how it ended, so that `--record` leaves a test that passed
+with exactly what it recorded. Where the daemon cannot tell a connection's process (it says so
+in its answer), the plugin names the test in an `X-Test-Id` header through httpx's and
+requests' own send methods instead.
+
+With no daemon in the environment (`LLMREPLAY_BASE_URL`), it does nothing.
+"""
+
+import json
+import os
+import sys
+import urllib.parse
+import urllib.request
+
+import pytest
+
+# The daemon is on loopback: never through a proxy the environment names (capture sets one).
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+# The test this process runs now, for the header fallback.
+_current = None
+_hooked = False
+
+
+def _root():
+    base = os.environ.get("LLMREPLAY_BASE_URL", "")
+    if not base:
+        return None
+    # A base URL of one test (`.../t/<id>`) has the daemon's root before it.
+    return base.split("/t/", 1)[0].rstrip("/")
+
+
+def _post(root, route, **params):
+    url = f"{root}/__llmreplay/{route}?{urllib.parse.urlencode(params)}"
+    request = urllib.request.Request(url, data=b"", method="POST")
+    try:
+        with _OPENER.open(request, timeout=30) as answer:
+            return json.load(answer)
+    except (OSError, ValueError) as e:
+        sys.stderr.write(f"pytest-llmreplay: could not reach the daemon at {root}: {e}\n")
+        return None
+
+
+def _hook_clients():
+    """Names the current test in every request httpx and requests send from this process."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+
+    def named(headers):
+        if _current is not None and "x-test-id" not in headers:
+            headers["x-test-id"] = urllib.parse.quote(_current, safe="")
+
+    try:
+        import httpx
+    except ImportError:
+        httpx = None
+    if httpx is not None:
+        for cls in (httpx.Client, httpx.AsyncClient):
+            original = cls.send
+
+            def send(self, request, *args, _original=original, **kwargs):
+                named(request.headers)
+                return _original(self, request, *args, **kwargs)
+
+            cls.send = send
+    try:
+        import requests
+    except ImportError:
+        requests = None
+    if requests is not None:
+        original = requests.Session.send
+
+        def session_send(self, request, **kwargs):
+            named(request.headers)
+            return original(self, request, **kwargs)
+
+        requests.Session.send = session_send
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    global _current
+    root = _root()
+    if root is None:
+        yield
+        return
+    test = item.nodeid
+    item.stash[_OUTCOME] = "passed"
+    answer = _post(root, "begin", test=test, pid=os.getpid())
+    if answer is not None and not answer.get("peers", False):
+        _hook_clients()
+    _current = test
+    try:
+        yield
+    finally:
+        _current = None
+        _post(root, "end", test=test, pid=os.getpid(), outcome=item.stash[_OUTCOME])
+
+
+_OUTCOME = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    result = yield
+    report = result.get_result()
+    if _OUTCOME not in item.stash:
+        return
+    if report.failed:
+        item.stash[_OUTCOME] = "failed"
+    elif report.skipped and item.stash[_OUTCOME] == "passed":
+        item.stash[_OUTCOME] = "skipped"

@@ -1,0 +1,253 @@
+//! Any test command under `cargo llmreplay run`: pytest with the pytest-llmreplay plugin (the
+//! official `openai` and `anthropic` SDKs called in the test process through module-level
+//! clients, alone and under pytest-xdist), and a command with no plugin at all.
+
+use crate::support::{binary, sdk_python, without_provider_env, FakeProvider, Output};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A project of the pytest suite in its own temp dir, run with `cargo llmreplay run`.
+struct Suite {
+    dir: tempfile::TempDir,
+    python: PathBuf,
+}
+
+const TESTS: [&str; 3] = [
+    "test_chat.py::test_hello",
+    "test_chat.py::test_claude",
+    "test_chat.py::test_count[one]",
+];
+
+impl Suite {
+    fn new() -> Option<Suite> {
+        let python = sdk_python("pytest_llmreplay")?;
+        let dir = tempfile::tempdir().unwrap();
+        let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sdk/pytest_suite");
+        std::fs::copy(suite.join("test_chat.py"), dir.path().join("test_chat.py")).unwrap();
+        Some(Suite { dir, python })
+    }
+
+    /// `cargo llmreplay run FLAGS -- python -m pytest ARGS`, with `env`; what the tests were
+    /// answered lands in a fresh folder, returned with the output.
+    fn run(&self, flags: &[&str], pytest: &[&str], env: &[(&str, &str)]) -> (Output, PathBuf) {
+        let out = tempfile::tempdir().unwrap().keep();
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(self.dir.path())
+            .args(["llmreplay", "run"])
+            .args(flags)
+            .arg("--")
+            .arg(&self.python)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .args(pytest)
+            .env("SAMPLE_OUT", &out)
+            .env("CARGO_TARGET_DIR", self.dir.path().join("target"));
+        for k in ["CI", "LLMREPLAY_MODE", "PYTEST_ADDOPTS"] {
+            cmd.env_remove(k);
+        }
+        without_provider_env(&mut cmd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (Output::of(&mut cmd), out)
+    }
+
+    fn folder(&self, test: &str) -> PathBuf {
+        let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+        self.dir.path().join("tests/cassettes").join(slug.as_str())
+    }
+
+    fn folders(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path().join("tests/cassettes"))
+            .map(|d| {
+                d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    fn report(&self) -> serde_json::Value {
+        crate::support::read_json(&self.dir.path().join("target/llmreplay/report.json"))
+    }
+}
+
+fn answers(dir: &Path) -> BTreeMap<String, String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let p = e.unwrap().path();
+            let text = std::fs::read_to_string(&p).unwrap();
+            (p.file_name().unwrap().to_string_lossy().into_owned(), text)
+        })
+        .collect()
+}
+
+/// What a developer records with; forwarded, written nowhere. Replay needs none.
+const KEYS: &[(&str, &str)] = &[
+    ("OPENAI_API_KEY", "sk-test-not-real"),
+    ("ANTHROPIC_API_KEY", "sk-ant-test-not-real"),
+];
+
+fn record_flags(fake: &FakeProvider) -> Vec<String> {
+    let mut flags = vec!["--record".to_string()];
+    flags.extend(crate::support::upstream_args(fake));
+    flags
+}
+
+/// Records, replays offline identically, names a missing request by its node id, and
+/// re-records one test leaving the others as they were; `xdist` runs it all with `-n 2`.
+async fn pytest_per_test(xdist: bool) {
+    let Some(suite) = Suite::new() else {
+        return;
+    };
+    let mut fake = FakeProvider::start().await;
+    let workers: &[&str] = if xdist { &["-n", "2"] } else { &[] };
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (recorded, recorded_out) = suite.run(&flags, workers, KEYS);
+    assert_eq!(
+        recorded.code,
+        Some(0),
+        "{}\n{}",
+        recorded.stdout,
+        recorded.stderr
+    );
+    let mut expected: Vec<String> = TESTS
+        .iter()
+        .map(|t| {
+            let folder = suite.folder(t);
+            folder.file_name().unwrap().to_string_lossy().into_owned()
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(suite.folders(), expected, "{}", recorded.stderr);
+    assert!(suite.folder(TESTS[1]).join("anthropic.json").is_file());
+    assert!(suite.folder(TESTS[0]).join("openai.json").is_file());
+    let calls = fake.received().len();
+    assert_eq!(calls, 3);
+
+    // Replay, offline, under CI: the same answers.
+    fake.stop();
+    let (replayed, replayed_out) = suite.run(&[], workers, &[("CI", "true")]);
+    assert_eq!(
+        replayed.code,
+        Some(0),
+        "{}\n{}",
+        replayed.stdout,
+        replayed.stderr
+    );
+    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+    assert_eq!(answers(&recorded_out).len(), 3);
+    assert_eq!(suite.report()["counts"]["hits"], 3, "{}", suite.report());
+
+    // A changed prompt: missing, named by its node id, with the command that records it.
+    let (missed, _) = suite.run(&[], workers, &[("CI", "true"), ("SAMPLE_CHANGED", "1")]);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    let report = suite.report();
+    assert_eq!(report["missing"][0]["test"], TESTS[0], "{report}");
+    assert!(
+        missed.stderr.contains("test_chat.py::test_hello")
+            && missed.stderr.contains("cargo llmreplay run --record -- "),
+        "{}",
+        missed.stderr
+    );
+    if xdist {
+        return;
+    }
+    // `--record` of one test: its cassette holds the new request alone; the others' files
+    // are byte for byte as they were.
+    let fake = FakeProvider::start().await;
+    let others: Vec<(PathBuf, Vec<u8>)> = TESTS[1..]
+        .iter()
+        .flat_map(|t| std::fs::read_dir(suite.folder(t)).unwrap())
+        .map(|e| {
+            let p = e.unwrap().path();
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut changed = KEYS.to_vec();
+    changed.push(("SAMPLE_CHANGED", "1"));
+    let (one, _) = suite.run(&flags, &[TESTS[0]], &changed);
+    assert_eq!(one.code, Some(0), "{}\n{}", one.stdout, one.stderr);
+    assert_eq!(fake.received().len(), 1);
+    for (path, bytes) in others {
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
+    }
+    let hello = crate::support::read_json(&suite.folder(TESTS[0]).join("openai.json"));
+    assert_eq!(
+        crate::support::prompts(&hello),
+        ["Hello again"],
+        "a passed test keeps exactly what it recorded"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pytest_tests_record_replay_and_miss_each_in_their_own_folder() {
+    pytest_per_test(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pytest_xdist_workers_announce_their_own_tests() {
+    if sdk_python("xdist").is_none() {
+        return;
+    }
+    pytest_per_test(true).await;
+}
+
+/// A command with no plugin: its calls land in `default`, recorded then replayed offline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_with_no_plugin_records_and_replays_under_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut fake = FakeProvider::start().await;
+    let script = "curl -sS --fail -H 'content-type: application/json' \
+        -d '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"From curl\"}]}' \
+        \"$OPENAI_BASE_URL/chat/completions\"";
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir.path())
+            .args(["llmreplay", "run"])
+            .args(flags)
+            .args(["--", "sh", "-c", script])
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env_remove("CI");
+        without_provider_env(&mut cmd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Output::of(&mut cmd)
+    };
+    let upstream = format!("openai={}", fake.url());
+    let recorded = run(&["--record", "--upstream", &upstream], &[]);
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+    assert!(
+        recorded.stdout.contains("You said: From curl"),
+        "{}",
+        recorded.stdout
+    );
+    assert!(dir
+        .path()
+        .join("tests/cassettes/default/openai.json")
+        .is_file());
+    fake.stop();
+    let replayed = run(&[], &[("CI", "true")]);
+    assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
+    assert_eq!(replayed.stdout, recorded.stdout);
+    assert!(
+        replayed.stderr.contains("1 request: 1 replayed"),
+        "{}",
+        replayed.stderr
+    );
+    // The command's own failure is the run's status.
+    let mut cmd = Command::new(binary());
+    let failed = Output::of(
+        cmd.current_dir(dir.path())
+            .args(["llmreplay", "run", "--", "sh", "-c", "exit 3"])
+            .env("CARGO_TARGET_DIR", dir.path().join("target")),
+    );
+    assert_eq!(failed.code, Some(3), "{}", failed.stderr);
+}
