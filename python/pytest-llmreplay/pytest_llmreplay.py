@@ -36,7 +36,9 @@ def _root():
 
 
 def _post(root, route, **params):
-    url = f"{root}/__llmreplay/{route}?{urllib.parse.urlencode(params)}"
+    # Percent-encoded, spaces as %20: the daemon reads a `+` as itself.
+    query = urllib.parse.urlencode(params, quote_via=urllib.parse.quote)
+    url = f"{root}/__llmreplay/{route}?{query}"
     request = urllib.request.Request(url, data=b"", method="POST")
     try:
         with _OPENER.open(request, timeout=30) as answer:

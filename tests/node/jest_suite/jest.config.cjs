@@ -1,0 +1,4 @@
+module.exports = {
+  testMatch: ["<rootDir>/*.test.cjs"],
+  setupFilesAfterEnv: ["llmreplay-test-setup/jest"],
+};
