@@ -102,9 +102,14 @@ for line in serve.stdout:
     if not line.startswith("export "):
         break
     name, value = line[len("export "):].split("=", 1)
-    if value.startswith('"$'):  # a key's placeholder: `${VAR:-placeholder}`
-        value = value.split(":-", 1)[1].rstrip('}"')
-    served[name] = value.strip("'")
+    value = value.strip("'\"")
+    if value.startswith("${") and value.endswith("}"):  # a key's `${VAR:-placeholder}`
+        value = value.split(":-", 1)[1][:-1]
+    elif value.startswith("${"):  # NO_PROXY's `${NO_PROXY:+${NO_PROXY},}hosts`
+        value = value[value.rindex("}") + 1:]
+    served[name] = value
+    if name == "LLMREPLAY_BASE_URL":  # the last line serve prints on stdout
+        break
 
 ran, plain = [], []
 for _ in range(ROUNDS):

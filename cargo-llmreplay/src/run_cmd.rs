@@ -3,7 +3,8 @@
 //! summary, the report, the gates and the exit status. Tests are told apart by what names them:
 //! the pytest plugin and the vitest and jest setup files announce each test from the process
 //! that runs it; a process whose environment has `LLMREPLAY_TEST_ID`, or a request with
-//! `X-Test-Id`, names its own; anything else is `default`.
+//! `X-Test-Id`, names its own; else each process tree under the command is its own test, named
+//! for its program (one folder per `go test` package binary).
 
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
@@ -21,7 +22,9 @@ use std::path::PathBuf;
         a placeholder key in replay, and (with capture on) the daemon as its HTTPS proxy. Each \
         request is filed under the test that made it: the one its process announced (the \
         pytest-llmreplay plugin and the vitest and jest setup files do, before each test), else \
-        the one LLMREPLAY_TEST_ID in its environment or an X-Test-Id header names, else `default`. \
+        the one LLMREPLAY_TEST_ID in its environment or an X-Test-Id header names, else the name of \
+        the program at the top of its process tree under the command (a `go test` package's \
+        binary, a tool a script runs). \
         Under --record, a test that announced it passed keeps exactly what it recorded.\n\n\
         After the command: the summary, target/llmreplay/report.json, the --deny gates, and the \
         command's own status when it failed. Unused recordings are judged for the tests that ran; \
@@ -108,7 +111,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             secret: &secret,
         }),
     );
-    let (journal, store, peers) = (daemon.journal(), daemon.store(), daemon.peers());
+    let (journal, store, peers, trees) = (
+        daemon.journal(),
+        daemon.store(),
+        daemon.peers(),
+        daemon.trees(),
+    );
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = runtime.spawn(daemon.run(async {
         let _ = stopped.await;
@@ -135,6 +143,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         Some(child.id()),
         daemon::peer::IdVars::Named("LLMREPLAY_TEST_ID".into()),
     ));
+    let _ = trees.set(child.id());
     let status = child
         .wait()
         .map_err(|e| Error::io(format!("waiting for {}", program.to_string_lossy()), e))?;

@@ -150,6 +150,7 @@ impl Daemon {
             peers: Arc::default(),
             attempts: Default::default(),
             announced: Default::default(),
+            trees: Arc::default(),
             own_uid: local
                 .ip()
                 .is_loopback()
@@ -163,6 +164,13 @@ impl Daemon {
     /// root process is known (`cargo llmreplay test`), or at start (`serve --test-id-env`).
     pub fn peers(&self) -> Arc<std::sync::OnceLock<peer::Peers>> {
         self.state.peers.clone()
+    }
+
+    /// Where to set the root process of a command (`cargo llmreplay run`) whose process trees
+    /// name their calls when nothing else does: each child of the root (a `go test` package's
+    /// binary, a tool a script runs) by its program's name.
+    pub fn trees(&self) -> Arc<std::sync::OnceLock<u32>> {
+        self.state.trees.clone()
     }
 
     /// The secret a test's proxy credentials must carry (README, "Capture").

@@ -43,6 +43,9 @@ pub(crate) struct State {
     pub own_uid: Option<u32>,
     /// The test each process said it runs now (`begin?pid=`), until it says it ended.
     pub announced: Announced,
+    /// The root process of a command whose process trees name their calls when nothing else
+    /// does (`cargo llmreplay run`).
+    pub trees: Arc<std::sync::OnceLock<u32>>,
 }
 
 /// The tests processes announced, by pid: a runner's worker runs one test after another on
@@ -140,7 +143,18 @@ impl Conn {
                 return Some(test);
             }
         }
-        holder.test.as_ref().map(|p| p.test.clone())
+        if let Some(p) = &holder.test {
+            return Some(p.test.clone());
+        }
+        // A command's process tree with nothing that names its test: the tree's own name.
+        let root = *state.trees.get()?;
+        let lineage = self.lineage.get_or_init(|| peer::lineage(holder.pid));
+        let top = match lineage.iter().position(|p| *p == root) {
+            Some(0) => root,
+            Some(i) => lineage[i - 1],
+            None => return None,
+        };
+        peer::program_name(top).map(cassettes::TestId::new)
     }
 
     /// The process at the other end, found once.

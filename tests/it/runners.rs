@@ -199,9 +199,10 @@ async fn pytest_xdist_workers_announce_their_own_tests() {
     pytest_per_test(true).await;
 }
 
-/// A command with no plugin: its calls land in `default`, recorded then replayed offline.
+/// A command with no plugin: each process tree under it is a test named for its program (here
+/// curl's), recorded then replayed offline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_command_with_no_plugin_records_and_replays_under_default() {
+async fn a_command_with_no_plugin_records_and_replays_under_its_programs_name() {
     let dir = tempfile::tempdir().unwrap();
     let mut fake = FakeProvider::start().await;
     let script = "curl -sS --fail -H 'content-type: application/json' \
@@ -231,7 +232,7 @@ async fn a_command_with_no_plugin_records_and_replays_under_default() {
     );
     assert!(dir
         .path()
-        .join("tests/cassettes/default/openai.json")
+        .join("tests/cassettes/curl/openai.json")
         .is_file());
     fake.stop();
     let replayed = run(&[], &[("CI", "true")]);
@@ -460,4 +461,45 @@ async fn jest_tests_record_and_replay_each_in_their_own_folder() {
     );
     assert_eq!(answers(&replayed_out), answers(&recorded_out));
     assert_eq!(answers(&recorded_out).len(), 2);
+}
+
+/// With no daemon in the environment, the plugin sets nothing and says nothing: pytest runs as
+/// without it.
+#[test]
+fn the_pytest_plugin_does_nothing_without_a_daemon() {
+    let Some(python) = sdk_python("pytest_llmreplay") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("test_plain.py"),
+        "import os\n\ndef test_untouched():\n    assert 'LLMREPLAY_BASE_URL' not in os.environ\n    assert 'HTTPS_PROXY' not in os.environ\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(&python);
+    cmd.current_dir(dir.path())
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"]);
+    without_provider_env(&mut cmd);
+    for k in ["LLMREPLAY_BASE_URL", "HTTPS_PROXY", "https_proxy"] {
+        cmd.env_remove(k);
+    }
+    let out = Output::of(&mut cmd);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(out.stdout.contains("1 passed"), "{}", out.stdout);
+    // The plugin is loaded, and silent.
+    assert!(!out.stderr.contains("pytest-llmreplay"), "{}", out.stderr);
+    let plugins = Output::of(Command::new(&python).current_dir(dir.path()).args([
+        "-m",
+        "pytest",
+        "--co",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--trace-config",
+    ]));
+    assert!(
+        plugins.stdout.contains("pytest_llmreplay"),
+        "{}",
+        plugins.stdout
+    );
 }

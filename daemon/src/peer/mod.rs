@@ -218,6 +218,13 @@ pub fn lineage(pid: u32) -> Vec<u32> {
     }
 }
 
+/// The file name of the program `pid` runs (Linux), e.g. `mypkg.test` for a `go test` binary.
+pub fn program_name(pid: u32) -> Option<String> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let name = exe.file_name()?.to_string_lossy().into_owned();
+    (!name.is_empty()).then_some(name)
+}
+
 /// Reads a test id and attempt from a process's environment block (NUL-separated `K=V`).
 fn from_environ(environ: &[u8], vars: &IdVars) -> Option<PeerTest> {
     let get = |name: &str| -> Option<String> {
