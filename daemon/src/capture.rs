@@ -4,7 +4,7 @@
 //! base-URL route would be: the host's family, or the `http` family named by the host, for the
 //! test its proxy credentials name. A host `[capture] pass` names is tunnelled untouched.
 
-use crate::identity::{identify_on, Claims};
+use crate::identity::{identify_on, Claims, Source};
 use crate::provider::{Provider, UpstreamSource};
 use crate::respond::{self, Body};
 use crate::route::Route;
@@ -122,10 +122,17 @@ pub(crate) async fn connect(
             "cargo-llmreplay: CONNECT needs host:port".into(),
         );
     };
-    let test = match identify_on(&state, conn, Claims::proxy(req.headers())).await {
-        Ok(identity) => identity.test,
+    let identity = match identify_on(&state, conn, Claims::proxy(req.headers())).await {
+        Ok(identity) => identity,
         Err(refused) => return refused.answer(),
     };
+    // A tunnel outlives a test when its client keeps it: a process that announces its tests
+    // has each request inside filed under the test it runs then.
+    let lineage = match identity.source {
+        Source::Peer | Source::Default => conn.lineage_now(&state).await,
+        _ => None,
+    };
+    let test = identity.test;
     let host = authority
         .host()
         .trim_start_matches('[')
@@ -182,7 +189,12 @@ pub(crate) async fn connect(
         };
         let served = state.clone();
         let service = move |inner: Request<Incoming>| {
-            let (state, test, provider) = (served.clone(), test.clone(), provider.clone());
+            let (state, provider) = (served.clone(), provider.clone());
+            let announced = lineage
+                .as_deref()
+                .filter(|_| state.announced.any())
+                .and_then(|l| state.announced.of(l));
+            let test = announced.unwrap_or_else(|| test.clone());
             let host = host.clone();
             async move {
                 let route = Route {

@@ -157,6 +157,17 @@ impl Conn {
         peer::program_name(top).map(cassettes::TestId::new)
     }
 
+    /// The connection's process and its ancestors, when its process can be found: what a
+    /// captured tunnel, kept open across tests, files each request by.
+    pub async fn lineage_now(&self, state: &Arc<State>) -> Option<Vec<u32>> {
+        let holder = self.holder(state).await?;
+        Some(
+            self.lineage
+                .get_or_init(|| peer::lineage(holder.pid))
+                .clone(),
+        )
+    }
+
     /// The process at the other end, found once.
     async fn holder(&self, state: &Arc<State>) -> Option<&peer::Holder> {
         let peers = state.peers.get()?;

@@ -503,3 +503,73 @@ fn the_pytest_plugin_does_nothing_without_a_daemon() {
         plugins.stdout
     );
 }
+
+/// Calls captured on their way to a hard-coded host, through one kept-alive tunnel that two
+/// tests share (a module-level `requests.Session`): each is filed under the test that made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn captured_calls_in_one_kept_tunnel_are_filed_per_test() {
+    let Some(python) = sdk_python("pytest_llmreplay") else {
+        return;
+    };
+    let ca = crate::support::TestCa::new("tools");
+    let mut tls = FakeProvider::start_tls(&ca).await;
+    let dir = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sdk/pytest_tools");
+    std::fs::copy(
+        suite.join("test_tools.py"),
+        dir.path().join("test_tools.py"),
+    )
+    .unwrap();
+    ca.trusted_by(dir.path(), scratch.path(), "");
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir.path())
+            .args(["llmreplay", "run"])
+            .args(flags)
+            .arg("--")
+            .arg(&python)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env_remove("CI");
+        without_provider_env(&mut cmd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Output::of(&mut cmd)
+    };
+    let upstream = format!("tools.example=https://127.0.0.1:{}", tls.addr.port());
+    let recorded = run(&["--record", "--upstream", &upstream], &[]);
+    assert_eq!(
+        recorded.code,
+        Some(0),
+        "{}\n{}",
+        recorded.stdout,
+        recorded.stderr
+    );
+    assert_eq!(tls.received().len(), 2);
+    for (test, who) in [
+        ("test_tools.py::test_tool_one", "who=one"),
+        ("test_tools.py::test_tool_two", "who=two"),
+    ] {
+        let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+        let file = dir
+            .path()
+            .join("tests/cassettes")
+            .join(slug.as_str())
+            .join("tools.example.json");
+        let cassette = crate::support::read_json(&file);
+        let interactions = cassette["interactions"].as_array().unwrap();
+        assert_eq!(interactions.len(), 1, "{test}: {cassette}");
+        assert_eq!(interactions[0]["request"]["query"], who, "{test}");
+    }
+    tls.stop();
+    let replayed = run(&[], &[("CI", "true")]);
+    assert_eq!(
+        replayed.code,
+        Some(0),
+        "{}\n{}",
+        replayed.stdout,
+        replayed.stderr
+    );
+}
