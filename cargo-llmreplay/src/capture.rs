@@ -30,3 +30,27 @@ pub fn write_ca(stem: &Path, ca_pem: &str) -> Result<(PathBuf, PathBuf)> {
         .map_err(|e| failed(&bundle, e))?;
     Ok((ca, bundle))
 }
+
+/// The CA's files for a process of its own (`serve --env`, `run`): a fresh folder under
+/// `<target>/llmreplay`, removed with the returned [`crate::files::RunDir`], and the files in it.
+pub fn write_run_ca(
+    target_dir: &Path,
+    ca_pem: &str,
+) -> Result<(crate::files::RunDir, (PathBuf, PathBuf))> {
+    let parent = target_dir.join("llmreplay");
+    let dir = crate::files::RunDir::make(&parent)
+        .map_err(|e| Error::io(format!("cannot make a folder in {}", parent.display()), e))?;
+    let written = write_ca(&dir.path().join("ca"), ca_pem)?;
+    Ok((dir, written))
+}
+
+/// A listener on a free loopback port, and its URL: the daemon's, known before it is made.
+pub fn loopback() -> Result<(std::net::TcpListener, String)> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let listener = std::net::TcpListener::bind(addr)
+        .map_err(|source| daemon::DaemonError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| daemon::DaemonError::Bind { addr, source })?;
+    Ok((listener, format!("http://{bound}")))
+}

@@ -73,29 +73,15 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             settings.upstream_report()
         ));
     }
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let listener = std::net::TcpListener::bind(addr)
-        .map_err(|source| daemon::DaemonError::Bind { addr, source })?;
-    let url = format!(
-        "http://{}",
-        listener
-            .local_addr()
-            .map_err(|source| daemon::DaemonError::Bind { addr, source })?
-    );
+    let (listener, url) = crate::capture::loopback()?;
     let (runtime, daemon) = crate::test_cmd::launch::start_daemon(settings, listener, None)?;
     // The CA's files, the run's own, removed when it ends.
-    let mut run_dir = None;
-    let ca_files = match (capture, daemon.ca_pem()) {
+    let (run_dir, ca_files) = match (capture, daemon.ca_pem()) {
         (true, Some(pem)) => {
-            let parent = target_dir.join("llmreplay");
-            let dir = crate::files::RunDir::make(&parent).map_err(|e| {
-                Error::io(format!("cannot make a folder in {}", parent.display()), e)
-            })?;
-            let written = crate::capture::write_ca(&dir.path().join("ca"), &pem)?;
-            run_dir = Some(dir);
-            Some(written)
+            let (dir, files) = crate::capture::write_run_ca(&target_dir, &pem)?;
+            (Some(dir), Some(files))
         }
-        _ => None,
+        _ => (None, None),
     };
     let names = ca_files
         .as_ref()

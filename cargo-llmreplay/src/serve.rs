@@ -95,11 +95,7 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         let first = if args.env {
             let ca = match daemon.ca_pem() {
                 Some(pem) => {
-                    let parent = target_dir.join("llmreplay");
-                    let dir = crate::files::RunDir::make(&parent).map_err(|e| {
-                        Error::io(format!("cannot make a folder in {}", parent.display()), e)
-                    })?;
-                    let written = crate::capture::write_ca(&dir.path().join("ca"), &pem)?;
+                    let (dir, written) = crate::capture::write_run_ca(&target_dir, &pem)?;
                     run_dir = Some(dir);
                     Some(written)
                 }

@@ -4,8 +4,43 @@
 
 use crate::support::{binary, sdk_python, without_provider_env, FakeProvider, Output};
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// `cargo llmreplay run FLAGS -- COMMAND...` in `dir` (its target dir inside), in an
+/// environment clean of CI's and the providers' variables, with `env` on top.
+fn run_in(dir: &Path, flags: &[&str], command: &[&OsStr], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(binary());
+    cmd.current_dir(dir)
+        .args(["llmreplay", "run"])
+        .args(flags)
+        .arg("--")
+        .args(command)
+        .env("CARGO_TARGET_DIR", dir.join("target"));
+    for k in ["CI", "LLMREPLAY_MODE", "PYTEST_ADDOPTS"] {
+        cmd.env_remove(k);
+    }
+    without_provider_env(&mut cmd);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Output::of(&mut cmd)
+}
+
+/// [`run_in`], with a fresh folder named in `SAMPLE_OUT` where the tests write their answers.
+fn run_keeping(
+    dir: &Path,
+    flags: &[&str],
+    command: &[&OsStr],
+    env: &[(&str, &str)],
+) -> (Output, PathBuf) {
+    let out = tempfile::tempdir().unwrap().keep();
+    let mut env = env.to_vec();
+    let at = out.to_str().unwrap().to_string();
+    env.push(("SAMPLE_OUT", &at));
+    (run_in(dir, flags, command, &env), out)
+}
 
 /// A project of the pytest suite in its own temp dir, run with `cargo llmreplay run`.
 struct Suite {
@@ -31,25 +66,14 @@ impl Suite {
     /// `cargo llmreplay run FLAGS -- python -m pytest ARGS`, with `env`; what the tests were
     /// answered lands in a fresh folder, returned with the output.
     fn run(&self, flags: &[&str], pytest: &[&str], env: &[(&str, &str)]) -> (Output, PathBuf) {
-        let out = tempfile::tempdir().unwrap().keep();
-        let mut cmd = Command::new(binary());
-        cmd.current_dir(self.dir.path())
-            .args(["llmreplay", "run"])
-            .args(flags)
-            .arg("--")
-            .arg(&self.python)
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .args(pytest)
-            .env("SAMPLE_OUT", &out)
-            .env("CARGO_TARGET_DIR", self.dir.path().join("target"));
-        for k in ["CI", "LLMREPLAY_MODE", "PYTEST_ADDOPTS"] {
-            cmd.env_remove(k);
-        }
-        without_provider_env(&mut cmd);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        (Output::of(&mut cmd), out)
+        let mut command: Vec<&OsStr> = vec![self.python.as_os_str()];
+        command.extend(
+            ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
+                .iter()
+                .chain(pytest)
+                .map(OsStr::new),
+        );
+        run_keeping(self.dir.path(), flags, &command, env)
     }
 
     fn folder(&self, test: &str) -> PathBuf {
@@ -71,6 +95,24 @@ impl Suite {
     fn report(&self) -> serde_json::Value {
         crate::support::read_json(&self.dir.path().join("target/llmreplay/report.json"))
     }
+}
+
+/// Fails the test with what the run printed unless it succeeded.
+fn succeeded(out: &Output) {
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+}
+
+/// Every file under `folders`, with its bytes: to show a run left them as they were.
+fn files_in(folders: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
+    folders
+        .iter()
+        .flat_map(|f| std::fs::read_dir(f).unwrap())
+        .map(|e| {
+            let p = e.unwrap().path();
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect()
 }
 
 fn answers(dir: &Path) -> BTreeMap<String, String> {
@@ -107,13 +149,7 @@ async fn pytest_per_test(xdist: bool) {
     let flags = record_flags(&fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (recorded, recorded_out) = suite.run(&flags, workers, KEYS);
-    assert_eq!(
-        recorded.code,
-        Some(0),
-        "{}\n{}",
-        recorded.stdout,
-        recorded.stderr
-    );
+    succeeded(&recorded);
     let mut expected: Vec<String> = TESTS
         .iter()
         .map(|t| {
@@ -131,13 +167,7 @@ async fn pytest_per_test(xdist: bool) {
     // Replay, offline, under CI: the same answers.
     fake.stop();
     let (replayed, replayed_out) = suite.run(&[], workers, &[("CI", "true")]);
-    assert_eq!(
-        replayed.code,
-        Some(0),
-        "{}\n{}",
-        replayed.stdout,
-        replayed.stderr
-    );
+    succeeded(&replayed);
     assert_eq!(answers(&replayed_out), answers(&recorded_out));
     assert_eq!(answers(&recorded_out).len(), 3);
     assert_eq!(suite.report()["counts"]["hits"], 3, "{}", suite.report());
@@ -159,21 +189,18 @@ async fn pytest_per_test(xdist: bool) {
     // `--record` of one test: its cassette holds the new request alone; the others' files
     // are byte for byte as they were.
     let fake = FakeProvider::start().await;
-    let others: Vec<(PathBuf, Vec<u8>)> = TESTS[1..]
-        .iter()
-        .flat_map(|t| std::fs::read_dir(suite.folder(t)).unwrap())
-        .map(|e| {
-            let p = e.unwrap().path();
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect();
+    let others = files_in(
+        &TESTS[1..]
+            .iter()
+            .map(|t| suite.folder(t))
+            .collect::<Vec<_>>(),
+    );
     let flags = record_flags(&fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut changed = KEYS.to_vec();
     changed.push(("SAMPLE_CHANGED", "1"));
     let (one, _) = suite.run(&flags, &[TESTS[0]], &changed);
-    assert_eq!(one.code, Some(0), "{}\n{}", one.stdout, one.stderr);
+    succeeded(&one);
     assert_eq!(fake.received().len(), 1);
     for (path, bytes) in others {
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
@@ -208,20 +235,8 @@ async fn a_command_with_no_plugin_records_and_replays_under_its_programs_name() 
     let script = "curl -sS --fail -H 'content-type: application/json' \
         -d '{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"From curl\"}]}' \
         \"$OPENAI_BASE_URL/chat/completions\"";
-    let run = |flags: &[&str], env: &[(&str, &str)]| {
-        let mut cmd = Command::new(binary());
-        cmd.current_dir(dir.path())
-            .args(["llmreplay", "run"])
-            .args(flags)
-            .args(["--", "sh", "-c", script])
-            .env("CARGO_TARGET_DIR", dir.path().join("target"))
-            .env_remove("CI");
-        without_provider_env(&mut cmd);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        Output::of(&mut cmd)
-    };
+    let command: Vec<&OsStr> = ["sh", "-c", script].map(OsStr::new).to_vec();
+    let run = |flags: &[&str], env: &[(&str, &str)]| run_in(dir.path(), flags, &command, env);
     let upstream = format!("openai={}", fake.url());
     let recorded = run(&["--record", "--upstream", &upstream], &[]);
     assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
@@ -244,11 +259,11 @@ async fn a_command_with_no_plugin_records_and_replays_under_its_programs_name() 
         replayed.stderr
     );
     // The command's own failure is the run's status.
-    let mut cmd = Command::new(binary());
-    let failed = Output::of(
-        cmd.current_dir(dir.path())
-            .args(["llmreplay", "run", "--", "sh", "-c", "exit 3"])
-            .env("CARGO_TARGET_DIR", dir.path().join("target")),
+    let failed = run_in(
+        dir.path(),
+        &[],
+        &["sh", "-c", "exit 3"].map(OsStr::new),
+        &[],
     );
     assert_eq!(failed.code, Some(3), "{}", failed.stderr);
 }
@@ -309,23 +324,14 @@ async fn vitest_tests_record_replay_and_miss_each_in_their_own_folder() {
     };
     let mut fake = FakeProvider::start().await;
     let run = |flags: &[&str], extra: &[&str], env: &[(&str, &str)]| {
-        let out = tempfile::tempdir().unwrap().keep();
-        let mut cmd = Command::new(binary());
-        cmd.current_dir(dir.path())
-            .args(["llmreplay", "run"])
-            .args(flags)
-            .args(["--", "node"])
-            .arg(&vitest)
-            .args(["run", "--reporter=dot"])
-            .args(extra)
-            .env("SAMPLE_OUT", &out)
-            .env("CARGO_TARGET_DIR", dir.path().join("target"))
-            .env_remove("CI");
-        without_provider_env(&mut cmd);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        (Output::of(&mut cmd), out)
+        let mut command: Vec<&OsStr> = vec![OsStr::new("node"), vitest.as_os_str()];
+        command.extend(
+            ["run", "--reporter=dot"]
+                .iter()
+                .chain(extra)
+                .map(OsStr::new),
+        );
+        run_keeping(dir.path(), flags, &command, env)
     };
     let tests = [
         "chat.test.js > chat > hello",
@@ -339,13 +345,7 @@ async fn vitest_tests_record_replay_and_miss_each_in_their_own_folder() {
     let flags = record_flags(&fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (recorded, recorded_out) = run(&flags, &[], KEYS);
-    assert_eq!(
-        recorded.code,
-        Some(0),
-        "{}\n{}",
-        recorded.stdout,
-        recorded.stderr
-    );
+    succeeded(&recorded);
     for test in tests {
         assert!(
             folder(test).join("openai.json").is_file(),
@@ -361,13 +361,7 @@ async fn vitest_tests_record_replay_and_miss_each_in_their_own_folder() {
     );
     fake.stop();
     let (replayed, replayed_out) = run(&[], &[], &[("CI", "true")]);
-    assert_eq!(
-        replayed.code,
-        Some(0),
-        "{}\n{}",
-        replayed.stdout,
-        replayed.stderr
-    );
+    succeeded(&replayed);
     assert_eq!(answers(&replayed_out), answers(&recorded_out));
     assert_eq!(answers(&recorded_out).len(), 3);
 
@@ -377,20 +371,13 @@ async fn vitest_tests_record_replay_and_miss_each_in_their_own_folder() {
     assert_eq!(report["missing"][0]["test"], tests[0], "{report}");
 
     let fake = FakeProvider::start().await;
-    let others: Vec<(PathBuf, Vec<u8>)> = tests[1..]
-        .iter()
-        .map(|t| {
-            let p = folder(t).join("openai.json");
-            let bytes = std::fs::read(&p).unwrap();
-            (p, bytes)
-        })
-        .collect();
+    let others = files_in(&tests[1..].iter().map(|t| folder(t)).collect::<Vec<_>>());
     let flags = record_flags(&fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut changed = KEYS.to_vec();
     changed.push(("SAMPLE_CHANGED", "1"));
     let (one, _) = run(&flags, &["-t", "hello"], &changed);
-    assert_eq!(one.code, Some(0), "{}\n{}", one.stdout, one.stderr);
+    succeeded(&one);
     assert_eq!(fake.received().len(), 1);
     for (path, bytes) in others {
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
@@ -413,34 +400,17 @@ async fn jest_tests_record_and_replay_each_in_their_own_folder() {
     std::os::unix::fs::symlink(node.join("node_modules"), dir.path().join("node_modules")).unwrap();
     let jest = node.join("node_modules/jest/bin/jest.js");
     let mut fake = FakeProvider::start().await;
-    let run = |flags: &[&str], env: &[(&str, &str)]| {
-        let out = tempfile::tempdir().unwrap().keep();
-        let mut cmd = Command::new(binary());
-        cmd.current_dir(dir.path())
-            .args(["llmreplay", "run"])
-            .args(flags)
-            .args(["--", "node"])
-            .arg(&jest)
-            .args(["--ci", "--silent"])
-            .env("SAMPLE_OUT", &out)
-            .env("CARGO_TARGET_DIR", dir.path().join("target"))
-            .env_remove("CI");
-        without_provider_env(&mut cmd);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        (Output::of(&mut cmd), out)
-    };
+    let command: Vec<&OsStr> = vec![
+        OsStr::new("node"),
+        jest.as_os_str(),
+        OsStr::new("--ci"),
+        OsStr::new("--silent"),
+    ];
+    let run = |flags: &[&str], env: &[(&str, &str)]| run_keeping(dir.path(), flags, &command, env);
     let flags = record_flags(&fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let (recorded, recorded_out) = run(&flags, KEYS);
-    assert_eq!(
-        recorded.code,
-        Some(0),
-        "{}\n{}",
-        recorded.stdout,
-        recorded.stderr
-    );
+    succeeded(&recorded);
     for test in ["chat.test.cjs > chat hello", "chat.test.cjs > chat bye"] {
         let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
         let file = dir
@@ -452,13 +422,7 @@ async fn jest_tests_record_and_replay_each_in_their_own_folder() {
     }
     fake.stop();
     let (replayed, replayed_out) = run(&[], &[("CI", "true")]);
-    assert_eq!(
-        replayed.code,
-        Some(0),
-        "{}\n{}",
-        replayed.stdout,
-        replayed.stderr
-    );
+    succeeded(&replayed);
     assert_eq!(answers(&replayed_out), answers(&recorded_out));
     assert_eq!(answers(&recorded_out).len(), 2);
 }
@@ -522,31 +486,12 @@ async fn captured_calls_in_one_kept_tunnel_are_filed_per_test() {
     )
     .unwrap();
     ca.trusted_by(dir.path(), scratch.path(), "");
-    let run = |flags: &[&str], env: &[(&str, &str)]| {
-        let mut cmd = Command::new(binary());
-        cmd.current_dir(dir.path())
-            .args(["llmreplay", "run"])
-            .args(flags)
-            .arg("--")
-            .arg(&python)
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-            .env("CARGO_TARGET_DIR", dir.path().join("target"))
-            .env_remove("CI");
-        without_provider_env(&mut cmd);
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        Output::of(&mut cmd)
-    };
+    let mut command: Vec<&OsStr> = vec![python.as_os_str()];
+    command.extend(["-m", "pytest", "-q", "-p", "no:cacheprovider"].map(OsStr::new));
+    let run = |flags: &[&str], env: &[(&str, &str)]| run_in(dir.path(), flags, &command, env);
     let upstream = format!("tools.example=https://127.0.0.1:{}", tls.addr.port());
     let recorded = run(&["--record", "--upstream", &upstream], &[]);
-    assert_eq!(
-        recorded.code,
-        Some(0),
-        "{}\n{}",
-        recorded.stdout,
-        recorded.stderr
-    );
+    succeeded(&recorded);
     assert_eq!(tls.received().len(), 2);
     for (test, who) in [
         ("test_tools.py::test_tool_one", "who=one"),
@@ -565,11 +510,5 @@ async fn captured_calls_in_one_kept_tunnel_are_filed_per_test() {
     }
     tls.stop();
     let replayed = run(&[], &[("CI", "true")]);
-    assert_eq!(
-        replayed.code,
-        Some(0),
-        "{}\n{}",
-        replayed.stdout,
-        replayed.stderr
-    );
+    succeeded(&replayed);
 }

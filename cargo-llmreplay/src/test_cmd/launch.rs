@@ -133,15 +133,7 @@ pub(super) fn launch(
 
     // The daemon's address goes to nextest before the daemon is made, which happens while
     // nextest starts: connections wait in the listener's backlog until it serves.
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    let listener = std::net::TcpListener::bind(addr)
-        .map_err(|source| daemon::DaemonError::Bind { addr, source })?;
-    let url = format!(
-        "http://{}",
-        listener
-            .local_addr()
-            .map_err(|source| daemon::DaemonError::Bind { addr, source })?
-    );
+    let (listener, url) = crate::capture::loopback()?;
 
     let temp = |prefix: &str| {
         tempfile::Builder::new()
