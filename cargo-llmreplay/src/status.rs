@@ -105,7 +105,10 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     let audited = audit_all(cassette_dir)?;
     let mut orphans = Vec::new();
     let mut listed = false;
-    if !args.no_list {
+    // A Python or Node project has no nextest suite to match folders with: its runner's
+    // plugin names the tests, and only a run knows them.
+    let cargo_project = resolved.root.join("Cargo.toml").is_file();
+    if !args.no_list && cargo_project {
         let suite = list_tests(&RunScope::whole_workspace()).map_err(|e| {
             Error::Precondition(format!("{e}; so cassette folders cannot be matched with tests (--no-list skips this check)"))
         })?;

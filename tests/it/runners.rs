@@ -163,6 +163,18 @@ async fn pytest_per_test(xdist: bool) {
     assert!(suite.folder(TESTS[0]).join("openai.json").is_file());
     let calls = fake.received().len();
     assert_eq!(calls, 3);
+    // The cassette commands find this project's cassettes though it is no cargo workspace.
+    let mut status = Command::new(binary());
+    status
+        .current_dir(suite.dir.path())
+        .args(["llmreplay", "status", "--check"]);
+    let status = Output::of(&mut status);
+    succeeded(&status);
+    assert!(
+        status.stderr.contains("are clean (orphans not checked)"),
+        "{}",
+        status.stderr
+    );
 
     // Replay, offline, under CI: the same answers.
     fake.stop();
