@@ -9,10 +9,9 @@
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, Styles};
-use crate::report::{self, Deny, RunScope};
+use crate::report::{self, RunScope};
 use clap::Args;
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 #[derive(Args)]
 #[command(
@@ -38,13 +37,8 @@ use std::path::PathBuf;
 pub struct RunArgs {
     #[command(flatten)]
     daemon: DaemonArgs,
-    /// Write the JSON report here [default: <target dir>/llmreplay/report.json].
-    #[arg(long, value_name = "PATH")]
-    report: Option<PathBuf>,
-    /// Fail the run on unused recordings (unused) or on cassettes changed against git HEAD
-    /// (changed). Repeatable. Missing and escaped calls always fail a run.
-    #[arg(long, value_enum)]
-    deny: Vec<Deny>,
+    #[command(flatten)]
+    gates: report::GateArgs,
     /// The test command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -55,6 +49,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let root = crate::locate::project_root()?;
     let resolved = Resolved::daemon(root.clone(), None, &args.daemon)?;
     let report_path = args
+        .gates
         .report
         .clone()
         .unwrap_or_else(|| resolved.default_report());
@@ -169,12 +164,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     report.write(&report_path)?;
     render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));
     let failures = match status.success() {
-        true => report.gate_failures(&args.deny),
+        true => report.gate_failures(&args.gates.deny),
         false => Vec::new(),
     };
     render::stderr(&report::Report::gate_text(&failures, Styles::for_stderr()));
     report.to_step_summary(&failures);
-    let outcome = report.outcome(Some(status), &args.deny);
+    let outcome = report.outcome(Some(status), &args.gates.deny);
     runtime.shutdown_background();
     drop(run_dir);
     Ok(outcome)

@@ -126,6 +126,19 @@ pub struct Report {
     pub first_failure: Option<daemon::journal::Failure>,
 }
 
+/// Where a run's report goes and what fails its gate: the flags `test` and `run` share.
+#[derive(clap::Args, Debug, Default)]
+pub struct GateArgs {
+    /// Write the JSON report here [default: <target dir>/llmreplay/report.json].
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+    /// Fail the run on unused recordings and folders (unused) or on cassettes changed against
+    /// git HEAD (changed). Repeatable. Missing and escaped calls always fail a run; `escaped` is
+    /// accepted for gates that name it.
+    #[arg(long, value_enum)]
+    pub deny: Vec<Deny>,
+}
+
 pub struct Inputs<'a> {
     pub mode: Mode,
     pub stats: Stats,

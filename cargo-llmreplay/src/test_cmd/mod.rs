@@ -16,7 +16,6 @@ use plan::{Facts, RunPlan};
 
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
-use crate::report::Deny;
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -51,14 +50,8 @@ fn long_about() -> String {
 pub struct TestArgs {
     #[command(flatten)]
     daemon: DaemonArgs,
-    /// Write the JSON report here [default: <target dir>/llmreplay/report.json].
-    #[arg(long, value_name = "PATH")]
-    report: Option<PathBuf>,
-    /// Fail the run on unused recordings and folders (unused) or on cassettes changed against
-    /// git HEAD (changed). Repeatable. Missing and escaped calls always fail a run; `escaped` is
-    /// accepted for gates that name it.
-    #[arg(long, value_enum)]
-    deny: Vec<Deny>,
+    #[command(flatten)]
+    gates: crate::report::GateArgs,
     /// After a recording run, walk through every recorded answer that changed (cargo llmreplay
     /// review): accept (stage), reject or skip each. After a replay that missed, walk each
     /// missed test first, with a key that records it again now. Not under CI.
@@ -117,7 +110,7 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
     let plan = RunPlan::new(&args, nextest_args, facts);
     crate::log::init(0, Some(&plan.log))?;
     let launched = launch(&plan, resolved, ca, runner_key, chain)?;
-    finish::finish(&plan, &args.deny, launched)
+    finish::finish(&plan, &args.gates.deny, launched)
 }
 
 /// The nextest target runner: the small `cargo-llmreplay-runner` installed beside this program

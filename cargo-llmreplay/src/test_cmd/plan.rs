@@ -96,8 +96,8 @@ impl RunPlan {
             Some(_) => true,
             None => false,
         };
-        let report = args.report.clone().unwrap_or(facts.default_report);
-        let log = match &args.report {
+        let report = args.gates.report.clone().unwrap_or(facts.default_report);
+        let log = match &args.gates.report {
             Some(report) => report.with_extension("log"),
             None => facts.target_dir.join("llmreplay/daemon.log"),
         };
