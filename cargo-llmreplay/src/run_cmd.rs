@@ -56,7 +56,9 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let log = report_path.with_extension("log");
     crate::log::init(0, Some(&log))?;
     let target_dir = resolved.target_dir();
-    let settings = resolved.settings;
+    let mut settings = resolved.settings;
+    // A miss tells the test's own output how to record it: with this very command.
+    settings.record_hint = Some(rerun_command(&args.command, "--record-missing", None));
     let mode = settings.mode;
     let cassette_dir = settings.cassette_dir.clone();
     let gateways = settings.gateways();

@@ -373,6 +373,9 @@ pub struct Settings {
     pub limits: Limits,
     /// `[[faults]]`: faults for the tests each filterset selects.
     pub declared_faults: Vec<crate::faults::Declared>,
+    /// The command that records a missing request of a test no nextest runs, for the miss
+    /// message: `cargo llmreplay run` sets its own (`run --record-missing -- <command>`).
+    pub record_hint: Option<String>,
     /// `[upstream] ca_file`, `proxy` and `no_proxy`.
     pub network: crate::upstream::Network,
     /// Which proxy each upstream goes through.
@@ -665,6 +668,7 @@ impl Settings {
             allow_repeats: overrides.allow_repeats,
             limits: Limits::read(&file.upstream, &file.limits)?,
             declared_faults,
+            record_hint: None,
             proxies,
             network,
             allow_credentials_to: overrides.allow_credentials_to.clone(),

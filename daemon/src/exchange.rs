@@ -131,7 +131,8 @@ pub(crate) async fn http(
                 .expect("a 204 builds")
         }
         Plan::Miss => {
-            let (message, detail) = crate::explain::miss(&route, &call, &request);
+            let hint = state.settings.record_hint.as_deref();
+            let (message, detail) = crate::explain::miss(&route, &call, &request, hint);
             state.journal.log(call, Outcome::Miss, 404, Some(detail));
             provider_error(
                 kind,

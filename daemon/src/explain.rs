@@ -15,7 +15,12 @@ const PROMPT_PREVIEW: usize = 200;
 
 /// Why a request in replay found no recording, for the client and the report: the request,
 /// its closest recording and what differs, and the command that records it.
-pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (String, Detail) {
+pub(crate) fn miss(
+    route: &Route,
+    call: &Call,
+    request: &RecordedRequest,
+    hint: Option<&str>,
+) -> (String, Detail) {
     let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
     let closest = entry.closest(request);
     let verdict = closest
@@ -88,7 +93,10 @@ pub(crate) fn miss(route: &Route, call: &Call, request: &RecordedRequest) -> (St
             entry.path.display()
         )),
     }
-    message.push_str(&record_hint(&route.test));
+    match hint.filter(|_| !route.test.is_nextest()) {
+        Some(command) => message.push_str(command),
+        None => message.push_str(&record_hint(&route.test)),
+    }
     let same_call = closest
         .as_ref()
         .is_some_and(|c| !c.differing.is_empty() && c.same_call());

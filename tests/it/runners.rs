@@ -189,6 +189,14 @@ async fn pytest_per_test(xdist: bool) {
     assert_ne!(missed.code, Some(0), "{}", missed.stderr);
     let report = suite.report();
     assert_eq!(report["missing"][0]["test"], TESTS[0], "{report}");
+    // pytest shows the miss in the test's own failure, with the command that records it.
+    assert!(
+        missed
+            .stdout
+            .contains("record it with: cargo llmreplay run --record-missing -- "),
+        "{}",
+        missed.stdout
+    );
     assert!(
         missed.stderr.contains("test_chat.py::test_hello")
             && missed.stderr.contains("cargo llmreplay run --record -- "),
