@@ -8,7 +8,7 @@
 
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
-use crate::render::{self, Styles};
+use crate::render;
 use crate::report::{self, RunScope};
 use clap::Args;
 use std::ffi::OsString;
@@ -160,18 +160,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         m.rerecord = (m.miss.detail.same_call && pytest)
             .then(|| rerun_command(&args.command, "--record", Some(m.miss.test.as_str())));
     }
-    if let Ok(before) = report::Report::read(&report_path) {
-        report.learn_volatile(&before);
-    }
-    report.write(&report_path)?;
-    render::stderr(&report.summary(&root, &report_path, Styles::for_stderr()));
-    let failures = match status.success() {
-        true => report.gate_failures(&args.gates.deny),
-        false => Vec::new(),
-    };
-    render::stderr(&report::Report::gate_text(&failures, Styles::for_stderr()));
-    report.to_step_summary(&failures);
-    let outcome = report.outcome(Some(status), &args.gates.deny);
+    let outcome = report.conclude(&report_path, &root, status, &args.gates.deny)?;
     runtime.shutdown_background();
     drop(run_dir);
     Ok(outcome)

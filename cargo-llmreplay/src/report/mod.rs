@@ -329,6 +329,35 @@ impl Report {
         Ok(out)
     }
 
+    /// Ends a run whose command exited with `status`: learns from the report it replaces at
+    /// `path`, writes this one there, prints its summary (paths relative to `root`) and why the
+    /// gate fails, writes the CI step summary, and says how the run ends.
+    pub fn conclude(
+        &mut self,
+        path: &Path,
+        root: &Path,
+        status: std::process::ExitStatus,
+        deny: &[Deny],
+    ) -> Result<Outcome> {
+        use crate::render::{self, Styles};
+        // The run before this one: a value that differs between the two with nothing else
+        // changed is volatile, whatever its shape.
+        if let Ok(before) = Report::read(path) {
+            self.learn_volatile(&before);
+        }
+        self.write(path)?;
+        render::stderr(&self.summary(root, path, Styles::for_stderr()));
+        // The command's own failure is its status; the gate's reasons are for a run whose
+        // tests passed.
+        let failures = match status.success() {
+            true => self.gate_failures(deny),
+            false => Vec::new(),
+        };
+        render::stderr(&Report::gate_text(&failures, Styles::for_stderr()));
+        self.to_step_summary(&failures);
+        Ok(self.outcome(Some(status), deny))
+    }
+
     /// Takes as volatile a field the run `before` also missed on, against the same recording,
     /// with another value, when nothing else that differs changed between the two runs: two
     /// runs of one test that send different values there, unasked.

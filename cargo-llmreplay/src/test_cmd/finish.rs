@@ -4,7 +4,7 @@
 use super::launch::Launched;
 use super::plan::{RunPlan, Wiring};
 use crate::error::{Error, Outcome, Result};
-use crate::render::{self, Styles};
+use crate::render;
 use crate::report::{self, Deny};
 
 /// The status cargo-nextest (through clap) exits with when its arguments are wrong.
@@ -127,21 +127,7 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
         changes: background
             .and_then(|read| read.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
     })?;
-    // The run before this one, from the report it is about to replace: a value that differs
-    // between the two with nothing else changed is volatile, whatever its shape.
-    if let Ok(before) = report::Report::read(&plan.report) {
-        report.learn_volatile(&before);
-    }
-    report.write(&plan.report)?;
-    render::stderr(&report.summary(&root, &plan.report, Styles::for_stderr()));
-    // nextest's own failure is its status; the gate's reasons are for a run whose tests passed.
-    let failures = match status.success() {
-        true => report.gate_failures(deny),
-        false => Vec::new(),
-    };
-    render::stderr(&report::Report::gate_text(&failures, Styles::for_stderr()));
-    report.to_step_summary(&failures);
-    let outcome = report.outcome(Some(status), deny);
+    let outcome = report.conclude(&plan.report, &root, status, deny)?;
     if plan.review && mode.goes_upstream() {
         crate::review_cmd::after_test_run(&cassette_dir)?;
     } else if plan.review && !report.missing.is_empty() && status.code().is_some() {
