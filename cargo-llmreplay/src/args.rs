@@ -179,3 +179,13 @@ pub fn target_dir(root: &Path) -> PathBuf {
         None => root.join("target"),
     }
 }
+
+/// Whether a command's FILTER matches any of `names` (an interaction's ID, a test's id): as a
+/// glob when it has one of `*?[`, else as a part of one.
+pub fn filter_matches(filter: &str, names: &[&str]) -> bool {
+    if filter.contains(['*', '?', '[']) {
+        return cassettes::glob::glob(filter, cassettes::glob::Separator::Any)
+            .is_ok_and(|m| names.iter().any(|n| m.is_match(n)));
+    }
+    names.iter().any(|n| n.contains(filter))
+}

@@ -36,32 +36,28 @@ pub fn run(args: PruneArgs) -> Result<Outcome> {
     let cassette_dir = resolved.cassette_dir().to_path_buf();
     let (path, report) = Report::last_run(&resolved, args.report.as_deref())?;
     trust(&report, &path, &cassette_dir)?;
-    // The report may come from another machine: its paths are rebased on this cassette
-    // folder, keeping `<slug>/<provider>.json` (or `<slug>`) when the prefix differs.
-    let local = |p: &Path, depth: usize| -> PathBuf {
-        match p.strip_prefix(&report.cassette_dir) {
-            Ok(rel) => cassette_dir.join(rel),
-            Err(_) => {
-                let parts: Vec<_> = p.components().collect();
-                let tail = &parts[parts.len().saturating_sub(depth)..];
-                cassette_dir.join(tail.iter().collect::<PathBuf>())
-            }
-        }
-    };
     let mut recordings: BTreeMap<PathBuf, Vec<RecordingId>> = BTreeMap::new();
     let mut folders = Vec::new();
     for u in &report.unused {
         match u {
             Unused::Recording(r) => recordings
-                .entry(inside(&cassette_dir, local(&r.cassette, 2), 2)?)
+                .entry(report.cassette_on_this_machine(
+                    &cassette_dir,
+                    &r.cassette,
+                    2,
+                    "prune removes",
+                )?)
                 .or_default()
                 .push(RecordingId {
                     key: r.key.clone(),
                     ordinal: r.ordinal,
                 }),
-            Unused::Folder { folder } => {
-                folders.push(inside(&cassette_dir, local(Path::new(folder), 1), 1)?)
-            }
+            Unused::Folder { folder } => folders.push(report.cassette_on_this_machine(
+                &cassette_dir,
+                Path::new(folder),
+                1,
+                "prune removes",
+            )?),
         }
     }
     let rel = |p: &Path| term(&resolved.rel(p)).into_owned();
@@ -110,33 +106,6 @@ pub fn run(args: PruneArgs) -> Result<Outcome> {
         stderr("(dry run: nothing was removed)\n");
     }
     Ok(Outcome::Success)
-}
-
-/// `path` if it names a cassette folder (`depth` 1) or a cassette file (2) of `cassette_dir`,
-/// links resolved: a report (edited, or from elsewhere) never makes prune remove anything else.
-fn inside(cassette_dir: &Path, path: PathBuf, depth: usize) -> Result<PathBuf> {
-    let refuse = |why: &str| {
-        Err(Error::Report(format!(
-            "the report names {}, {why}; prune removes only cassettes of {} and removed nothing",
-            path.display(),
-            cassette_dir.display()
-        )))
-    };
-    let Ok(rel) = path.strip_prefix(cassette_dir) else {
-        return refuse("which is outside the cassette directory");
-    };
-    let plain = rel
-        .components()
-        .all(|c| matches!(c, std::path::Component::Normal(_)));
-    if !plain || rel.components().count() != depth {
-        return refuse("which is not a cassette folder or file of it (`..` or a deeper path?)");
-    }
-    if path.exists() {
-        if let Err(e) = cassettes::confined(cassette_dir, &path) {
-            return refuse(&format!("which resolves elsewhere ({e})"));
-        }
-    }
-    Ok(path)
 }
 
 /// Why this report cannot be trusted to say what is unused, if it cannot.

@@ -60,7 +60,11 @@ pub fn run(args: RekeyArgs) -> Result<Outcome> {
     let chosen: Vec<&Missing> = report
         .missing
         .iter()
-        .filter(|m| args.filter.as_deref().is_none_or(|f| matches(f, m)))
+        .filter(|m| {
+            args.filter
+                .as_deref()
+                .is_none_or(|f| crate::args::filter_matches(f, &[m.miss.test.as_str()]))
+        })
         .collect();
     if chosen.is_empty() {
         stderr(&format!(
@@ -114,16 +118,6 @@ pub fn run(args: RekeyArgs) -> Result<Outcome> {
         return Ok(Outcome::Success);
     }
     crate::match_cmd::replay(&rekeyed, &path)
-}
-
-/// A filter matches a test's id: as a glob when it has one of `*?[`, else as a part.
-fn matches(filter: &str, m: &Missing) -> bool {
-    let test = m.miss.test.as_str();
-    if filter.contains(['*', '?', '[']) {
-        return cassettes::glob::glob(filter, cassettes::glob::Separator::Any)
-            .is_ok_and(|g| g.is_match(test));
-    }
-    test.contains(filter)
 }
 
 /// One re-key, checked and ready to write.
@@ -222,7 +216,14 @@ fn plan(m: &Missing, resolved: &Resolved, report: &Report) -> Result<Plan, Strin
             m.command
         ));
     }
-    let cassette = local(&m.miss.cassette, resolved, report);
+    let cassette = report
+        .cassette_on_this_machine(
+            resolved.cassette_dir(),
+            Path::new(&m.miss.cassette),
+            2,
+            "rekey rewrites",
+        )
+        .map_err(|e| e.to_string())?;
     let current = cassettes::read_cassette(&cassette).map_err(|e| e.to_string())?;
     let Some(recorded) = current
         .interactions
@@ -266,19 +267,6 @@ fn plan(m: &Missing, resolved: &Resolved, report: &Report) -> Result<Plan, Strin
         request,
         fields: said.join(", "),
     })
-}
-
-/// The cassette on this machine: a report's path rebased on this cassette folder.
-fn local(path: &str, resolved: &Resolved, report: &Report) -> PathBuf {
-    let p = Path::new(path);
-    match p.strip_prefix(&report.cassette_dir) {
-        Ok(rel) => resolved.cassette_dir().join(rel),
-        Err(_) => {
-            let parts: Vec<_> = p.components().collect();
-            let tail: PathBuf = parts[parts.len().saturating_sub(2)..].iter().collect();
-            resolved.cassette_dir().join(tail)
-        }
-    }
 }
 
 /// Sets (or with `None` removes) the value at a JSON pointer whose parent exists.

@@ -130,13 +130,9 @@ impl Session {
     }
 }
 
-/// A filter matches an ID or a test id: as a glob when it has one of `*?[`, else as a part.
+/// A filter matches an ID or a test id.
 fn matches(filter: &str, p: &Pending) -> bool {
-    if filter.contains(['*', '?', '[']) {
-        return cassettes::glob::glob(filter, cassettes::glob::Separator::Any)
-            .is_ok_and(|m| m.is_match(&p.id) || m.is_match(p.test.as_str()));
-    }
-    p.id.contains(filter) || p.test.contains(filter)
+    crate::args::filter_matches(filter, &[&p.id, p.test.as_str()])
 }
 
 pub fn run(args: ReviewArgs) -> Result<Outcome> {

@@ -236,6 +236,50 @@ impl Report {
         })
     }
 
+    /// A cassette file (`depth` 2) or folder (1) the report names, on this machine: rebased on
+    /// `cassette_dir` (the report may come from another machine; `<slug>/<provider>.json` is
+    /// kept when its prefix differs), and refused unless it is one of `cassette_dir`'s, links
+    /// resolved: an edited report never makes a command (`doing`: "prune removes") touch
+    /// anything else.
+    pub fn cassette_on_this_machine(
+        &self,
+        cassette_dir: &Path,
+        named: &Path,
+        depth: usize,
+        doing: &str,
+    ) -> Result<PathBuf> {
+        let path = match named.strip_prefix(&self.cassette_dir) {
+            Ok(rel) => cassette_dir.join(rel),
+            Err(_) => {
+                let parts: Vec<_> = named.components().collect();
+                let tail = &parts[parts.len().saturating_sub(depth)..];
+                cassette_dir.join(tail.iter().collect::<PathBuf>())
+            }
+        };
+        let refuse = |why: &str| {
+            Err(Error::Report(format!(
+                "the report names {}, {why}; {doing} only cassettes of {} and changed nothing",
+                path.display(),
+                cassette_dir.display()
+            )))
+        };
+        let Ok(rel) = path.strip_prefix(cassette_dir) else {
+            return refuse("which is outside the cassette directory");
+        };
+        let plain = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !plain || rel.components().count() != depth {
+            return refuse("which is not a cassette folder or file of it (`..` or a deeper path?)");
+        }
+        if path.exists() {
+            if let Err(e) = cassettes::confined(cassette_dir, &path) {
+                return refuse(&format!("which resolves elsewhere ({e})"));
+            }
+        }
+        Ok(path)
+    }
+
     /// The report at `given`, else the last run's in the workspace's target dir, with its path.
     pub fn last_run(
         resolved: &crate::args::Resolved,
