@@ -54,10 +54,24 @@ pub struct DaemonArgs {
     /// Allow a mode that calls real providers when the CI environment variable is set.
     #[arg(long)]
     pub allow_record_in_ci: bool,
+    /// Replay everything else, but run MCP server NAME live (its stdio command started by
+    /// `cargo llmreplay mcp`, its HTTP url reached) and report each answer that differs from
+    /// the recording; nothing is written. Repeatable.
+    #[arg(long, value_name = "mcp:NAME", value_parser = parse_live)]
+    pub live: Vec<String>,
     #[command(flatten)]
     pub cassettes: CassetteDirArg,
     #[command(flatten)]
     pub upstream: UpstreamArg,
+}
+
+fn parse_live(s: &str) -> std::result::Result<String, String> {
+    match s.strip_prefix("mcp:") {
+        Some(name) if !name.is_empty() => Ok(name.to_string()),
+        _ => Err(format!(
+            "{s:?}: what runs live is an MCP server, named as mcp:NAME (the --name given to `cargo llmreplay mcp`, or [mcp.NAME] of llmreplay.toml)"
+        )),
+    }
 }
 
 fn parse_mode(s: &str) -> std::result::Result<Mode, daemon::ConfigError> {
@@ -99,6 +113,7 @@ impl DaemonArgs {
             realtime: self.realtime,
             allow_repeats: self.allow_repeats,
             allow_credentials_to: self.upstream.allow_credentials_to.clone(),
+            live_mcp: self.live.clone(),
         }
     }
 }

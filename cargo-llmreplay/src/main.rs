@@ -9,6 +9,7 @@ mod files;
 mod locate;
 mod log;
 mod match_cmd;
+mod mcp_cmd;
 mod mv_cmd;
 mod prune;
 mod rekey_cmd;
@@ -74,6 +75,7 @@ enum Command {
     #[command(subcommand, name = "match")]
     Match(match_cmd::MatchCommand),
     Rekey(rekey_cmd::RekeyArgs),
+    Mcp(mcp_cmd::McpArgs),
     /// Work with run reports (merge the reports of a sharded suite)
     #[command(subcommand)]
     Report(report::ReportCommand),
@@ -110,6 +112,7 @@ fn main() -> ExitCode {
     let result = match command {
         Command::Test { args } => test_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
+        Command::Mcp(args) => mcp_cmd::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Status(args) => status::run(args),
         Command::Diff(args) => diff_cmd::run(args),

@@ -164,7 +164,9 @@ fn env_lines(
     };
     let routed = providers::env::routed_from(Some(gateways));
     let mut out = String::new();
-    for (name, value) in providers::env::injected(&base, &routed) {
+    let mut vars = providers::env::injected(&base, &routed);
+    vars.extend(providers::env::mcp_urls(&base, Some(gateways)));
+    for (name, value) in vars {
         out.push_str(&format!("export {name}={}\n", shell_quote(&value)));
     }
     if let Some(id) = test_id {

@@ -16,6 +16,7 @@ mod id;
 mod key;
 pub mod lossy_path;
 mod maintenance;
+pub mod mcp;
 pub mod pointer;
 pub mod secrets;
 pub mod session;

@@ -23,6 +23,13 @@ impl Summary {
                 usage,
             });
         }
+        if let Some(text) = crate::mcp::answer_text(response) {
+            return Some(Summary {
+                text,
+                tool_calls: Vec::new(),
+                usage: None,
+            });
+        }
         let answer = providers::read_answer(&response.payloads());
         let summary = Summary {
             text: answer.text,

@@ -123,6 +123,15 @@ struct FileConfig {
     capture: CaptureSection,
     #[serde(default)]
     telemetry: TelemetrySection,
+    #[serde(default)]
+    mcp: BTreeMap<String, McpEntry>,
+}
+
+/// `[mcp.NAME]`: a Streamable HTTP MCP server, served at `/mcp/NAME`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpEntry {
+    url: String,
 }
 
 /// `[telemetry]`: more paths that only report, beside the families' own.
@@ -347,6 +356,8 @@ pub struct Overrides {
     pub allow_repeats: bool,
     /// `--allow-credentials-to HOST`: hosts that may receive re-signed credentials.
     pub allow_credentials_to: Vec<String>,
+    /// `--live mcp:NAME`: MCP servers run live in replay, their answers compared.
+    pub live_mcp: Vec<String>,
 }
 
 /// The daemon's settings, checked and compiled.
@@ -390,6 +401,10 @@ pub struct Settings {
     /// The secret a test's proxy credentials carry beside its id, new for every run: a
     /// credential that names a test without it names none.
     pub proxy_secret: String,
+    /// `[mcp.NAME] url`: Streamable HTTP MCP servers by name.
+    pub mcp: BTreeMap<String, String>,
+    /// MCP servers (by name, without `mcp-`) run live in replay (`--live mcp:NAME`).
+    pub live_mcp: Vec<String>,
 }
 
 /// 128 random bits, as hex: the run's proxy secret.
@@ -438,6 +453,13 @@ fn runner_placeholder() -> &'static str {
 }
 
 impl Settings {
+    /// Whether the MCP server of cassette `provider` (`mcp-NAME`) runs live in replay.
+    pub fn live_mcp(&self, provider: &str) -> bool {
+        provider
+            .strip_prefix(cassettes::mcp::PREFIX)
+            .is_some_and(|name| self.live_mcp.iter().any(|n| n == name))
+    }
+
     /// Whether `route` only reports: a path its family names as telemetry, or one of
     /// `[telemetry] paths`.
     pub fn is_telemetry(&self, route: &crate::route::Route) -> bool {
@@ -652,6 +674,25 @@ impl Settings {
             .clone()
             .or(file.cassette_dir)
             .unwrap_or_else(|| PathBuf::from("tests/cassettes"));
+        let mut mcp = BTreeMap::new();
+        for (name, entry) in file.mcp {
+            let url = entry.url;
+            let valid_name = cassettes::ProviderName::new(&format!("{}{name}", cassettes::mcp::PREFIX)).is_some();
+            if !valid_name {
+                return Err(ConfigError::Invalid(format!(
+                    "[mcp.{name}]: an MCP server's name takes letters, digits, '-' and '_'"
+                )));
+            }
+            let parsed = url.parse::<http::Uri>().ok().filter(|u| {
+                matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some()
+            });
+            if parsed.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "[mcp.{name}] url = {url:?}: give the server's full URL, e.g. \"https://mcp.example.com/mcp\""
+                )));
+            }
+            mcp.insert(name, url);
+        }
         Ok(Settings {
             mode: overrides.mode.unwrap_or_default(),
             cassette_dir: root.join(cassette_dir),
@@ -675,6 +716,8 @@ impl Settings {
             capture,
             secret_values: Vec::new(),
             proxy_secret: new_proxy_secret(),
+            mcp,
+            live_mcp: overrides.live_mcp.clone(),
         })
     }
 }
@@ -728,6 +771,8 @@ impl Settings {
             .iter()
             .filter(|p| p.name.as_str() != p.kind.as_str())
             .map(|p| format!("{}:{}", p.name.as_str(), p.kind.as_str()))
+            // Streamable HTTP MCP servers, for their `<NAME>_MCP_URL`.
+            .chain(self.mcp.keys().map(|name| format!("{name}:mcp")))
             .collect::<Vec<_>>()
             .join(",")
     }

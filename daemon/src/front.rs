@@ -44,6 +44,13 @@ pub(crate) async fn handle(
         let prefix = prefix.to_string();
         return control::faults(&state, conn, &prefix, req).await;
     }
+    if let Some(prefix) = req.uri().path().strip_suffix("/__llmreplay/mcp") {
+        let prefix = prefix.to_string();
+        return mcp_route(&state, conn, &prefix, None, req).await;
+    }
+    if let Some((prefix, name)) = mcp_server_path(req.uri().path()) {
+        return mcp_route(&state, conn, &prefix, Some(name), req).await;
+    }
     if let Some(rest) = req.uri().path().strip_prefix("/__llmreplay/") {
         let rest = rest.to_string();
         return control::control(&state, &rest, req).await;
@@ -62,4 +69,55 @@ pub(crate) async fn handle(
         Err(refused) => return refused.answer(),
     };
     crate::routed::routed(state, resolved.with_test(test), req).await
+}
+
+/// `[/t/<test>]/mcp/<name>`: a Streamable HTTP MCP server's path, split into its test prefix
+/// and the server's name.
+fn mcp_server_path(path: &str) -> Option<(String, String)> {
+    let (prefix, rest) = match path.find("/mcp/") {
+        Some(0) => ("", &path[5..]),
+        Some(at) if path.starts_with("/t/") && !path[3..at].contains('/') => {
+            (&path[..at], &path[at + 5..])
+        }
+        _ => return None,
+    };
+    let name = rest.trim_end_matches('/');
+    (!name.is_empty() && !name.contains('/')).then(|| (prefix.to_string(), name.to_string()))
+}
+
+/// The MCP routes: the stdio shim's (`…/__llmreplay/mcp`, `name` none) and a Streamable HTTP
+/// server's (`…/mcp/<name>`), their test identified as every route's.
+async fn mcp_route(
+    state: &Arc<State>,
+    conn: &Conn,
+    prefix: &str,
+    name: Option<String>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let path = match prefix.strip_prefix("/t/") {
+        Some(encoded) if !encoded.contains('/') => Some(encoded),
+        _ if prefix.is_empty() => None,
+        _ => {
+            return respond::text(
+                StatusCode::NOT_FOUND,
+                format!("cargo-llmreplay: MCP routes live at <LLMREPLAY_BASE_URL>/mcp/NAME and /__llmreplay/mcp, not under {prefix:?}"),
+            )
+        }
+    };
+    let claims = Claims {
+        path,
+        header: req.headers().get("x-test-id"),
+        ..Claims::default()
+    };
+    let test = match identity::identify_on(state, conn, claims).await {
+        Ok(identity) => identity.test,
+        Err(refused) => return refused.answer(),
+    };
+    match name {
+        Some(name) => crate::mcp::http_transport::handle(state, test, &name, req).await,
+        None => {
+            let query = req.uri().query().unwrap_or("").to_string();
+            crate::mcp::control(state, test, &query, req).await
+        }
+    }
 }

@@ -44,6 +44,9 @@ pub enum Outcome {
     Fault,
     /// A request that only reports (traces), answered here in replay whatever its body.
     Telemetry,
+    /// A message to an MCP server run live (`--live mcp:NAME`) whose answer differs from its
+    /// recording: nothing written.
+    LiveDiffers,
 }
 
 impl Outcome {
@@ -61,6 +64,7 @@ impl Outcome {
             Outcome::Error => "error",
             Outcome::Fault => "fault",
             Outcome::Telemetry => "telemetry",
+            Outcome::LiveDiffers => "live answer differs",
         }
     }
 
@@ -299,6 +303,7 @@ impl Stats {
             Outcome::Error => &mut self.errors,
             Outcome::Fault => &mut self.faults,
             Outcome::Telemetry => &mut self.telemetry,
+            Outcome::LiveDiffers => &mut self.live_differs,
         }
     }
 }
@@ -333,6 +338,9 @@ pub struct Stats {
     /// Telemetry (traces) answered here in replay, whatever its body.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub telemetry: usize,
+    /// Messages to an MCP server run live whose answers differ from their recordings.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub live_differs: usize,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -354,6 +362,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.errors += o.errors;
         self.faults += o.faults;
         self.telemetry += o.telemetry;
+        self.live_differs += o.live_differs;
     }
 }
 
@@ -610,10 +619,19 @@ impl Journal {
 
     /// The misses, in order, with what the report shows of each.
     pub fn misses(&self) -> Vec<Miss> {
+        self.of_outcome(Outcome::Miss)
+    }
+
+    /// The messages to MCP servers run live whose answers differ from their recordings.
+    pub fn live_differences(&self) -> Vec<Miss> {
+        self.of_outcome(Outcome::LiveDiffers)
+    }
+
+    fn of_outcome(&self, outcome: Outcome) -> Vec<Miss> {
         let records = self.records.lock().expect("journal lock");
         records
             .iter()
-            .filter(|r| r.outcome == Outcome::Miss)
+            .filter(|r| r.outcome == outcome)
             .map(|r| Miss {
                 test: r.call.entry.test.clone(),
                 provider: r.call.entry.provider.clone(),

@@ -21,6 +21,7 @@ mod explain;
 pub mod faults;
 mod front;
 mod hints;
+mod mcp;
 mod identity;
 pub mod journal;
 pub mod peer;
@@ -150,6 +151,7 @@ impl Daemon {
             peers: Arc::default(),
             attempts: Default::default(),
             announced: Default::default(),
+            mcp: Default::default(),
             trees: Arc::default(),
             own_uid: local
                 .ip()

@@ -43,6 +43,8 @@ pub(crate) struct State {
     pub own_uid: Option<u32>,
     /// The test each process said it runs now (`begin?pid=`), until it says it ended.
     pub announced: Announced,
+    /// MCP exchanges the stdio shim forwarded, waiting for their answers.
+    pub mcp: crate::mcp::Tickets,
     /// The root process of a command whose process trees name their calls when nothing else
     /// does (`cargo llmreplay run`).
     pub trees: Arc<std::sync::OnceLock<u32>>,

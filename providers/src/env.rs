@@ -246,6 +246,21 @@ pub fn injected(base: &str, providers: &[Routed]) -> Vec<(String, String)> {
     out
 }
 
+/// `<NAME>_MCP_URL` for each Streamable HTTP MCP server among `gateways` (as `NAME:mcp`):
+/// the daemon's `/mcp/NAME` under the test's `base`.
+pub fn mcp_urls(base: &str, gateways: Option<&str>) -> Vec<(String, String)> {
+    gateways
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|pair| pair.strip_suffix(":mcp"))
+        .filter(|name| !name.is_empty())
+        .map(|name| {
+            let var = name.to_ascii_uppercase().replace('-', "_");
+            (format!("{var}_MCP_URL"), format!("{base}/mcp/{name}"))
+        })
+        .collect()
+}
+
 /// The base-URL variables every test gets, for help texts: `OPENAI_BASE_URL, ...`.
 pub fn injected_names() -> String {
     let mut names: Vec<&str> = Vec::new();

@@ -207,6 +207,7 @@ pub fn daemon_env(
     };
     let routed = providers::env::routed_from(gateways);
     let mut env = providers::env::injected(&base, &routed);
+    env.extend(providers::env::mcp_urls(&base, gateways));
     if let Some(id) = id {
         env.push(("LLMREPLAY_TEST_ID".into(), id.to_string()));
     }

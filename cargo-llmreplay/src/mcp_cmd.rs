@@ -1,0 +1,548 @@
+//! `cargo llmreplay mcp [--name NAME] -- COMMAND...`: a stdio MCP server's stand-in, run by the
+//! agent's MCP configuration in place of the server's command (README, "MCP servers"). It asks
+//! the run's daemon what to do with each client message: in replay it answers from the test's
+//! `mcp-<name>.json` and never starts the server; in the recording modes it starts the server,
+//! relays both ways and hands each exchange (the server's messages until the request's
+//! response, with the client's answers to the server's own requests) to the daemon to save.
+//! With no daemon it only relays. Clients often give a server a short list of variables only
+//! (the Python SDK's `stdio_client` does), so the daemon and the test are found in the
+//! environment of the nearest process up the tree that has them.
+
+use crate::error::{Error, Outcome, Result};
+use bytes::Bytes;
+use clap::Args;
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+#[derive(Args)]
+#[command(
+    about = "Stand in for a stdio MCP server: record its messages per test, replay them without it",
+    long_about = "Stand in for a stdio MCP server in an agent's MCP configuration: put \
+        `cargo llmreplay mcp --name NAME --` before the server's command.\n\n\
+        Under `cargo llmreplay test` or `run`, each message is filed under the test whose process \
+        started the server, in tests/cassettes/<test>/mcp-NAME.json. Replay answers from it and \
+        never starts the server (CI needs neither its binary nor its credentials); --record and \
+        --record-missing start it and record; --live mcp:NAME runs it and reports answers that \
+        differ from the recording. Outside a run (no LLMREPLAY_BASE_URL in this process or \
+        the ones that started it), the server runs as if the shim were not there.",
+    after_help = "Examples:\n  \
+        cargo llmreplay mcp --name fs -- npx -y @modelcontextprotocol/server-filesystem /data\n  \
+        cargo llmreplay mcp -- python weather_server.py      # name: weather_server"
+)]
+pub struct McpArgs {
+    /// The server's name in cassette files (`mcp-NAME.json`) and in --live mcp:NAME
+    /// [default: from the command, e.g. server-everything for npx @modelcontextprotocol/server-everything].
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// The server's command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// Programs that run another, whose first argument names the server.
+const LAUNCHERS: &[&str] = &[
+    "npx", "node", "bunx", "bun", "deno", "uvx", "uv", "python", "python3", "pipx", "docker",
+    "pnpm", "yarn",
+];
+
+/// The server's name from its command: the program's, or for a launcher the first argument
+/// that is no flag nor a launcher's own word, without its scope, version and extension.
+pub fn name_of(command: &[OsString]) -> String {
+    let words: Vec<String> = command
+        .iter()
+        .map(|w| w.to_string_lossy().into_owned())
+        .collect();
+    let base = |w: &str| w.rsplit(['/', '\\']).next().unwrap_or(w).to_string();
+    let program = words.first().map(|w| base(w)).unwrap_or_default();
+    let launcher = LAUNCHERS.contains(&program.trim_end_matches(".exe"));
+    let chosen = match launcher {
+        false => program,
+        true => words
+            .iter()
+            .skip(1)
+            .find(|w| !w.starts_with('-') && !matches!(w.as_str(), "run" | "exec" | "tool" | "dlx"))
+            .map(|w| {
+                let w = w.rsplit_once('@').filter(|(head, _)| !head.is_empty()).map_or(w.as_str(), |(head, _)| head);
+                base(w)
+            })
+            .unwrap_or(program),
+    };
+    let stem = chosen
+        .strip_suffix(".py")
+        .or_else(|| chosen.strip_suffix(".js"))
+        .or_else(|| chosen.strip_suffix(".mjs"))
+        .or_else(|| chosen.strip_suffix(".exe"))
+        .unwrap_or(&chosen);
+    let name: String = stem
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .collect();
+    if name.is_empty() {
+        "server".into()
+    } else {
+        name
+    }
+}
+
+/// The daemon and the test, as the nearest process up the tree that has them names them.
+struct Found {
+    /// `LLMREPLAY_BASE_URL`: the run's root, or a test's `<root>/t/<id>`.
+    base: String,
+    /// The test its variables name (nextest's, or `LLMREPLAY_TEST_ID`); none when the daemon
+    /// tells it from the process (a test announced by the pytest plugin, say).
+    test: Option<String>,
+}
+
+fn find_daemon() -> Option<Found> {
+    let own: HashMap<String, String> = std::env::vars().collect();
+    if let Some(found) = found_in(&own) {
+        return Some(found);
+    }
+    let mut pid = std::os::unix::process::parent_id();
+    for _ in 0..64 {
+        if pid <= 1 {
+            break;
+        }
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            break;
+        };
+        let vars: HashMap<String, String> = environ
+            .split(|b| *b == 0)
+            .filter_map(|kv| {
+                let kv = String::from_utf8_lossy(kv);
+                let (k, v) = kv.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect();
+        if let Some(found) = found_in(&vars) {
+            return Some(found);
+        }
+        pid = parent_of(pid)?;
+    }
+    None
+}
+
+fn found_in(vars: &HashMap<String, String>) -> Option<Found> {
+    let base = vars.get("LLMREPLAY_BASE_URL").filter(|b| !b.is_empty())?.clone();
+    let test = vars.get("LLMREPLAY_TEST_ID").cloned().or_else(|| {
+        let (binary, name) = (vars.get("NEXTEST_BINARY_ID")?, vars.get("NEXTEST_TEST_NAME")?);
+        Some(format!("{binary}${name}"))
+    });
+    Some(Found { base, test })
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The field after the command's closing parenthesis and the state.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// One keep-alive connection to the daemon's MCP route.
+#[derive(Clone)]
+struct Daemon {
+    send: Arc<tokio::sync::Mutex<hyper::client::conn::http1::SendRequest<Full<Bytes>>>>,
+    authority: String,
+    path: String,
+    name: String,
+    test: Option<String>,
+}
+
+impl Daemon {
+    async fn connect(found: &Found, name: &str) -> Result<Daemon> {
+        let rest = found.base.strip_prefix("http://").ok_or_else(|| {
+            Error::Usage(format!("LLMREPLAY_BASE_URL={} is not an http:// URL", found.base))
+        })?;
+        let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let stream = tokio::net::TcpStream::connect(authority)
+            .await
+            .map_err(|e| Error::io(format!("cannot reach the daemon at {}", found.base), e))?;
+        let _ = stream.set_nodelay(true);
+        let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| Error::Usage(format!("cannot talk to the daemon at {}: {e}", found.base)))?;
+        tokio::spawn(conn);
+        Ok(Daemon {
+            send: Arc::new(tokio::sync::Mutex::new(send)),
+            authority: authority.to_string(),
+            path: format!("{}/__llmreplay/mcp", prefix.trim_end_matches('/')),
+            name: name.to_string(),
+            test: found.test.clone(),
+        })
+    }
+
+    /// `op` with `body`; the daemon's JSON answer, or what it said instead.
+    async fn post(&self, op: &str, extra: &str, body: Vec<u8>) -> std::result::Result<Value, String> {
+        let mut req = http::Request::post(format!("{}?name={}&op={op}{extra}", self.path, self.name))
+            .header(http::header::HOST, &self.authority)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(test) = &self.test {
+            let encoded = percent_encoding::utf8_percent_encode(test, percent_encoding::NON_ALPHANUMERIC).to_string();
+            req = req.header("x-test-id", encoded);
+        }
+        let req = req.body(Full::new(Bytes::from(body))).map_err(|e| e.to_string())?;
+        let answer = {
+            let mut send = self.send.lock().await;
+            send.ready().await.map_err(|e| e.to_string())?;
+            send.send_request(req).await.map_err(|e| e.to_string())?
+        };
+        let status = answer.status();
+        let bytes = answer.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        if !status.is_success() {
+            return Err(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        serde_json::from_slice(&bytes).map_err(|e| e.to_string())
+    }
+}
+
+pub fn run(args: McpArgs) -> Result<Outcome> {
+    let name = args.name.clone().unwrap_or_else(|| name_of(&args.command));
+    let Some(found) = find_daemon() else {
+        return passthrough(&args.command);
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("cannot start the shim's runtime".to_string(), e))?;
+    runtime.block_on(async move {
+        let daemon = Daemon::connect(&found, &name).await?;
+        let opened = daemon
+            .post("open", "", b"{}".to_vec())
+            .await
+            .map_err(|m| Error::Usage(format!("the daemon refused MCP server {name:?}: {m}")))?;
+        let mode = opened["mode"].as_str().unwrap_or("replay").to_string();
+        let live = opened["live"].as_bool().unwrap_or(false);
+        let code = if mode == "replay" && !live {
+            replay(daemon).await
+        } else {
+            relay(daemon, &args.command, mode == "record-missing" && !live).await?
+        };
+        std::process::exit(code)
+    })
+}
+
+/// No daemon: the server runs as if the shim were not there.
+fn passthrough(command: &[OsString]) -> Result<Outcome> {
+    let status = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .status()
+        .map_err(|e| Error::io(format!("cannot start {}", command[0].to_string_lossy()), e))?;
+    std::process::exit(status.code().unwrap_or(1))
+}
+
+/// Writes lines to our stdout in the order they are sent.
+fn writer() -> (mpsc::UnboundedSender<Vec<u8>>, tokio::task::JoinHandle<()>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let task = tokio::spawn(async move {
+        let mut out = tokio::io::stdout();
+        while let Some(mut line) = rx.recv().await {
+            line.push(b'\n');
+            if out.write_all(&line).await.is_err() || out.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    (tx, task)
+}
+
+fn line_of(message: &Value) -> Vec<u8> {
+    serde_json::to_vec(message).expect("JSON values serialise")
+}
+
+/// Replay: every answer from the cassette; the server never starts.
+async fn replay(daemon: Daemon) -> i32 {
+    let (out, writing) = writer();
+    // The server's requests waiting for the client's answer, by id.
+    let waiting: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>> = Arc::default();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            let _ = out.send(line_of(&cassettes::mcp::miss_error(&Value::Null, "cargo-llmreplay: a line that is no JSON")));
+            continue;
+        };
+        if cassettes::mcp::kind(&message) == Some(cassettes::mcp::Kind::Response) {
+            if let Some(done) = waiting.lock().expect("lock").remove(&message["id"].to_string()) {
+                let _ = done.send(());
+            }
+        }
+        let answer = match daemon.post("call", "", line.into_bytes()).await {
+            Ok(answer) => answer,
+            Err(m) => json!({"do": "answer", "message": cassettes::mcp::miss_error(message.get("id").unwrap_or(&Value::Null), &format!("cargo-llmreplay: the daemon could not answer: {m}"))}),
+        };
+        match answer["do"].as_str() {
+            Some("replay") => {
+                let steps = answer["steps"].as_array().cloned().unwrap_or_default();
+                let (out, waiting) = (out.clone(), waiting.clone());
+                tokio::spawn(async move { play(steps, out, waiting).await });
+            }
+            Some("answer") if message.get("id").is_some() => {
+                let _ = out.send(line_of(&answer["message"]));
+            }
+            Some("exit") => return 1,
+            _ => {}
+        }
+    }
+    drop(out);
+    let _ = writing.await;
+    0
+}
+
+/// Sends a recorded exchange's server messages in order, waiting after each request of the
+/// server's for the client's answer when more follows.
+async fn play(
+    steps: Vec<Value>,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    waiting: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>>,
+) {
+    let n = steps.len();
+    for (i, step) in steps.into_iter().enumerate() {
+        let Some(message) = step.get("server") else {
+            continue;
+        };
+        let asks = cassettes::mcp::kind(message) == Some(cassettes::mcp::Kind::Request) && i + 1 < n;
+        let answered = asks.then(|| {
+            let (tx, rx) = oneshot::channel();
+            waiting.lock().expect("lock").insert(message["id"].to_string(), tx);
+            rx
+        });
+        if out.send(line_of(message)).is_err() {
+            return;
+        }
+        if let Some(answered) = answered {
+            let _ = answered.await;
+        }
+    }
+}
+
+/// One exchange under way while the server runs: its ticket and what crossed so far.
+struct Flow {
+    ticket: Option<u64>,
+    steps: Vec<Value>,
+    started: Instant,
+}
+
+#[derive(Default)]
+struct Flows {
+    /// Requests sent to the server, not answered yet, in the order sent.
+    open: Vec<(String, Flow)>,
+    /// The last notification the client sent while no request was open: the server's
+    /// messages that follow it are its answer.
+    after_notification: Option<Flow>,
+    /// The server's requests, by id, and the request whose exchange they belong to.
+    asked: HashMap<String, String>,
+    /// Ids of requests whose answers the client already had from the cassette (record-missing
+    /// keeps the server's handshake).
+    swallowed: Vec<String>,
+}
+
+/// The recording modes and --live: the server runs and each exchange goes to the daemon.
+async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Result<i32> {
+    let mut child = tokio::process::Command::new(&command[0])
+        .args(&command[1..])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| Error::io(format!("cannot start the MCP server {}", command[0].to_string_lossy()), e))?;
+    let mut server_in = child.stdin.take().expect("piped");
+    let server_out = child.stdout.take().expect("piped");
+    let (out, writing) = writer();
+    let flows: Arc<Mutex<Flows>> = Arc::default();
+    let saves = Arc::new(Mutex::new(Vec::<tokio::task::JoinHandle<()>>::new()));
+    let save = {
+        let (daemon, saves) = (daemon.clone(), saves.clone());
+        move |flow: Flow| {
+            let Some(ticket) = flow.ticket else { return };
+            let daemon = daemon.clone();
+            let ms = flow.started.elapsed().as_millis();
+            let task = tokio::spawn(async move {
+                let body = line_of(&Value::Array(flow.steps));
+                if let Err(m) = daemon.post("save", &format!("&ticket={ticket}&ms={ms}"), body).await {
+                    eprintln!("cargo-llmreplay mcp: {m}");
+                }
+            });
+            saves.lock().expect("lock").push(task);
+        }
+    };
+    // The server's messages: to the client, and into the exchange they belong to.
+    let from_server = {
+        let (out, flows, save) = (out.clone(), flows.clone(), save.clone());
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(server_out).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let message = serde_json::from_str::<Value>(&line).ok();
+                let mut done = None;
+                let mut pass = true;
+                if let Some(message) = &message {
+                    let mut f = flows.lock().expect("lock");
+                    let id = message.get("id").map(Value::to_string).unwrap_or_default();
+                    match cassettes::mcp::kind(message) {
+                        Some(cassettes::mcp::Kind::Response) => {
+                            if let Some(at) = f.swallowed.iter().position(|s| *s == id) {
+                                f.swallowed.remove(at);
+                                pass = false;
+                            } else if let Some(at) = f.open.iter().position(|(open, _)| *open == id) {
+                                let (_, mut flow) = f.open.remove(at);
+                                flow.steps.push(json!({"server": message}));
+                                done = Some(flow);
+                            }
+                        }
+                        Some(kind) => {
+                            let step = json!({"server": message});
+                            let owner = f.open.last().map(|(id, _)| id.clone());
+                            match owner {
+                                Some(owner) => {
+                                    if kind == cassettes::mcp::Kind::Request {
+                                        f.asked.insert(id.clone(), owner.clone());
+                                    }
+                                    if let Some((_, flow)) = f.open.iter_mut().find(|(o, _)| *o == owner) {
+                                        flow.steps.push(step);
+                                    }
+                                }
+                                None => {
+                                    if let Some(flow) = f.after_notification.as_mut() {
+                                        flow.steps.push(step);
+                                    }
+                                }
+                            }
+                        }
+                        None => {}
+                    }
+                }
+                if pass {
+                    let _ = out.send(line.into_bytes());
+                }
+                if let Some(flow) = done {
+                    save(flow);
+                }
+            }
+        })
+    };
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut exit = None;
+    while let Ok(Some(line)) = lines.next_line().await {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            let _ = server_in.write_all(format!("{line}\n").as_bytes()).await;
+            continue;
+        };
+        let kind = cassettes::mcp::kind(&message);
+        let id = message.get("id").map(Value::to_string).unwrap_or_default();
+        // A new client message ends the notification's answer before it.
+        let ended = flows.lock().expect("lock").after_notification.take();
+        if let Some(flow) = ended.filter(|f| !f.steps.is_empty()) {
+            save(flow);
+        }
+        let answer = match daemon.post("call", "", line.clone().into_bytes()).await {
+            Ok(answer) => answer,
+            Err(m) => {
+                eprintln!("cargo-llmreplay mcp: the daemon could not take a message: {m}");
+                json!({"do": "forward"})
+            }
+        };
+        let mut send = false;
+        match answer["do"].as_str() {
+            Some("forward") => {
+                send = true;
+                let flow = Flow {
+                    ticket: answer["ticket"].as_u64(),
+                    steps: Vec::new(),
+                    started: Instant::now(),
+                };
+                let mut f = flows.lock().expect("lock");
+                match kind {
+                    Some(cassettes::mcp::Kind::Request) => f.open.push((id.clone(), flow)),
+                    Some(cassettes::mcp::Kind::Notification) if f.open.is_empty() => {
+                        f.after_notification = Some(flow)
+                    }
+                    Some(cassettes::mcp::Kind::Response) => {
+                        // The client's answer to a request of the server's: part of the
+                        // exchange that request came in.
+                        if let Some(owner) = f.asked.remove(&id) {
+                            if let Some((_, flow)) = f.open.iter_mut().find(|(o, _)| *o == owner) {
+                                flow.steps.push(json!({"client": message}));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some("replay") => {
+                let steps = answer["steps"].as_array().cloned().unwrap_or_default();
+                for step in steps {
+                    if let Some(m) = step.get("server") {
+                        let _ = out.send(line_of(m));
+                    }
+                }
+                // The server still needs its handshake, for what is recorded later.
+                let handshake = matches!(
+                    cassettes::mcp::method(&message),
+                    Some("initialize" | "notifications/initialized")
+                );
+                if lazy_handshake && handshake {
+                    send = true;
+                    if kind == Some(cassettes::mcp::Kind::Request) {
+                        flows.lock().expect("lock").swallowed.push(id.clone());
+                    }
+                }
+            }
+            Some("answer") if kind == Some(cassettes::mcp::Kind::Request) => {
+                let _ = out.send(line_of(&answer["message"]));
+            }
+            Some("exit") => {
+                exit = Some(1);
+                break;
+            }
+            _ => {}
+        }
+        if send && server_in.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    if let Some(code) = exit {
+        let _ = child.kill().await;
+        return Ok(code);
+    }
+    // The client is done: the server's stdin closes, and what it still says is relayed.
+    drop(server_in);
+    let _ = from_server.await;
+    let ended = flows.lock().expect("lock").after_notification.take();
+    if let Some(flow) = ended.filter(|f| !f.steps.is_empty()) {
+        save(flow);
+    }
+    let tasks = std::mem::take(&mut *saves.lock().expect("lock"));
+    for task in tasks {
+        let _ = task.await;
+    }
+    drop(out);
+    let _ = writing.await;
+    let status = child.wait().await.ok().and_then(|s| s.code()).unwrap_or(0);
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_of;
+
+    fn name(words: &[&str]) -> String {
+        name_of(&words.iter().map(Into::into).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn names_from_commands() {
+        assert_eq!(name(&["npx", "-y", "@modelcontextprotocol/server-everything@2026.8.31"]), "server-everything");
+        assert_eq!(name(&["python", "tools/weather_server.py"]), "weather_server");
+        assert_eq!(name(&["uv", "run", "weather.py"]), "weather");
+        assert_eq!(name(&["/usr/local/bin/my-server", "--port", "1"]), "my-server");
+    }
+}
