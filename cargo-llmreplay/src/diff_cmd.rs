@@ -141,6 +141,9 @@ pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
         .map(|(class, n)| match class {
             Drift::Error => format!("{n} became or stopped being an error"),
             Drift::ToolCall => format!("{} changed", plural(*n, "tool call")),
+            Drift::ToolSchema => {
+                format!("{} changed its tool schemas", plural(*n, "MCP tool list"))
+            }
             Drift::Structure => format!("{n} structure changed"),
             Drift::Wording => format!("{n} wording"),
             Drift::Usage => format!("{n} usage only"),

@@ -68,7 +68,10 @@ pub fn name_of(command: &[OsString]) -> String {
             .skip(1)
             .find(|w| !w.starts_with('-') && !matches!(w.as_str(), "run" | "exec" | "tool" | "dlx"))
             .map(|w| {
-                let w = w.rsplit_once('@').filter(|(head, _)| !head.is_empty()).map_or(w.as_str(), |(head, _)| head);
+                let w = w
+                    .rsplit_once('@')
+                    .filter(|(head, _)| !head.is_empty())
+                    .map_or(w.as_str(), |(head, _)| head);
                 base(w)
             })
             .unwrap_or(program),
@@ -81,7 +84,13 @@ pub fn name_of(command: &[OsString]) -> String {
         .unwrap_or(&chosen);
     let name: String = stem
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     if name.is_empty() {
         "server".into()
@@ -129,9 +138,15 @@ fn find_daemon() -> Option<Found> {
 }
 
 fn found_in(vars: &HashMap<String, String>) -> Option<Found> {
-    let base = vars.get("LLMREPLAY_BASE_URL").filter(|b| !b.is_empty())?.clone();
+    let base = vars
+        .get("LLMREPLAY_BASE_URL")
+        .filter(|b| !b.is_empty())?
+        .clone();
     let test = vars.get("LLMREPLAY_TEST_ID").cloned().or_else(|| {
-        let (binary, name) = (vars.get("NEXTEST_BINARY_ID")?, vars.get("NEXTEST_TEST_NAME")?);
+        let (binary, name) = (
+            vars.get("NEXTEST_BINARY_ID")?,
+            vars.get("NEXTEST_TEST_NAME")?,
+        );
         Some(format!("{binary}${name}"))
     });
     Some(Found { base, test })
@@ -140,7 +155,12 @@ fn found_in(vars: &HashMap<String, String>) -> Option<Found> {
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The field after the command's closing parenthesis and the state.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// One keep-alive connection to the daemon's MCP route.
@@ -156,16 +176,22 @@ struct Daemon {
 impl Daemon {
     async fn connect(found: &Found, name: &str) -> Result<Daemon> {
         let rest = found.base.strip_prefix("http://").ok_or_else(|| {
-            Error::Usage(format!("LLMREPLAY_BASE_URL={} is not an http:// URL", found.base))
+            Error::Usage(format!(
+                "LLMREPLAY_BASE_URL={} is not an http:// URL",
+                found.base
+            ))
         })?;
         let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
         let stream = tokio::net::TcpStream::connect(authority)
             .await
             .map_err(|e| Error::io(format!("cannot reach the daemon at {}", found.base), e))?;
         let _ = stream.set_nodelay(true);
-        let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| Error::Usage(format!("cannot talk to the daemon at {}: {e}", found.base)))?;
+        let (send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| {
+                    Error::Usage(format!("cannot talk to the daemon at {}: {e}", found.base))
+                })?;
         tokio::spawn(conn);
         Ok(Daemon {
             send: Arc::new(tokio::sync::Mutex::new(send)),
@@ -177,22 +203,37 @@ impl Daemon {
     }
 
     /// `op` with `body`; the daemon's JSON answer, or what it said instead.
-    async fn post(&self, op: &str, extra: &str, body: Vec<u8>) -> std::result::Result<Value, String> {
-        let mut req = http::Request::post(format!("{}?name={}&op={op}{extra}", self.path, self.name))
-            .header(http::header::HOST, &self.authority)
-            .header(http::header::CONTENT_TYPE, "application/json");
+    async fn post(
+        &self,
+        op: &str,
+        extra: &str,
+        body: Vec<u8>,
+    ) -> std::result::Result<Value, String> {
+        let mut req =
+            http::Request::post(format!("{}?name={}&op={op}{extra}", self.path, self.name))
+                .header(http::header::HOST, &self.authority)
+                .header(http::header::CONTENT_TYPE, "application/json");
         if let Some(test) = &self.test {
-            let encoded = percent_encoding::utf8_percent_encode(test, percent_encoding::NON_ALPHANUMERIC).to_string();
+            let encoded =
+                percent_encoding::utf8_percent_encode(test, percent_encoding::NON_ALPHANUMERIC)
+                    .to_string();
             req = req.header("x-test-id", encoded);
         }
-        let req = req.body(Full::new(Bytes::from(body))).map_err(|e| e.to_string())?;
+        let req = req
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
         let answer = {
             let mut send = self.send.lock().await;
             send.ready().await.map_err(|e| e.to_string())?;
             send.send_request(req).await.map_err(|e| e.to_string())?
         };
         let status = answer.status();
-        let bytes = answer.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let bytes = answer
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         if !status.is_success() {
             return Err(String::from_utf8_lossy(&bytes).into_owned());
         }
@@ -265,17 +306,26 @@ async fn replay(daemon: Daemon) -> i32 {
             continue;
         }
         let Ok(message) = serde_json::from_str::<Value>(&line) else {
-            let _ = out.send(line_of(&cassettes::mcp::miss_error(&Value::Null, "cargo-llmreplay: a line that is no JSON")));
+            let _ = out.send(line_of(&cassettes::mcp::miss_error(
+                &Value::Null,
+                "cargo-llmreplay: a line that is no JSON",
+            )));
             continue;
         };
         if cassettes::mcp::kind(&message) == Some(cassettes::mcp::Kind::Response) {
-            if let Some(done) = waiting.lock().expect("lock").remove(&message["id"].to_string()) {
+            if let Some(done) = waiting
+                .lock()
+                .expect("lock")
+                .remove(&message["id"].to_string())
+            {
                 let _ = done.send(());
             }
         }
         let answer = match daemon.post("call", "", line.into_bytes()).await {
             Ok(answer) => answer,
-            Err(m) => json!({"do": "answer", "message": cassettes::mcp::miss_error(message.get("id").unwrap_or(&Value::Null), &format!("cargo-llmreplay: the daemon could not answer: {m}"))}),
+            Err(m) => {
+                json!({"do": "answer", "message": cassettes::mcp::miss_error(message.get("id").unwrap_or(&Value::Null), &format!("cargo-llmreplay: the daemon could not answer: {m}"))})
+            }
         };
         match answer["do"].as_str() {
             Some("replay") => {
@@ -307,10 +357,14 @@ async fn play(
         let Some(message) = step.get("server") else {
             continue;
         };
-        let asks = cassettes::mcp::kind(message) == Some(cassettes::mcp::Kind::Request) && i + 1 < n;
+        let asks =
+            cassettes::mcp::kind(message) == Some(cassettes::mcp::Kind::Request) && i + 1 < n;
         let answered = asks.then(|| {
             let (tx, rx) = oneshot::channel();
-            waiting.lock().expect("lock").insert(message["id"].to_string(), tx);
+            waiting
+                .lock()
+                .expect("lock")
+                .insert(message["id"].to_string(), tx);
             rx
         });
         if out.send(line_of(message)).is_err() {
@@ -351,7 +405,15 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| Error::io(format!("cannot start the MCP server {}", command[0].to_string_lossy()), e))?;
+        .map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot start the MCP server {}",
+                    command[0].to_string_lossy()
+                ),
+                e,
+            )
+        })?;
     let mut server_in = child.stdin.take().expect("piped");
     let server_out = child.stdout.take().expect("piped");
     let (out, writing) = writer();
@@ -365,7 +427,10 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
             let ms = flow.started.elapsed().as_millis();
             let task = tokio::spawn(async move {
                 let body = line_of(&Value::Array(flow.steps));
-                if let Err(m) = daemon.post("save", &format!("&ticket={ticket}&ms={ms}"), body).await {
+                if let Err(m) = daemon
+                    .post("save", &format!("&ticket={ticket}&ms={ms}"), body)
+                    .await
+                {
                     eprintln!("cargo-llmreplay mcp: {m}");
                 }
             });
@@ -389,7 +454,8 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
                             if let Some(at) = f.swallowed.iter().position(|s| *s == id) {
                                 f.swallowed.remove(at);
                                 pass = false;
-                            } else if let Some(at) = f.open.iter().position(|(open, _)| *open == id) {
+                            } else if let Some(at) = f.open.iter().position(|(open, _)| *open == id)
+                            {
                                 let (_, mut flow) = f.open.remove(at);
                                 flow.steps.push(json!({"server": message}));
                                 done = Some(flow);
@@ -403,7 +469,9 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
                                     if kind == cassettes::mcp::Kind::Request {
                                         f.asked.insert(id.clone(), owner.clone());
                                     }
-                                    if let Some((_, flow)) = f.open.iter_mut().find(|(o, _)| *o == owner) {
+                                    if let Some((_, flow)) =
+                                        f.open.iter_mut().find(|(o, _)| *o == owner)
+                                    {
                                         flow.steps.push(step);
                                     }
                                 }
@@ -505,7 +573,12 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
             }
             _ => {}
         }
-        if send && server_in.write_all(format!("{line}\n").as_bytes()).await.is_err() {
+        if send
+            && server_in
+                .write_all(format!("{line}\n").as_bytes())
+                .await
+                .is_err()
+        {
             break;
         }
     }
@@ -540,9 +613,22 @@ mod tests {
 
     #[test]
     fn names_from_commands() {
-        assert_eq!(name(&["npx", "-y", "@modelcontextprotocol/server-everything@2026.8.31"]), "server-everything");
-        assert_eq!(name(&["python", "tools/weather_server.py"]), "weather_server");
+        assert_eq!(
+            name(&[
+                "npx",
+                "-y",
+                "@modelcontextprotocol/server-everything@2026.8.31"
+            ]),
+            "server-everything"
+        );
+        assert_eq!(
+            name(&["python", "tools/weather_server.py"]),
+            "weather_server"
+        );
         assert_eq!(name(&["uv", "run", "weather.py"]), "weather");
-        assert_eq!(name(&["/usr/local/bin/my-server", "--port", "1"]), "my-server");
+        assert_eq!(
+            name(&["/usr/local/bin/my-server", "--port", "1"]),
+            "my-server"
+        );
     }
 }

@@ -253,19 +253,30 @@ mod tests {
 
     #[test]
     fn kinds() {
-        assert_eq!(kind(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})), Some(Kind::Request));
-        assert_eq!(kind(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})), Some(Kind::Notification));
-        assert_eq!(kind(&json!({"jsonrpc": "2.0", "id": 1, "result": {}})), Some(Kind::Response));
+        assert_eq!(
+            kind(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})),
+            Some(Kind::Request)
+        );
+        assert_eq!(
+            kind(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"})),
+            Some(Kind::Notification)
+        );
+        assert_eq!(
+            kind(&json!({"jsonrpc": "2.0", "id": 1, "result": {}})),
+            Some(Kind::Response)
+        );
         assert_eq!(kind(&json!([{"id": 1}])), None);
     }
 
     #[test]
     fn a_changed_schema_is_named() {
         let list = |schema: Value| {
-            steps_response(vec![json!({"server": {"jsonrpc": "2.0", "id": 1, "result": {"tools": [
-                {"name": "add", "inputSchema": schema},
-                {"name": "echo", "inputSchema": {"type": "object"}},
-            ]}}})])
+            steps_response(vec![
+                json!({"server": {"jsonrpc": "2.0", "id": 1, "result": {"tools": [
+                    {"name": "add", "inputSchema": schema},
+                    {"name": "echo", "inputSchema": {"type": "object"}},
+                ]}}}),
+            ])
         };
         let a = list(json!({"type": "object", "properties": {"a": {"type": "number"}}}));
         let b = list(json!({"type": "object", "properties": {"a": {"type": "string"}}}));

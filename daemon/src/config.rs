@@ -677,7 +677,9 @@ impl Settings {
         let mut mcp = BTreeMap::new();
         for (name, entry) in file.mcp {
             let url = entry.url;
-            let valid_name = cassettes::ProviderName::new(&format!("{}{name}", cassettes::mcp::PREFIX)).is_some();
+            let valid_name =
+                cassettes::ProviderName::new(&format!("{}{name}", cassettes::mcp::PREFIX))
+                    .is_some();
             if !valid_name {
                 return Err(ConfigError::Invalid(format!(
                     "[mcp.{name}]: an MCP server's name takes letters, digits, '-' and '_'"

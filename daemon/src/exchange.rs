@@ -86,7 +86,7 @@ pub(crate) async fn http(
     } else {
         Form::Http
     };
-    let planned = match plan(&state, &route, parts.method.clone(), key, form) {
+    let planned = match plan(&state, &route, parts.method.clone(), key, form, None) {
         Ok(planned) => planned,
         Err(refused) => return *refused,
     };

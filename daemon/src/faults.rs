@@ -57,6 +57,8 @@ pub struct Fault {
     pub id: u64,
     /// Only this provider's requests; none for any.
     pub provider: Option<ProviderName>,
+    /// Only an MCP server's calls of this tool.
+    pub tool: Option<String>,
     /// Matching requests let through before it fires.
     pub after: u64,
     /// How many requests it takes.
@@ -89,6 +91,12 @@ pub struct FaultSpec {
     pub delay_ms: Option<i64>,
     /// `"malformed": true`: break the body.
     pub malformed: Option<bool>,
+    /// `"tool"`: only an MCP server's `tools/call` of this tool.
+    pub tool: Option<String>,
+    /// `"error"`: an MCP error with this message (a 500 with it as body elsewhere).
+    pub error: Option<String>,
+    /// `"exit": true`: the MCP server goes away (a cut before any byte elsewhere).
+    pub exit: Option<bool>,
     /// A nextest filterset, in `llmreplay.toml` only.
     #[serde(default)]
     pub test: Option<String>,
@@ -107,7 +115,7 @@ pub struct DisconnectSpec {
 pub enum FaultError {
     /// No kind given.
     #[error(
-        "a fault needs one of \"status\", \"disconnect\", \"delay_ms\" or \"malformed\": true"
+        "a fault needs one of \"status\", \"disconnect\", \"delay_ms\", \"malformed\": true, or for an MCP server \"error\" or \"exit\": true"
     )]
     NoKind,
     /// More than one kind given.
@@ -167,6 +175,8 @@ impl FaultSpec {
             ("disconnect", self.disconnect.is_some()),
             ("delay_ms", self.delay_ms.is_some()),
             ("malformed", self.malformed == Some(true)),
+            ("error", self.error.is_some()),
+            ("exit", self.exit == Some(true)),
         ]
         .iter()
         .filter(|k| k.1)
@@ -177,7 +187,14 @@ impl FaultSpec {
             1 => {}
             _ => return Err(FaultError::Kinds(kinds.join(" and "))),
         }
-        let spec = self;
+        let mut spec = self;
+        if let Some(message) = spec.error.take() {
+            spec.status = Some(500);
+            spec.body = Some(Value::String(message));
+        }
+        if spec.exit == Some(true) {
+            spec.disconnect = Some(DisconnectSpec { after_chunks: 0 });
+        }
         let kind = if let Some(status) = spec.status {
             // 1xx would turn the connection into something else (101 hijacks it).
             if !(200..=599).contains(&status) {
@@ -222,6 +239,8 @@ impl FaultSpec {
         let provider = match spec.provider.as_deref() {
             None | Some("any") => None,
             Some(name) if providers.contains(&name) => ProviderName::new(name),
+            // MCP servers are known once their shim or route is used.
+            Some(name) if cassettes::mcp::is_mcp(name) => ProviderName::new(name),
             Some(name) => {
                 return Err(FaultError::Provider {
                     name: name.to_string(),
@@ -240,6 +259,7 @@ impl FaultSpec {
         Ok(Fault {
             id,
             provider,
+            tool: spec.tool,
             after: non_negative("after", spec.after.unwrap_or(0))?,
             times,
             kind,
@@ -410,6 +430,17 @@ impl Faults {
     /// The fault that takes this request of `test` to `provider`, if one does: every matching
     /// fault counts the request, and the first that is due fires.
     pub fn take(&self, test: &TestId, provider: &ProviderName) -> Option<FaultKind> {
+        self.take_for(test, provider, None)
+    }
+
+    /// [`Faults::take`] for a request that names `tool` (an MCP `tools/call`): faults for
+    /// another tool, or for one when it names none, let it through uncounted.
+    pub fn take_for(
+        &self,
+        test: &TestId,
+        provider: &ProviderName,
+        tool: Option<&str>,
+    ) -> Option<FaultKind> {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
@@ -423,6 +454,9 @@ impl Faults {
         let mut fired = None;
         for f in state.faults.iter_mut() {
             if f.provider.as_ref().is_some_and(|p| p != provider) {
+                continue;
+            }
+            if f.tool.is_some() && f.tool.as_deref() != tool {
                 continue;
             }
             f.seen += 1;

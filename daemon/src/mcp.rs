@@ -42,7 +42,8 @@ pub(crate) struct Pending {
     call: Call,
     request: RecordedRequest,
     test: TestId,
-    live: bool,
+    /// `--live`: the recording the answer is compared with (none: nothing to compare with).
+    live: Option<Option<Arc<cassettes::Prepared>>>,
 }
 
 /// What to do with one client message.
@@ -121,7 +122,7 @@ pub(crate) async fn begin(
         captured: None,
     };
     let mcp = Method::from_bytes(b"MCP").expect("a token");
-    let planned = match plan(state, &route, mcp, key, Form::Http) {
+    let planned = match plan(state, &route, mcp, key, Form::Http, protocol::tool(message)) {
         Ok(planned) => planned,
         Err(refused) => {
             let why = refusal_text(*refused).await;
@@ -134,11 +135,15 @@ pub(crate) async fn begin(
     let call = planned.call;
     if live {
         // The server runs; what it answers is compared with the recording, which is not moved.
+        let recorded = match planned.plan {
+            Plan::Replay(prepared) => Some(prepared),
+            _ => None,
+        };
         let pending = Pending {
             call,
             request,
             test,
-            live: true,
+            live: Some(recorded),
         };
         return Begun::Forward(Some(pending));
     }
@@ -171,7 +176,10 @@ pub(crate) async fn begin(
             if let Some(tool) = protocol::tool(message) {
                 text = text.replacen(
                     "(replay mode).",
-                    &format!("(replay mode): MCP {} of tool {tool:?}.", route.upstream_path),
+                    &format!(
+                        "(replay mode): MCP {} of tool {tool:?}.",
+                        route.upstream_path
+                    ),
                     1,
                 );
             }
@@ -182,7 +190,7 @@ pub(crate) async fn begin(
             call,
             request,
             test,
-            live: false,
+            live: None,
         })),
         Plan::Forward(Save::PassOn) => {
             state.journal.log(call, Outcome::Passthrough, 200, None);
@@ -219,6 +227,7 @@ fn live_ids(steps: Vec<Value>, message: &Value) -> Vec<Value> {
     let Some(id) = message.get("id").filter(|id| !id.is_null()) else {
         return steps;
     };
+    let token = message.pointer("/params/_meta/progressToken");
     let n = steps.len();
     steps
         .into_iter()
@@ -230,6 +239,14 @@ fn live_ids(steps: Vec<Value>, message: &Value) -> Vec<Value> {
             if let Some(server) = step.get_mut("server") {
                 if last_response && protocol::kind(server) == Some(Message::Response) {
                     *server = protocol::with_id(server.take(), id);
+                }
+                // Progress is reported against the token the live request gave.
+                if let (Some(token), Some(Value::Object(params))) =
+                    (token, server.get_mut("params"))
+                {
+                    if params.contains_key("progressToken") {
+                        params.insert("progressToken".into(), token.clone());
+                    }
                 }
             }
             step
@@ -245,12 +262,20 @@ fn fault_answer(state: &State, call: Call, fault: FaultKind, message: &Value) ->
                 .as_ref()
                 .map(|b| String::from_utf8_lossy(b).into_owned())
                 .unwrap_or_else(|| format!("cargo-llmreplay: fault {status} for this test"));
-            let code = json!(-32_603);
-            Begun::Answer(json!({
-                "jsonrpc": "2.0",
-                "id": id_of(message),
-                "error": {"code": code, "message": text},
-            }))
+            // A tool fails as tools do, with a result the model reads; any other method
+            // with a JSON-RPC error.
+            Begun::Answer(match protocol::tool(message) {
+                Some(_) => json!({
+                    "jsonrpc": "2.0",
+                    "id": id_of(message),
+                    "result": {"content": [{"type": "text", "text": text}], "isError": true},
+                }),
+                None => json!({
+                    "jsonrpc": "2.0",
+                    "id": id_of(message),
+                    "error": {"code": -32_603, "message": text},
+                }),
+            })
         }
         FaultKind::Disconnect { .. } | FaultKind::Malformed | FaultKind::Delay { .. } => {
             Begun::Exit
@@ -284,8 +309,8 @@ pub(crate) async fn save(
         ttfb_ms: ms,
         total_ms: ms,
     };
-    if live {
-        compare_live(state, call, &request, response, &test);
+    if let Some(recorded) = live {
+        compare_live(state, call, &request, response, recorded.as_deref(), &test);
         return Ok(());
     }
     let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
@@ -298,15 +323,11 @@ fn compare_live(
     call: Call,
     request: &RecordedRequest,
     live: cassettes::RecordedResponse,
+    recorded: Option<&cassettes::Prepared>,
     test: &TestId,
 ) {
-    let recorded = call
-        .entry
-        .next(&call.key, state.settings.allow_repeats)
-        .ok()
-        .and_then(|l| l.hit);
     let now = answers(&protocol::server_messages(&live));
-    let detail = match &recorded {
+    let detail = match recorded {
         None => Some(format!(
             "cargo-llmreplay: live MCP {} in test {test} has no recording to compare with",
             request.path
@@ -334,9 +355,12 @@ fn compare_live(
     match detail {
         Some(message) => {
             tracing::warn!(target: "cargo_llmreplay::daemon", "{message}");
-            state
-                .journal
-                .log(call, Outcome::LiveDiffers, 200, Some(Detail::message(message)));
+            state.journal.log(
+                call,
+                Outcome::LiveDiffers,
+                200,
+                Some(Detail::message(message)),
+            );
         }
         None => state.journal.log(call, Outcome::Passthrough, 200, None),
     }
@@ -387,11 +411,18 @@ pub(crate) async fn control(
     let param = |name: &str| {
         query.split('&').find_map(|kv| {
             let v = kv.strip_prefix(name)?.strip_prefix('=')?;
-            Some(percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned())
+            Some(
+                percent_encoding::percent_decode_str(v)
+                    .decode_utf8_lossy()
+                    .into_owned(),
+            )
         })
     };
     let Some(name) = param("name") else {
-        return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: the MCP route needs ?name=<server name>".into());
+        return text(
+            StatusCode::BAD_REQUEST,
+            "cargo-llmreplay: the MCP route needs ?name=<server name>".into(),
+        );
     };
     let provider = match provider(&name, None) {
         Ok(p) => p,
@@ -406,7 +437,12 @@ pub(crate) async fn control(
     };
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: the MCP route takes JSON: {e}")),
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("cargo-llmreplay: the MCP route takes JSON: {e}"),
+            )
+        }
     };
     match param("op").as_deref() {
         Some("open") => respond::json(json!({
@@ -420,7 +456,9 @@ pub(crate) async fn control(
                 Begun::Replay { steps, .. } => json!({"do": "replay", "steps": steps}),
                 Begun::Forward(None) => json!({"do": "forward"}),
                 Begun::Forward(Some(pending)) => match state.mcp.put(pending) {
-                    Ok(ticket) => json!({"do": "forward", "ticket": ticket, "t0": started.elapsed().as_micros() as u64}),
+                    Ok(ticket) => {
+                        json!({"do": "forward", "ticket": ticket, "t0": started.elapsed().as_micros() as u64})
+                    }
                     Err(m) => return text(StatusCode::SERVICE_UNAVAILABLE, m),
                 },
                 Begun::Answer(message) => json!({"do": "answer", "message": message}),
@@ -430,12 +468,23 @@ pub(crate) async fn control(
             respond::json(answer)
         }
         Some("save") => {
-            let Some(pending) = param("ticket").and_then(|t| t.parse().ok()).and_then(|t| state.mcp.take(t)) else {
-                return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: save needs the ticket its call was given, once".into());
+            let Some(pending) = param("ticket")
+                .and_then(|t| t.parse().ok())
+                .and_then(|t| state.mcp.take(t))
+            else {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    "cargo-llmreplay: save needs the ticket its call was given, once".into(),
+                );
             };
             let steps = match value {
                 Value::Array(steps) => steps,
-                _ => return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: save takes the steps as a JSON array".into()),
+                _ => {
+                    return text(
+                        StatusCode::BAD_REQUEST,
+                        "cargo-llmreplay: save takes the steps as a JSON array".into(),
+                    )
+                }
             };
             let elapsed = param("ms").and_then(|m| m.parse::<u64>().ok()).unwrap_or(0);
             let started = Instant::now() - std::time::Duration::from_millis(elapsed);
@@ -444,7 +493,10 @@ pub(crate) async fn control(
                 Err(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
             }
         }
-        _ => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: the MCP route's op is open, call or save".into()),
+        _ => text(
+            StatusCode::BAD_REQUEST,
+            "cargo-llmreplay: the MCP route's op is open, call or save".into(),
+        ),
     }
 }
 

@@ -65,12 +65,16 @@ pub(crate) fn plan(
     method: Method,
     key: Key,
     form: Form,
+    tool: Option<&str>,
 ) -> Result<Planned, Refused> {
     let kind = route.provider.kind;
     let call = call_for(state, route, method, key, form)?;
     let mut delay = None;
     if form == Form::Http {
-        match state.faults.take(&route.test, &route.provider.name) {
+        match state
+            .faults
+            .take_for(&route.test, &route.provider.name, tool)
+        {
             None => {}
             Some(FaultKind::Delay { ms }) => delay = Some(Duration::from_millis(ms)),
             Some(fault) => {

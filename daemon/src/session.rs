@@ -130,7 +130,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(',').next())
         .map(|p| p.trim().to_string());
-    let planned = match plan(&state, &route, http::Method::GET, key, Form::Session) {
+    let planned = match plan(&state, &route, http::Method::GET, key, Form::Session, None) {
         Ok(planned) => planned,
         Err(refused) => return *refused,
     };

@@ -153,6 +153,13 @@ impl Conn {
         let lineage = self.lineage.get_or_init(|| peer::lineage(holder.pid));
         let top = match lineage.iter().position(|p| *p == root) {
             Some(0) => root,
+            // This program under the root is an MCP server's shim the command started: its
+            // messages are the command's own.
+            Some(i)
+                if peer::program_name(lineage[i - 1]) == peer::program_name(std::process::id()) =>
+            {
+                root
+            }
             Some(i) => lineage[i - 1],
             None => return None,
         };

@@ -23,7 +23,7 @@ pub enum Change {
 }
 
 /// What kind of change an answer went through. The order is the order of harm: the first
-/// three can break code that reads the answer, the rest only a snapshot of it.
+/// four can break code that reads the answer, the rest only a snapshot of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Drift {
@@ -31,6 +31,9 @@ pub enum Drift {
     Error,
     /// A tool call's name or arguments changed, or one came or went.
     ToolCall,
+    /// An MCP server's `tools/list` lists other tools, or the same tools with other input or
+    /// output schemas: the agent's calls may no longer fit.
+    ToolSchema,
     /// The answer's shape changed: why it stopped, its number of choices, its kinds of
     /// content, or the JSON shape of a structured answer.
     Structure,
@@ -48,9 +51,10 @@ pub enum Drift {
 
 impl Drift {
     /// Every class, worst first.
-    pub const ALL: [Drift; 7] = [
+    pub const ALL: [Drift; 8] = [
         Drift::Error,
         Drift::ToolCall,
+        Drift::ToolSchema,
         Drift::Structure,
         Drift::Wording,
         Drift::Usage,
@@ -63,6 +67,7 @@ impl Drift {
         match self {
             Drift::Error => "error",
             Drift::ToolCall => "tool call",
+            Drift::ToolSchema => "tool schema",
             Drift::Structure => "structure",
             Drift::Wording => "wording",
             Drift::Usage => "usage",
@@ -73,7 +78,10 @@ impl Drift {
 
     /// True for the classes that can break the code under test.
     pub fn can_break_code(self) -> bool {
-        matches!(self, Drift::Error | Drift::ToolCall | Drift::Structure)
+        matches!(
+            self,
+            Drift::Error | Drift::ToolCall | Drift::ToolSchema | Drift::Structure
+        )
     }
 }
 
@@ -102,6 +110,9 @@ pub fn drift(old: &RecordedResponse, new: &RecordedResponse) -> Vec<Drift> {
     };
     if calls(&a) != calls(&b) {
         out.push(Drift::ToolCall);
+    }
+    if !cassettes::mcp::schema_changes(old, new).is_empty() {
+        out.push(Drift::ToolSchema);
     }
     let kinds = |x: &providers::Answer| {
         let mut k = x.kinds.clone();

@@ -14,6 +14,7 @@ mod daemon;
 mod faults;
 mod hostile;
 mod kept;
+mod mcp;
 mod network;
 mod peers;
 mod rerun;

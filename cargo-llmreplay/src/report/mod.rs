@@ -99,6 +99,10 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub error_answers: Vec<ErrorAnswer>,
     pub unused: Vec<Unused>,
+    /// Messages to MCP servers run live (`--live mcp:NAME`) whose answers differ from their
+    /// recordings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live_differs: Vec<Miss>,
     /// Requests a fault answered, per test that asked for faults.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub faults: BTreeMap<String, usize>,
@@ -225,6 +229,7 @@ impl Report {
             error_answers: inputs.journal.error_answers(),
             unused,
             faults: inputs.journal.faults(),
+            live_differs: inputs.journal.live_differences(),
             git: changes.is_some(),
             sources: review::git::sources_fingerprint(inputs.cassette_dir),
             changed: changes.unwrap_or_default(),
@@ -330,6 +335,7 @@ impl Report {
             out.counts += &r.counts;
             out.missing.extend(r.missing);
             out.escaped.extend(r.escaped);
+            out.live_differs.extend(r.live_differs);
             out.passed_through.extend(r.passed_through);
             out.first_failure = out.first_failure.or(r.first_failure);
             for e in r.error_answers {

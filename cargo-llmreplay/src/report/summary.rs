@@ -66,6 +66,24 @@ impl Report {
                 let _ = writeln!(out, "  {}  {n}", term(test));
             }
         }
+        if !self.live_differs.is_empty() {
+            let heading = format!(
+                "live MCP answers that differ from their recordings ({}):",
+                self.live_differs.len()
+            );
+            let _ = writeln!(out, "{}", styles.error(&heading));
+            for d in &self.live_differs {
+                let said = d.detail.message.as_deref().unwrap_or("");
+                let _ = writeln!(
+                    out,
+                    "  {}  {} {}: {}",
+                    term(&d.test),
+                    term(&d.provider),
+                    term(&d.path),
+                    term(said.rsplit("; ").next().unwrap_or(said))
+                );
+            }
+        }
         if !self.missing.is_empty() {
             let heading = format!("missing ({}):", self.missing.len());
             let _ = writeln!(out, "{}", styles.error(&heading));

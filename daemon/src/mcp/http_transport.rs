@@ -77,7 +77,12 @@ pub(crate) async fn handle(
     };
     let message: Value = match serde_json::from_slice(&body) {
         Ok(m) => m,
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: an MCP POST carries one JSON-RPC message: {e}")),
+        Err(e) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("cargo-llmreplay: an MCP POST carries one JSON-RPC message: {e}"),
+            )
+        }
     };
     let started = Instant::now();
     match begin(state, test, provider, &message).await {
@@ -137,7 +142,12 @@ fn replayed(message: &Value, steps: Vec<Value>, content_type: Option<&str>) -> R
     };
     let mut response = answer(StatusCode::OK, Some(ct), body);
     if cassettes::mcp::method(message) == Some("initialize") {
-        let id = format!("llmreplay-{}", cassettes::sha256_hex(format!("{:?}", Instant::now()).as_bytes()).get(..32).unwrap_or_default());
+        let id = format!(
+            "llmreplay-{}",
+            cassettes::sha256_hex(format!("{:?}", Instant::now()).as_bytes())
+                .get(..32)
+                .unwrap_or_default()
+        );
         response.headers_mut().insert(
             "mcp-session-id",
             http::HeaderValue::from_str(&id).expect("hex is a header value"),
@@ -149,7 +159,9 @@ fn replayed(message: &Value, steps: Vec<Value>, content_type: Option<&str>) -> R
 /// An answer that breaks off before its first byte: the server went away.
 fn cut() -> Response<Body> {
     let body = futures_util::stream::once(async {
-        Err::<Frame<Bytes>, io::Error>(io::Error::other("cargo-llmreplay: fault: the MCP server went away"))
+        Err::<Frame<Bytes>, io::Error>(io::Error::other(
+            "cargo-llmreplay: fault: the MCP server went away",
+        ))
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -191,7 +203,12 @@ async fn forward(
         Err(failed) => {
             if let Some(pending) = pending {
                 let detail = Detail::message(failed.message.clone());
-                state.journal.log(pending.call, Outcome::Error, failed.status.as_u16(), Some(detail));
+                state.journal.log(
+                    pending.call,
+                    Outcome::Error,
+                    failed.status.as_u16(),
+                    Some(detail),
+                );
             }
             return text(failed.status, failed.message);
         }
@@ -231,7 +248,11 @@ async fn forward(
             }
         }
         let steps = steps_of(&whole, &content_type);
-        let form = if content_type.starts_with(SSE) { SSE } else { "application/json" };
+        let form = if content_type.starts_with(SSE) {
+            SSE
+        } else {
+            "application/json"
+        };
         if let Err(failure) = save(&state, pending, steps, Some(form), started).await {
             let _ = tx.send(Err(io::Error::other(failure))).await;
         }

@@ -1,0 +1,489 @@
+//! MCP servers recorded per test (README, "MCP servers"): the official Python `mcp` SDK's client
+//! against its own server over stdio (through `cargo llmreplay mcp`) and over Streamable HTTP
+//! (`[mcp.NAME] url`), and against the reference `@modelcontextprotocol/server-everything`
+//! from npm; each recorded, then replayed with the server gone. Misses name the tool and the
+//! params; a changed tool schema is its own drift class; faults and `--live mcp:NAME`.
+
+use crate::support::{binary, commit_all, sdk_python, without_provider_env, Output};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A project folder (a git repository) where `cargo llmreplay run` runs the client script.
+struct Project {
+    dir: tempfile::TempDir,
+    python: PathBuf,
+}
+
+impl Project {
+    fn new() -> Option<Project> {
+        let python = sdk_python("mcp")?;
+        let dir = tempfile::tempdir().unwrap();
+        git2::Repository::init(dir.path()).unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "/target\n").unwrap();
+        Some(Project { dir, python })
+    }
+
+    fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `cargo llmreplay run FLAGS -- python tests/sdk/mcp_client.py ARGS`, with `env`.
+    fn run(&self, flags: &[&str], args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(self.root())
+            .args(["llmreplay", "run"])
+            .args(flags)
+            .arg("--")
+            .arg(&self.python)
+            .arg(repo().join("tests/sdk/mcp_client.py"))
+            .args(args)
+            .env("CARGO_TARGET_DIR", self.root().join("target"));
+        for k in ["CI", "LLMREPLAY_MODE", "LLMREPLAY_BASE_URL"] {
+            cmd.env_remove(k);
+        }
+        without_provider_env(&mut cmd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        Output::of(&mut cmd)
+    }
+
+    /// The client's stdio server through the shim: `demo SHIM PYTHON SERVER`.
+    fn demo_args(&self, server: &Path) -> Vec<String> {
+        vec![
+            "demo".into(),
+            binary().display().to_string(),
+            self.python.display().to_string(),
+            server.display().to_string(),
+        ]
+    }
+
+    /// The one cassette of MCP server `name` the run wrote (its test named for the script's
+    /// process tree).
+    fn cassette(&self, name: &str) -> PathBuf {
+        let dir = self.root().join("tests/cassettes");
+        let found: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path().join(format!("mcp-{name}.json")))
+            .filter(|p| p.exists())
+            .collect();
+        assert_eq!(
+            found.len(),
+            1,
+            "one cassette of {name} in {}",
+            dir.display()
+        );
+        found[0].clone()
+    }
+
+    fn report(&self) -> Value {
+        let text =
+            std::fs::read_to_string(self.root().join("target/llmreplay/report.json")).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    fn llmreplay(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(self.root()).arg("llmreplay").args(args);
+        cmd.env_remove("CI");
+        Output::of(&mut cmd)
+    }
+}
+
+fn lines(out: &Output) -> Vec<Value> {
+    out.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// A copy of the demo server the test can take away (or change) between runs.
+fn server_copy(project: &Project) -> PathBuf {
+    let server = project.root().join("server/mcp_server.py");
+    std::fs::create_dir_all(server.parent().unwrap()).unwrap();
+    std::fs::copy(repo().join("tests/sdk/mcp_server.py"), &server).unwrap();
+    server
+}
+
+const TOKEN: &str = "sk-proj-Zq7uXw3Jt9Lm2Nb5Vc8Rd1Fg4Hk6Ps0T";
+
+#[test]
+fn stdio_server_recorded_then_replayed_without_it() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    let server = server_copy(&project);
+    let args = project.demo_args(&server);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let recorded = project.run(&["--record"], &args, &[("MCP_TOKEN", TOKEN)]);
+    assert_eq!(
+        recorded.code,
+        Some(0),
+        "{}\n{}",
+        recorded.stdout,
+        recorded.stderr
+    );
+    let answers = lines(&recorded);
+    assert_eq!(
+        answers,
+        lines(&Output {
+            code: None,
+            stdout: [
+                r#"{"tools": ["add", "summarize", "whoami"]}"#,
+                r#"{"add": "5", "error": false}"#,
+                r#"{"add": "5", "error": false}"#,
+                r#"{"whoami": "ok"}"#,
+                r#"{"logs": ["summarizing"], "summarize": "summary: short(a long text)"}"#,
+            ]
+            .join("\n"),
+            stderr: String::new(),
+        })
+    );
+    let cassette = project.cassette("demo");
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    assert!(
+        !text.contains(TOKEN),
+        "the tool's secret argument is redacted"
+    );
+    let stored: Value = serde_json::from_str(&text).unwrap();
+    let interactions = stored["interactions"].as_array().unwrap();
+    let paths: Vec<&str> = interactions
+        .iter()
+        .map(|i| i["request"]["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "initialize",
+            "tools/list",
+            "tools/call",
+            "tools/call",
+            "tools/call",
+            "tools/call"
+        ]
+    );
+    // Keys leave out the JSON-RPC id and the client's version.
+    let init = &interactions[0]["request"]["body"];
+    assert!(
+        init.get("id").is_none() && init["params"]["clientInfo"].get("version").is_none(),
+        "{init}"
+    );
+    // The sampling exchange keeps the server's request and the client's answer in order.
+    let summarize = interactions[5]["response"]["body"].as_array().unwrap();
+    let sides: Vec<String> = summarize
+        .iter()
+        .map(|s| {
+            let (side, m) = s.as_object().unwrap().iter().next().unwrap();
+            format!(
+                "{side}:{}",
+                m.get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("response")
+            )
+        })
+        .collect();
+    assert_eq!(
+        sides,
+        [
+            "server:notifications/message",
+            "server:sampling/createMessage",
+            "client:response",
+            "server:response"
+        ]
+    );
+    commit_all(project.root());
+
+    // Replay: the server is gone; another token matches the redacted one.
+    std::fs::remove_dir_all(server.parent().unwrap()).unwrap();
+    let replayed = project.run(&[], &args, &[("MCP_TOKEN", "another-token")]);
+    assert_eq!(
+        replayed.code,
+        Some(0),
+        "{}\n{}",
+        replayed.stdout,
+        replayed.stderr
+    );
+    assert_eq!(lines(&replayed), answers);
+    let report = project.report();
+    assert_eq!(report["counts"]["hits"], 6, "{report}");
+    assert_eq!(
+        report["unused"].as_array().map_or(0, Vec::len),
+        0,
+        "{report}"
+    );
+
+    // A changed argument misses: a JSON-RPC error naming the tool and the param, and the run fails.
+    let missed = project.run(&[], &args, &[("MCP_B", "4")]);
+    assert_eq!(missed.code, Some(1), "{}", missed.stderr);
+    for said in [
+        "MCP tools/call of tool \"add\"",
+        "/body/params/arguments/b (semantic: its value changed): 3 -> 4",
+    ] {
+        assert!(
+            missed.stderr.contains(said),
+            "{said:?} in:\n{}",
+            missed.stderr
+        );
+    }
+    let miss = &project.report()["missing"][0];
+    assert_eq!(miss["provider"], "mcp-demo");
+    assert_eq!(miss["method"], "MCP");
+    assert_eq!(miss["path"], "tools/call");
+}
+
+#[test]
+fn http_server_recorded_then_replayed_without_it() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    for json_answers in [false, true] {
+        let port_file = project.root().join(format!("port-{json_answers}"));
+        let mut server = Command::new(&project.python);
+        server
+            .arg(repo().join("tests/sdk/mcp_server.py"))
+            .arg("http")
+            .arg(&port_file)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        if json_answers {
+            server.arg("--json");
+        }
+        let mut server = server.spawn().unwrap();
+        let port = wait_for_file(&port_file, &mut server);
+        // The port is written before the server listens: wait for it to take connections.
+        wait_for_port(port.trim().parse().unwrap(), &mut server);
+        std::fs::write(
+            project.root().join("llmreplay.toml"),
+            format!(
+                "[mcp.web]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
+                port.trim()
+            ),
+        )
+        .unwrap();
+        let recorded = project.run(&["--record"], &["http"], &[]);
+        server.kill().unwrap();
+        server.wait().unwrap();
+        assert_eq!(
+            recorded.code,
+            Some(0),
+            "{}\n{}",
+            recorded.stdout,
+            recorded.stderr
+        );
+        let cassette = std::fs::read_to_string(project.cassette("web")).unwrap();
+        let form = if json_answers {
+            "application/json"
+        } else {
+            "text/event-stream"
+        };
+        assert!(cassette.contains(form), "{cassette}");
+
+        let replayed = project.run(&[], &["http"], &[]);
+        assert_eq!(
+            replayed.code,
+            Some(0),
+            "{}\n{}",
+            replayed.stdout,
+            replayed.stderr
+        );
+        assert_eq!(lines(&replayed), lines(&recorded));
+        assert_eq!(project.report()["counts"]["misses"], 0);
+        std::fs::remove_dir_all(project.root().join("tests")).unwrap();
+    }
+}
+
+#[test]
+fn server_everything_with_sampling_and_progress() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    let Some(node) = crate::clients::node_clients() else {
+        return;
+    };
+    let index = node.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        index.exists(),
+        "npm ci --prefix tests/node installs server-everything"
+    );
+    let args = |index: &Path| {
+        vec![
+            "everything".to_string(),
+            binary().display().to_string(),
+            "node".into(),
+            index.display().to_string(),
+        ]
+    };
+    let recording = args(&index);
+    let recording: Vec<&str> = recording.iter().map(String::as_str).collect();
+    let recorded = project.run(&["--record"], &recording, &[]);
+    assert_eq!(
+        recorded.code,
+        Some(0),
+        "{}\n{}",
+        recorded.stdout,
+        recorded.stderr
+    );
+    let answers = lines(&recorded);
+    assert!(
+        answers.contains(&serde_json::json!({"echo": "Echo: hello"})),
+        "{answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["sampling"].as_str().is_some_and(|s| s.contains("short("))),
+        "{answers:?}"
+    );
+    assert!(
+        answers
+            .iter()
+            .any(|a| a["progress"] == serde_json::json!([1.0, 2.0])),
+        "{answers:?}"
+    );
+
+    let gone = args(&project.root().join("no-server/index.js"));
+    let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
+    let replayed = project.run(&[], &gone, &[]);
+    assert_eq!(
+        replayed.code,
+        Some(0),
+        "{}\n{}",
+        replayed.stdout,
+        replayed.stderr
+    );
+    assert_eq!(lines(&replayed), answers);
+}
+
+#[test]
+fn changed_tool_schema_is_its_own_drift_class() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    let server = server_copy(&project);
+    let args = project.demo_args(&server);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let first = project.run(&["--record"], &args, &[]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    commit_all(project.root());
+    let again = project.run(&["--record"], &args, &[("MCP_SCHEMA", "v2")]);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let listed = project.llmreplay(&["review", "--list"]);
+    assert!(
+        listed.stdout.contains("[tool schema"),
+        "{}\n{}",
+        listed.stdout,
+        listed.stderr
+    );
+    let markdown = project.llmreplay(&["diff", "--base", "HEAD", "--format", "markdown"]);
+    assert!(
+        markdown
+            .stdout
+            .contains("1 MCP tool list changed its tool schemas"),
+        "{}",
+        markdown.stdout
+    );
+}
+
+#[test]
+fn faults_and_live_servers() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    let server = server_copy(&project);
+    let args = project.demo_args(&server);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let recorded = project.run(&["--record"], &args, &[]);
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+
+    // A fault for one tool: its calls get an MCP error, the other tools their recordings.
+    let faults = format!(
+        "[[faults]]\ntest = \"all()\"\nprovider = \"mcp-demo\"\ntool = \"add\"\nerror = \"disk on fire\"\ntimes = \"always\"\n"
+    );
+    std::fs::write(project.root().join("llmreplay.toml"), faults).unwrap();
+    let faulted = project.run(&[], &args, &[]);
+    assert_eq!(
+        faulted.code,
+        Some(0),
+        "{}\n{}",
+        faulted.stdout,
+        faulted.stderr
+    );
+    let answers = lines(&faulted);
+    assert_eq!(
+        answers[1],
+        serde_json::json!({"add": "disk on fire", "error": true}),
+        "{answers:?}"
+    );
+    assert_eq!(answers[3], serde_json::json!({"whoami": "ok"}));
+
+    // The server goes away: the client's next call fails.
+    std::fs::write(
+        project.root().join("llmreplay.toml"),
+        "[[faults]]\ntest = \"all()\"\nprovider = \"mcp-demo\"\ntool = \"whoami\"\nexit = true\n",
+    )
+    .unwrap();
+    let exited = project.run(&[], &args, &[]);
+    assert_ne!(exited.code, Some(0));
+    assert_eq!(lines(&exited).len(), 3, "{}", exited.stdout);
+    std::fs::remove_file(project.root().join("llmreplay.toml")).unwrap();
+
+    // Live: the server runs and answers otherwise; the recording is kept and the report says so.
+    let before = std::fs::read(project.cassette("demo")).unwrap();
+    let live = project.run(&["--live", "mcp:demo"], &args, &[("MCP_ANSWER", "10")]);
+    assert!(
+        lines(&live).contains(&serde_json::json!({"add": "15", "error": false})),
+        "{}",
+        live.stdout
+    );
+    assert!(
+        live.stderr.contains("live answer differs")
+            || live.stderr.contains("otherwise than its recording"),
+        "{}",
+        live.stderr
+    );
+    let differs = project.report()["live_differs"].clone();
+    assert_eq!(differs.as_array().map(Vec::len), Some(2), "{differs}");
+    assert_eq!(
+        std::fs::read(project.cassette("demo")).unwrap(),
+        before,
+        "live writes nothing"
+    );
+}
+
+/// The contents of `path` once the server wrote it (it renames it into place whole).
+fn wait_for_file(path: &Path, server: &mut std::process::Child) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return text;
+        }
+        assert!(
+            server.try_wait().unwrap().is_none(),
+            "the MCP server exited"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the MCP server never wrote its port"
+        );
+        std::thread::yield_now();
+    }
+}
+
+fn wait_for_port(port: u16, server: &mut std::process::Child) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            server.try_wait().unwrap().is_none(),
+            "the MCP server exited"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the MCP server never listened on {port}"
+        );
+    }
+}
