@@ -4,7 +4,7 @@
 //! from npm; each recorded, then replayed with the server gone. Misses name the tool and the
 //! params; a changed tool schema is its own drift class; faults and `--live mcp:NAME`.
 
-use crate::support::{binary, commit_all, sdk_python, without_provider_env, Output};
+use crate::support::{binary, commit_all, sdk_python, upstream_args, without_provider_env, FakeProvider, Output, Sample};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -486,4 +486,41 @@ fn wait_for_port(port: u16, server: &mut std::process::Child) {
             "the MCP server never listened on {port}"
         );
     }
+}
+
+/// The official Rust SDK (rmcp) as client and server in a crate under `cargo llmreplay test`:
+/// one test asks the model (the fake provider) and calls a tool through a stdio server that
+/// gets none of the test's variables; replayed under CI with the provider stopped and the
+/// server's binary gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_agent_records_model_and_tool_then_replays_without_either() {
+    let mut fake = FakeProvider::start().await;
+    let sample = Sample::mcp_agent();
+    let out = sample.scratch().join("answers");
+    let (shim, out_s) = (binary().display().to_string(), out.display().to_string());
+    let mut args = vec!["--record".to_string()];
+    args.extend(upstream_args(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env = [("SAMPLE_SHIM", shim.as_str()), ("SAMPLE_OUT", out_s.as_str())];
+    let recorded = sample.run(&args, &env);
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+    let answers = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(answers, "You said: Add 2 and 3\n5\n");
+    let folder = sample.root.join("tests/cassettes/mcp_agent--agent--asks_the_model_then_calls_the_tool");
+    assert!(folder.join("openai.json").exists() && folder.join("mcp-calc.json").exists(), "{}", recorded.stderr);
+    assert_eq!(recorded.report["counts"]["recorded"], 4, "{}", recorded.report);
+    fake.stop();
+    std::fs::remove_file(&out).unwrap();
+
+    let env = [
+        ("SAMPLE_SHIM", shim.as_str()),
+        ("SAMPLE_OUT", out_s.as_str()),
+        ("SAMPLE_CALC", "/nonexistent/calc"),
+        ("CI", "true"),
+    ];
+    let replayed = sample.run(&[], &env);
+    assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), answers);
+    assert_eq!(replayed.report["counts"]["hits"], 4, "{}", replayed.report);
+    assert_eq!(replayed.report["unused"].as_array().unwrap().len(), 0, "{}", replayed.report);
 }

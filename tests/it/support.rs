@@ -1023,6 +1023,22 @@ impl Sample {
         Sample { dir, root }
     }
 
+    /// The MCP agent sample (tests/fixtures/mcp_agent): a model call and a tool call through
+    /// rmcp to a stdio server of its own.
+    pub fn mcp_agent() -> Sample {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("mcp_agent");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/mcp_agent");
+        for rel in ["src/lib.rs", "src/bin/calc.rs", "tests/agent.rs"] {
+            std::fs::create_dir_all(root.join(rel).parent().unwrap()).unwrap();
+            std::fs::copy(fixture.join(rel), root.join(rel)).unwrap();
+        }
+        std::fs::copy(fixture.join("Cargo.toml.in"), root.join("Cargo.toml")).unwrap();
+        std::fs::write(root.join(".gitignore"), "/target\n").unwrap();
+        git2::Repository::init(&root).unwrap();
+        Sample { dir, root }
+    }
+
     /// The target dir all samples share, so each builds only its own small crate.
     pub fn target_dir() -> PathBuf {
         binary()
