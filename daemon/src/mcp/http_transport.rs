@@ -195,7 +195,7 @@ async fn forward(
     route: &Route,
     parts: http::request::Parts,
     body: Bytes,
-    pending: Option<Pending>,
+    pending: Option<Box<Pending>>,
     started: Instant,
 ) -> Response<Body> {
     let forwarded = match crate::proxy::forward(state, &parts, route, body).await {
