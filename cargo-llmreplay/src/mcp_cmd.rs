@@ -110,17 +110,18 @@ struct Found {
 
 fn find_daemon() -> Option<Found> {
     let own: HashMap<String, String> = std::env::vars().collect();
-    if let Some(found) = found_in(&own) {
-        return Some(found);
-    }
+    found_in(&own).or_else(found_up_the_tree)
+}
+
+/// The nearest ancestor's environment that names the daemon (Linux's `/proc`; elsewhere none).
+#[cfg(unix)]
+fn found_up_the_tree() -> Option<Found> {
     let mut pid = std::os::unix::process::parent_id();
     for _ in 0..64 {
         if pid <= 1 {
             break;
         }
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            break;
-        };
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
         let vars: HashMap<String, String> = environ
             .split(|b| *b == 0)
             .filter_map(|kv| {
@@ -134,6 +135,11 @@ fn find_daemon() -> Option<Found> {
         }
         pid = parent_of(pid)?;
     }
+    None
+}
+
+#[cfg(not(unix))]
+fn found_up_the_tree() -> Option<Found> {
     None
 }
 
@@ -152,6 +158,7 @@ fn found_in(vars: &HashMap<String, String>) -> Option<Found> {
     Some(Found { base, test })
 }
 
+#[cfg(unix)]
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The field after the command's closing parenthesis and the state.
@@ -418,14 +425,16 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
     let server_out = child.stdout.take().expect("piped");
     let (out, writing) = writer();
     let flows: Arc<Mutex<Flows>> = Arc::default();
-    let saves = Arc::new(Mutex::new(Vec::<tokio::task::JoinHandle<()>>::new()));
+    // Saves an exchange (or, with nothing to save, lets the daemon forget it). The client gets
+    // a request's response only once it is saved: a client that ends the server as soon as it
+    // has its answer loses nothing.
     let save = {
-        let (daemon, saves) = (daemon.clone(), saves.clone());
+        let daemon = daemon.clone();
         move |flow: Flow| {
-            let Some(ticket) = flow.ticket else { return };
             let daemon = daemon.clone();
-            let ms = flow.started.elapsed().as_millis();
-            let task = tokio::spawn(async move {
+            async move {
+                let Some(ticket) = flow.ticket else { return };
+                let ms = flow.started.elapsed().as_millis();
                 let body = line_of(&Value::Array(flow.steps));
                 if let Err(m) = daemon
                     .post("save", &format!("&ticket={ticket}&ms={ms}"), body)
@@ -433,8 +442,7 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
                 {
                     eprintln!("cargo-llmreplay mcp: {m}");
                 }
-            });
-            saves.lock().expect("lock").push(task);
+            }
         }
     };
     // The server's messages: to the client, and into the exchange they belong to.
@@ -485,11 +493,11 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
                         None => {}
                     }
                 }
+                if let Some(flow) = done {
+                    save(flow).await;
+                }
                 if pass {
                     let _ = out.send(line.into_bytes());
-                }
-                if let Some(flow) = done {
-                    save(flow);
                 }
             }
         })
@@ -508,8 +516,8 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
         let id = message.get("id").map(Value::to_string).unwrap_or_default();
         // A new client message ends the notification's answer before it.
         let ended = flows.lock().expect("lock").after_notification.take();
-        if let Some(flow) = ended.filter(|f| !f.steps.is_empty()) {
-            save(flow);
+        if let Some(flow) = ended {
+            save(flow).await;
         }
         let answer = match daemon.post("call", "", line.clone().into_bytes()).await {
             Ok(answer) => answer,
@@ -527,22 +535,36 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
                     steps: Vec::new(),
                     started: Instant::now(),
                 };
-                let mut f = flows.lock().expect("lock");
-                match kind {
-                    Some(cassettes::mcp::Kind::Request) => f.open.push((id.clone(), flow)),
-                    Some(cassettes::mcp::Kind::Notification) if f.open.is_empty() => {
-                        f.after_notification = Some(flow)
-                    }
-                    Some(cassettes::mcp::Kind::Response) => {
-                        // The client's answer to a request of the server's: part of the
-                        // exchange that request came in.
-                        if let Some(owner) = f.asked.remove(&id) {
-                            if let Some((_, flow)) = f.open.iter_mut().find(|(o, _)| *o == owner) {
-                                flow.steps.push(json!({"client": message}));
-                            }
+                // A notification while a request is open: the server's messages go to that
+                // request, so nothing is saved for it.
+                let released = {
+                    let mut f = flows.lock().expect("lock");
+                    match kind {
+                        Some(cassettes::mcp::Kind::Request) => {
+                            f.open.push((id.clone(), flow));
+                            None
                         }
+                        Some(cassettes::mcp::Kind::Notification) if f.open.is_empty() => {
+                            f.after_notification = Some(flow);
+                            None
+                        }
+                        Some(cassettes::mcp::Kind::Response) => {
+                            // The client's answer to a request of the server's: part of the
+                            // exchange that request came in.
+                            if let Some(owner) = f.asked.remove(&id) {
+                                if let Some((_, open)) =
+                                    f.open.iter_mut().find(|(o, _)| *o == owner)
+                                {
+                                    open.steps.push(json!({"client": message}));
+                                }
+                            }
+                            None
+                        }
+                        _ => Some(flow),
                     }
-                    _ => {}
+                };
+                if let Some(flow) = released {
+                    save(flow).await;
                 }
             }
             Some("replay") => {
@@ -590,12 +612,8 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
     drop(server_in);
     let _ = from_server.await;
     let ended = flows.lock().expect("lock").after_notification.take();
-    if let Some(flow) = ended.filter(|f| !f.steps.is_empty()) {
-        save(flow);
-    }
-    let tasks = std::mem::take(&mut *saves.lock().expect("lock"));
-    for task in tasks {
-        let _ = task.await;
+    if let Some(flow) = ended {
+        save(flow).await;
     }
     drop(out);
     let _ = writing.await;

@@ -170,6 +170,12 @@ pub(crate) async fn begin(
             }
         }
         Plan::Miss | Plan::Acknowledge if kind == Message::Notification => Begun::Nothing,
+        // A ping says the other end is alive whenever the client likes: answered, never missed.
+        Plan::Miss | Plan::Acknowledge if route.upstream_path == "ping" => Begun::Answer(json!({
+            "jsonrpc": "2.0",
+            "id": id_of(message),
+            "result": {},
+        })),
         Plan::Miss | Plan::Acknowledge => {
             let hint = state.settings.record_hint.as_deref();
             let (mut text, detail) = crate::explain::miss(&route, &call, &request, hint);
@@ -478,6 +484,10 @@ pub(crate) async fn control(
                 );
             };
             let steps = match value {
+                // A notification the server said nothing after: nothing to keep.
+                Value::Array(steps) if steps.is_empty() => {
+                    return respond::json(json!({"status": "ok"}))
+                }
                 Value::Array(steps) => steps,
                 _ => {
                     return text(
