@@ -35,13 +35,37 @@ pub(crate) async fn http(
     route: Route,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let kind = route.provider.kind;
-    let limits = &state.settings.limits;
-    let read = read_body(req, kind, limits.body_bytes, limits.header_read_timeout).await;
-    let (parts, body) = match read {
+    let (parts, body) = match read_request(&state, &route, req).await {
         Ok(read) => read,
         Err(refused) => return refused,
     };
+    http_read(state, route, parts, body).await
+}
+
+/// The request's head and whole body, within the limits, or the answer that refuses it.
+pub(crate) async fn read_request(
+    state: &State,
+    route: &Route,
+    req: Request<Incoming>,
+) -> Result<(http::request::Parts, Bytes), Response<Body>> {
+    let limits = &state.settings.limits;
+    read_body(
+        req,
+        route.provider.kind,
+        limits.body_bytes,
+        limits.header_read_timeout,
+    )
+    .await
+}
+
+/// [`http`] for a request read already.
+pub(crate) async fn http_read(
+    state: Arc<State>,
+    route: Route,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Response<Body> {
+    let kind = route.provider.kind;
     let content_type = parts
         .headers
         .get(CONTENT_TYPE)

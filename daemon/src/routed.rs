@@ -32,6 +32,21 @@ pub(crate) async fn routed(
     if session {
         return session::handle(state, route, req).instrument(span).await;
     }
+    if crate::mcp::http_transport::may_be_mcp(&route, &req) {
+        // A captured host's JSON-RPC is an MCP server's (README, "MCP servers").
+        let (parts, body) = match exchange::read_request(&state, &route, req).await {
+            Ok(read) => read,
+            Err(refused) => return refused,
+        };
+        if crate::mcp::http_transport::is_mcp(&parts, &body) {
+            return crate::mcp::http_transport::captured(state, route, parts, body)
+                .instrument(span)
+                .await;
+        }
+        return exchange::http_read(state, route, parts, body)
+            .instrument(span)
+            .await;
+    }
     exchange::http(state, route, req).instrument(span).await
 }
 

@@ -239,33 +239,37 @@ fn stdio_server_recorded_then_replayed_without_it() {
     assert_eq!(miss["path"], "tools/call");
 }
 
+/// The demo server over Streamable HTTP (JSON answers or event streams): its child and port.
+fn http_server(project: &Project, json_answers: bool) -> (std::process::Child, String) {
+    let port_file = project.root().join(format!("port-{json_answers}"));
+    let _ = std::fs::remove_file(&port_file);
+    let mut server = Command::new(&project.python);
+    server
+        .arg(repo().join("tests/sdk/mcp_server.py"))
+        .arg("http")
+        .arg(&port_file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    if json_answers {
+        server.arg("--json");
+    }
+    let mut server = server.spawn().unwrap();
+    let port = wait_for_file(&port_file, &mut server).trim().to_string();
+    // The port is written before the server listens: wait for it to take connections.
+    wait_for_port(port.parse().unwrap(), &mut server);
+    (server, port)
+}
+
 #[test]
 fn http_server_recorded_then_replayed_without_it() {
     let Some(project) = Project::new() else {
         return;
     };
     for json_answers in [false, true] {
-        let port_file = project.root().join(format!("port-{json_answers}"));
-        let mut server = Command::new(&project.python);
-        server
-            .arg(repo().join("tests/sdk/mcp_server.py"))
-            .arg("http")
-            .arg(&port_file)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        if json_answers {
-            server.arg("--json");
-        }
-        let mut server = server.spawn().unwrap();
-        let port = wait_for_file(&port_file, &mut server);
-        // The port is written before the server listens: wait for it to take connections.
-        wait_for_port(port.trim().parse().unwrap(), &mut server);
+        let (mut server, port) = http_server(&project, json_answers);
         std::fs::write(
             project.root().join("llmreplay.toml"),
-            format!(
-                "[mcp.web]\nurl = \"http://127.0.0.1:{}/mcp\"\n",
-                port.trim()
-            ),
+            format!("[mcp.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"),
         )
         .unwrap();
         let recorded = project.run(&["--record"], &["http"], &[]);
@@ -298,6 +302,40 @@ fn http_server_recorded_then_replayed_without_it() {
         assert_eq!(project.report()["counts"]["misses"], 0);
         std::fs::remove_dir_all(project.root().join("tests")).unwrap();
     }
+}
+
+/// A client with a hard-coded https URL, through capture: its JSON-RPC is taken as MCP.
+#[test]
+fn captured_host_speaking_json_rpc_is_an_mcp_server() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    let (mut server, port) = http_server(&project, false);
+    let upstream = format!("tools.example=http://127.0.0.1:{port}");
+    let recorded = project.run(&["--record", "--upstream", &upstream], &["captured"], &[]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert_eq!(
+        recorded.code,
+        Some(0),
+        "{}\n{}",
+        recorded.stdout,
+        recorded.stderr
+    );
+    let cassette: Value =
+        serde_json::from_slice(&std::fs::read(project.cassette("tools.example")).unwrap()).unwrap();
+    assert_eq!(cassette["interactions"][0]["request"]["path"], "initialize");
+
+    let replayed = project.run(&[], &["captured"], &[("CI", "true")]);
+    assert_eq!(
+        replayed.code,
+        Some(0),
+        "{}\n{}",
+        replayed.stdout,
+        replayed.stderr
+    );
+    assert_eq!(lines(&replayed), lines(&recorded));
+    assert_eq!(project.report()["counts"]["misses"], 0);
 }
 
 #[test]

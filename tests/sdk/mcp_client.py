@@ -1,6 +1,7 @@
 """An agent's tool side through the official Python `mcp` SDK's client, printing one JSON line per
 answer: `mcp_client.py demo SHIM PYTHON SERVER_SCRIPT` (stdio through `cargo llmreplay mcp`),
-`mcp_client.py http` (Streamable HTTP at `$WEB_MCP_URL`), `mcp_client.py everything SHIM NODE
+`mcp_client.py http` (Streamable HTTP at `$WEB_MCP_URL`), `mcp_client.py captured` (at the
+hard-coded https://tools.example/mcp, through capture), `mcp_client.py everything SHIM NODE
 INDEX_JS` (the reference server-everything through the shim). `MCP_B` changes an argument."""
 
 import asyncio
@@ -72,8 +73,10 @@ async def everything(session):
 
 async def main():
     kind = sys.argv[1]
-    if kind == "http":
-        async with streamable_http_client(os.environ["WEB_MCP_URL"]) as (r, w, *_):
+    if kind in ("http", "captured"):
+        # A hard-coded URL reaches the daemon through the proxy the environment names.
+        url = os.environ["WEB_MCP_URL"] if kind == "http" else "https://tools.example/mcp"
+        async with streamable_http_client(url) as (r, w, *_):
             async with ClientSession(r, w, sampling_callback=sampling, logging_callback=on_log) as s:
                 await demo(s)
         return

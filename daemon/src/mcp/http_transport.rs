@@ -46,15 +46,76 @@ pub(crate) async fn handle(
         Ok(p) => p,
         Err(m) => return text(StatusCode::BAD_REQUEST, m),
     };
-    let live = state.settings.live_mcp(provider.name.as_str());
-    let replays = state.settings.mode == crate::Mode::Replay && !live;
     let route = Route {
-        test: test.clone(),
-        provider: provider.clone(),
+        test,
+        provider,
         upstream_path: path,
         captured: None,
     };
-    match *req.method() {
+    let limits = &state.settings.limits;
+    let (parts, body) = req.into_parts();
+    let body = match read_limited(body, limits.body_bytes, limits.header_read_timeout).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("cargo-llmreplay: an MCP message over the limit of {} bytes; raise [limits] body_mib in llmreplay.toml", limits.body_bytes)),
+        Err(BodyError::Idle(_)) => return text(StatusCode::REQUEST_TIMEOUT, "cargo-llmreplay: the MCP message stopped arriving".into()),
+        Err(BodyError::Broken(e)) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the MCP message: {e}")),
+    };
+    serve(state, &route, parts, body).await
+}
+
+/// Whether a request to `route` may be an MCP server's, to be read before it is routed: a
+/// captured host of no known family, with MCP's headers or a JSON POST.
+pub(crate) fn may_be_mcp<B>(route: &Route, req: &Request<B>) -> bool {
+    let headers = req.headers();
+    let json = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    route.captured.is_some()
+        && route.provider.kind == crate::provider::Kind::Http
+        && (headers.contains_key("mcp-protocol-version")
+            || headers.contains_key("mcp-session-id")
+            || (req.method() == Method::POST && json))
+}
+
+/// Whether a request read whole is an MCP server's: MCP's headers, or a JSON-RPC 2.0 body.
+pub(crate) fn is_mcp(parts: &http::request::Parts, body: &[u8]) -> bool {
+    parts.headers.contains_key("mcp-protocol-version")
+        || parts.headers.contains_key("mcp-session-id")
+        || serde_json::from_slice::<Value>(body).is_ok_and(|v| {
+            v.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+                && cassettes::mcp::kind(&v).is_some()
+        })
+}
+
+/// A captured host's MCP server: its cassette is `mcp-<host's name>.json`.
+pub(crate) async fn captured(
+    state: Arc<State>,
+    route: Route,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Response<Body> {
+    let provider = match super::provider(
+        route.provider.name.as_str(),
+        route.provider.upstream.clone(),
+    ) {
+        Ok(p) => p,
+        Err(m) => return text(StatusCode::BAD_REQUEST, m),
+    };
+    let route = Route { provider, ..route };
+    serve(&state, &route, parts, body).await
+}
+
+/// One request of an MCP server's, read whole, on `route` (its provider the server's).
+async fn serve(
+    state: &Arc<State>,
+    route: &Route,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Response<Body> {
+    let live = state.settings.live_mcp(route.provider.name.as_str());
+    let replays = state.settings.mode == crate::Mode::Replay && !live;
+    match parts.method {
         Method::POST => {}
         Method::GET if replays => {
             return Response::builder()
@@ -65,16 +126,8 @@ pub(crate) async fn handle(
         }
         Method::DELETE if replays => return answer(StatusCode::OK, None, Bytes::new()),
         // The listening stream and the session's end, while the server runs: passed on.
-        _ => return pass_on(state, &route, req).await,
+        _ => return pass_on(state, route, parts, body).await,
     }
-    let limits = &state.settings.limits;
-    let (parts, body) = req.into_parts();
-    let body = match read_limited(body, limits.body_bytes, limits.header_read_timeout).await {
-        Ok(body) => body,
-        Err(BodyError::TooLarge) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("cargo-llmreplay: an MCP message over the limit of {} bytes; raise [limits] body_mib in llmreplay.toml", limits.body_bytes)),
-        Err(BodyError::Idle(_)) => return text(StatusCode::REQUEST_TIMEOUT, "cargo-llmreplay: the MCP message stopped arriving".into()),
-        Err(BodyError::Broken(e)) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the MCP message: {e}")),
-    };
     let message: Value = match serde_json::from_slice(&body) {
         Ok(m) => m,
         Err(e) => {
@@ -85,7 +138,7 @@ pub(crate) async fn handle(
         }
     };
     let started = Instant::now();
-    match begin(state, test, provider, &message).await {
+    match begin(state, route.test.clone(), route.provider.clone(), &message).await {
         Begun::Replay {
             steps,
             content_type,
@@ -97,7 +150,7 @@ pub(crate) async fn handle(
         ),
         Begun::Nothing => answer(StatusCode::ACCEPTED, None, Bytes::new()),
         Begun::Exit => cut(),
-        Begun::Forward(pending) => forward(state, &route, parts, body, pending, started).await,
+        Begun::Forward(pending) => forward(state, route, parts, body, pending, started).await,
     }
 }
 
@@ -171,12 +224,12 @@ fn cut() -> Response<Body> {
 }
 
 /// Passes a request on to the server and its answer back, nothing recorded.
-async fn pass_on(state: &Arc<State>, route: &Route, req: Request<Incoming>) -> Response<Body> {
-    let limits = &state.settings.limits;
-    let (parts, body) = req.into_parts();
-    let body = read_limited(body, limits.body_bytes, limits.header_read_timeout)
-        .await
-        .unwrap_or_default();
+async fn pass_on(
+    state: &Arc<State>,
+    route: &Route,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Response<Body> {
     match crate::proxy::forward(state, &parts, route, body).await {
         Ok(forwarded) => {
             let (head, body) = forwarded.answer.into_parts();
