@@ -46,8 +46,10 @@ impl Project {
             .arg(repo().join("tests/sdk/mcp_client.py"))
             .args(args)
             .env("CARGO_TARGET_DIR", self.root().join("target"));
-        for k in ["CI", "LLMREPLAY_MODE", "LLMREPLAY_BASE_URL"] {
-            cmd.env_remove(k);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NEXTEST") || k.starts_with("LLMREPLAY") || k == "CI" {
+                cmd.env_remove(k);
+            }
         }
         without_provider_env(&mut cmd);
         for (k, v) in env {
@@ -233,7 +235,14 @@ fn stdio_server_recorded_then_replayed_without_it() {
             missed.stderr
         );
     }
-    let miss = &project.report()["missing"][0];
+    let report = project.report();
+    let unused: Vec<&Value> = report["unused"].as_array().unwrap().iter().collect();
+    // The two recorded calls with b = 3, and the two calls the client never made after the miss.
+    assert_eq!(unused.len(), 4, "{report}");
+    assert!(unused
+        .iter()
+        .all(|u| u["cassette"].as_str().unwrap().ends_with("mcp-demo.json")));
+    let miss = &report["missing"][0];
     assert_eq!(miss["provider"], "mcp-demo");
     assert_eq!(miss["method"], "MCP");
     assert_eq!(miss["path"], "tools/call");
@@ -468,7 +477,36 @@ fn faults_and_live_servers() {
     .unwrap();
     let exited = project.run(&[], &args, &[]);
     assert_ne!(exited.code, Some(0));
-    assert_eq!(lines(&exited).len(), 3, "{}", exited.stdout);
+    let answers = lines(&exited);
+    assert_eq!(
+        answers.len(),
+        4,
+        "nothing after the server went away: {}",
+        exited.stdout
+    );
+    assert_eq!(
+        answers[3],
+        serde_json::json!({"whoami": "failed: MCPError"})
+    );
+
+    // A slow answer: the client gives up waiting, and the calls after it are answered.
+    std::fs::write(
+        project.root().join("llmreplay.toml"),
+        "[[faults]]\ntest = \"all()\"\nprovider = \"mcp-demo\"\ntool = \"whoami\"\ndelay_ms = 2000\n",
+    )
+    .unwrap();
+    let slow = project.run(&[], &args, &[("MCP_TIMEOUT", "0.5")]);
+    let answers = lines(&slow);
+    assert!(
+        answers[3]["whoami"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("failed")),
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers[4]["summarize"], "summary: short(a long text)",
+        "{answers:?}"
+    );
     std::fs::remove_file(project.root().join("llmreplay.toml")).unwrap();
 
     // Live: the server runs and answers otherwise; the recording is kept and the report says so.

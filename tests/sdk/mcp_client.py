@@ -2,7 +2,7 @@
 answer: `mcp_client.py demo SHIM PYTHON SERVER_SCRIPT` (stdio through `cargo llmreplay mcp`),
 `mcp_client.py http` (Streamable HTTP at `$WEB_MCP_URL`), `mcp_client.py captured` (at the
 hard-coded https://tools.example/mcp, through capture), `mcp_client.py everything SHIM NODE
-INDEX_JS` (the reference server-everything through the shim). `MCP_B` changes an argument."""
+INDEX_JS` (the reference server-everything through the shim). `MCP_B` changes an argument; `MCP_TIMEOUT` is how long the client waits for `whoami`."""
 
 import asyncio
 import json
@@ -49,8 +49,14 @@ async def demo(session):
     for _ in range(2):
         result = await session.call_tool("add", {"a": 2, "b": B})
         say(add=text_of(result), error=bool(result.is_error))
-    result = await session.call_tool("whoami", {"token": os.environ.get("MCP_TOKEN", "")})
-    say(whoami=text_of(result))
+    timeout = float(os.environ["MCP_TIMEOUT"]) if "MCP_TIMEOUT" in os.environ else None
+    try:
+        result = await session.call_tool(
+            "whoami", {"token": os.environ.get("MCP_TOKEN", "")}, read_timeout_seconds=timeout
+        )
+        say(whoami=text_of(result))
+    except Exception as e:  # a slow answer past MCP_TIMEOUT
+        say(whoami=f"failed: {type(e).__name__}")
     result = await session.call_tool("summarize", {"text": "a long text"})
     say(summarize=text_of(result), logs=logs)
 
