@@ -12,7 +12,8 @@ calls=${2:-10}
 modified=${3:-$((tests / 10))}
 cargo build --release --quiet -p cargo-llmreplay
 cargo build --release --quiet -p llmreplay-cassettes --example scale_suite
-bin="$root/target/release/cargo-llmreplay"
+# CARGO_LLMREPLAY measures another build (an older one, for a before and after).
+bin="${CARGO_LLMREPLAY:-$root/target/release/cargo-llmreplay}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 suite="$work/suite"
@@ -39,8 +40,25 @@ measure() {
   read -r wall kib <"$out"
   printf '  %-44s %8.2f s %8.1f MiB\n' "$label" "$wall" "$(echo "$kib / 1024" | bc -l)"
 }
+# `daemon_peak`: the whole-suite replay's wall time, and the peak RSS of the process that runs
+# the daemon (cargo-llmreplay itself, not nextest nor the tests), read from /proc as it runs.
+daemon_peak() {
+  local started peak=0 now
+  started=$(date +%s.%N)
+  "$bin" llmreplay test >/dev/null 2>"$work/err.txt" &
+  local pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    now=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    [ -n "$now" ] && [ "$now" -gt "$peak" ] && peak=$now
+    sleep 0.2
+  done
+  wait "$pid" || { echo "cargo llmreplay test failed" >&2; tail -5 "$work/err.txt" >&2; }
+  printf '  %-44s %8.2f s %8.1f MiB (daemon)\n' "cargo llmreplay test (whole-suite replay)" \
+    "$(echo "$(date +%s.%N) - $started" | bc -l)" "$(echo "$peak / 1024" | bc -l)"
+}
 echo "clean tree:"
-measure "cargo llmreplay test (whole-suite replay)" "$bin" llmreplay test
+daemon_peak
+measure "cargo llmreplay test, with nextest and tests" "$bin" llmreplay test
 measure "status" "$bin" llmreplay status
 measure "diff --format markdown" "$bin" llmreplay diff --format markdown
 measure "review --list" "$bin" llmreplay review --list

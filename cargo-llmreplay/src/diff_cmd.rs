@@ -8,7 +8,7 @@ use crate::error::{Error, Outcome, Result};
 use crate::render::{self, code, code_short, fenced, html, plural, term, term_lines, Styles};
 use cassettes::Tokens;
 use clap::{Args, ValueEnum};
-use review::git::{diff_against, ChangeKind, Diff, FileDiff};
+use review::git::{diff_against_with, ChangeKind, Diff, FileDiff};
 use review::review::{Change, Drift, InteractionDiff};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -52,10 +52,12 @@ pub struct DiffArgs {
 
 pub fn run(args: DiffArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
-    let diff = diff_against(
+    // Each file's cassettes go once its changes are read: memory follows what changed.
+    let diff = diff_against_with(
         resolved.cassette_dir(),
         review::git::Base::Rev(args.base.as_deref()),
         &args.paths,
+        Some(&mut |_, _| {}),
     )?;
     let out = match args.format {
         Format::Text => text(&diff, Styles::for_stdout()),

@@ -11,8 +11,8 @@ use crate::diff_cmd::{drift_suffix, interaction_text};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, plural, term, Styles};
 use clap::{Args, ValueEnum};
-use review::git::{diff_against, Base, Diff};
-use review::pending::{pending, reject, stage, staged_files, Pending};
+use review::git::{diff_against, diff_against_with, Base, Diff};
+use review::pending::{pending, pending_in, reject, stage, staged_files, Pending};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -78,13 +78,33 @@ struct Session {
 }
 
 impl Session {
-    fn open(cassette_dir: &Path, base: Option<&str>) -> Result<Session> {
+    /// The session over what differs from `base` (else the index); a `listing` one keeps no
+    /// cassette in memory once its pending interactions are read.
+    fn open(cassette_dir: &Path, base: Option<&str>, listing: bool) -> Result<Session> {
         let against = match base {
             Some(rev) => Base::Rev(Some(rev)),
             None => Base::Index,
         };
-        let diff = diff_against(cassette_dir, against, &[])?;
-        let pending = pending(&diff);
+        let (diff, pending) = if listing {
+            let mut by_file: std::collections::HashMap<PathBuf, Vec<Pending>> = Default::default();
+            let mut visit = |workdir: &Path, file: &mut review::git::FileDiff| {
+                by_file.insert(file.path.clone(), pending_in(workdir, file, false));
+                // The listing reads them from the pending interactions.
+                file.interactions = Vec::new();
+                file.positions = Vec::new();
+            };
+            let diff = diff_against_with(cassette_dir, against, &[], Some(&mut visit))?;
+            let pending = diff
+                .files
+                .iter()
+                .flat_map(|f| by_file.remove(&f.path).unwrap_or_default())
+                .collect();
+            (diff, pending)
+        } else {
+            let diff = diff_against(cassette_dir, against, &[])?;
+            let pending = pending(&diff);
+            (diff, pending)
+        };
         Ok(Session {
             diff,
             pending,
@@ -137,7 +157,7 @@ fn matches(filter: &str, p: &Pending) -> bool {
 
 pub fn run(args: ReviewArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
-    let mut session = Session::open(resolved.cassette_dir(), args.base.as_deref())?;
+    let mut session = Session::open(resolved.cassette_dir(), args.base.as_deref(), args.list)?;
     let filter = args.filter.as_deref();
     if args.list {
         let items = session.open_items(filter);
@@ -201,7 +221,7 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
 
 /// After `test --record --review`: the review in a terminal, else a line saying what waits.
 pub fn after_test_run(cassette_dir: &Path) -> Result<()> {
-    let mut session = Session::open(cassette_dir, None)?;
+    let mut session = Session::open(cassette_dir, None, false)?;
     if console::Term::stdout().is_term() && console::user_attended_stderr() {
         interactive(&mut session, None)?;
     } else {

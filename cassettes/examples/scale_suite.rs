@@ -13,7 +13,9 @@ use std::path::Path;
 
 /// The request body each test sends for its `k`-th call, byte for byte.
 fn body(test: usize, k: usize) -> String {
-    format!(r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"test {test} question {k}"}}]}}"#)
+    format!(
+        r#"{{"model":"gpt-4o-mini","messages":[{{"role":"user","content":"test {test} question {k}"}}]}}"#
+    )
 }
 
 /// A chat completion of about 1 KB.
@@ -63,12 +65,18 @@ fn main() {
                 [("content-type".to_string(), "application/json".to_string())].into(),
                 &answer(t, k, version),
             );
-            let timing = Timing { ttfb_ms: 5, total_ms: 5 };
-            let mut interaction = Interaction::recorded(Key::of(&request), request, response, timing);
+            let timing = Timing {
+                ttfb_ms: 5,
+                total_ms: 5,
+            };
+            let mut interaction =
+                Interaction::recorded(Key::of(&request), request, response, timing);
             interaction.seal = Some(seal_of(&interaction.response));
             cassette.interactions.push(interaction);
         }
-        let folder = dir.join("tests/cassettes").join(Slug::from_test_id(&test).as_str());
+        let folder = dir
+            .join("tests/cassettes")
+            .join(Slug::from_test_id(&test).as_str());
         std::fs::create_dir_all(&folder).expect("a folder");
         std::fs::write(folder.join("openai.json"), cassette.to_bytes()).expect("a cassette");
     }

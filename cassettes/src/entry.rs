@@ -10,8 +10,49 @@ use crate::secrets::Guard;
 use crate::Error;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// What the loaded cassettes of a store hold, against its budget: a suite of many tests keeps
+/// in memory the cassettes of the tests running now and of those about to run, not all of them.
+#[derive(Debug)]
+pub(crate) struct Resident {
+    /// Bytes held by loaded cassettes (their answers and requests, as [`Loaded::bytes`]).
+    pub(crate) total: AtomicUsize,
+    /// Of these, the bytes of cassettes a request used since they were loaded: what can go
+    /// first (a test, once run, rarely calls again).
+    pub(crate) used: AtomicUsize,
+    /// A clock that ticks at each lookup: which entry was used least recently.
+    pub(crate) clock: AtomicU64,
+    /// Past this, cassettes are unloaded.
+    pub(crate) budget: usize,
+    /// Told when cassettes are unloaded, for a preload waiting for room.
+    pub(crate) room: std::sync::Condvar,
+    pub(crate) gate: Mutex<()>,
+}
+
+impl Resident {
+    pub(crate) fn new(budget: usize) -> Resident {
+        Resident {
+            total: AtomicUsize::new(0),
+            used: AtomicUsize::new(0),
+            clock: AtomicU64::new(0),
+            budget,
+            room: std::sync::Condvar::new(),
+            gate: Mutex::new(()),
+        }
+    }
+
+    /// Whether used cassettes should go now: the loaded ones fill three quarters of the
+    /// budget and an eighth of it is used ones (so that a scan frees that much at least).
+    pub(crate) fn pressed(&self) -> bool {
+        self.total.load(Ordering::Relaxed) > self.budget / 4 * 3
+            && self.used.load(Ordering::Relaxed) > self.budget / 8
+            || self.total.load(Ordering::Relaxed) > self.budget
+    }
+}
+
 /// One test's cassette for one provider, and this run's sequence cursors over it.
 pub struct Entry {
     /// The test.
@@ -31,6 +72,17 @@ pub struct Entry {
     /// a lock another process holds delays this test's recordings alone.
     pub(crate) writing: Mutex<()>,
     pub(crate) state: Mutex<State>,
+    /// The store's budget, shared by all its entries.
+    pub(crate) resident: Arc<Resident>,
+    /// Bytes this entry's loaded cassette holds (0: not loaded).
+    pub(crate) held: AtomicUsize,
+    /// The store's clock at this entry's last lookup (0: none yet).
+    pub(crate) last: AtomicU64,
+    /// Its loaded cassette is counted in [`Resident::used`].
+    pub(crate) counted: std::sync::atomic::AtomicBool,
+    /// Every recording of the cassette as last loaded, kept when it is unloaded: whether a
+    /// test left any unused is known without reading the file again.
+    pub(crate) catalog: Mutex<Option<Arc<[RecordingId]>>>,
 }
 
 #[derive(Default)]
@@ -93,15 +145,34 @@ impl RunAccount {
     }
 }
 
+/// What a loaded interaction holds besides its answer's bytes: its parsed request, key,
+/// summary and index entries.
+const PER_INTERACTION: usize = 2048;
+
 pub(crate) struct Loaded {
     pub(crate) cassette: Cassette,
     pub(crate) index: HashMap<Key, Vec<usize>>,
     /// Each position's ordinal among the recordings of its key.
     pub(crate) ordinals: Vec<usize>,
     pub(crate) prepared: Vec<Arc<Prepared>>,
+    /// About what it holds in memory, for the store's budget.
+    pub(crate) bytes: usize,
 }
 
 impl Loaded {
+    /// Every recording, by key and ordinal.
+    pub(crate) fn catalog(&self) -> Arc<[RecordingId]> {
+        self.cassette
+            .interactions
+            .iter()
+            .zip(&self.ordinals)
+            .map(|(i, &ordinal)| RecordingId {
+                key: i.key.clone(),
+                ordinal,
+            })
+            .collect()
+    }
+
     /// Keeps each answer once, as prepared bytes: the cassette kept beside them holds the
     /// requests (their large bodies by hash only) and summaries, which is all a miss or the
     /// report reads of it.
@@ -111,7 +182,7 @@ impl Loaded {
             index.entry(interaction.key.clone()).or_default().push(i);
         }
         let ordinals = ordinals(&cassette.interactions);
-        let prepared = cassette
+        let prepared: Vec<Arc<Prepared>> = cassette
             .interactions
             .iter_mut()
             .map(|i| {
@@ -121,11 +192,18 @@ impl Loaded {
                 Arc::new(Prepared::take(i))
             })
             .collect();
+        // The answers' bytes, and for each interaction its parsed request and summary: about
+        // what a recording of a short request costs beside its answer.
+        let bytes = prepared
+            .iter()
+            .map(|p| p.body.len() + PER_INTERACTION)
+            .sum();
         Loaded {
             cassette,
             index,
             ordinals,
             prepared,
+            bytes,
         }
     }
 }
@@ -190,9 +268,11 @@ impl Entry {
         key: &Key,
         repeat_last: bool,
     ) -> Result<Option<Arc<Prepared>>, Error> {
+        self.touch();
         let mut state = self.state.lock().expect("entry lock");
         let state = &mut *state;
         let loaded = self.ensure_loaded(&mut state.loaded)?;
+        self.count_used();
         let ordinal = state.cursors.get(key).copied().unwrap_or(0);
         let Some(positions) = loaded.index.get(key) else {
             return Ok(None);
@@ -229,9 +309,11 @@ impl Entry {
         repeat_last: bool,
         count_unrecorded: bool,
     ) -> Result<Lookup, Error> {
+        self.touch();
         let mut state = self.state.lock().expect("entry lock");
         let state = &mut *state;
         let loaded = self.ensure_loaded(&mut state.loaded)?;
+        self.count_used();
         // The hot path: no allocation once a key has been seen.
         let ordinal = match state.cursors.get_mut(key) {
             Some(cursor) => {
@@ -269,7 +351,10 @@ impl Entry {
 
     /// The recording of this test closest to `request`: fewest differing fields.
     pub fn closest(&self, request: &RecordedRequest) -> Option<Closest> {
-        let state = self.state.lock().expect("entry lock");
+        let mut guard = self.state.lock().expect("entry lock");
+        let state = &mut *guard;
+        self.ensure_loaded(&mut state.loaded).ok()?;
+        let state = &*state;
         let loaded = state.loaded.as_ref()?;
         let wanted = request.to_value();
         let (index, recorded, differing) = loaded
@@ -353,7 +438,7 @@ impl Entry {
         }
         // What was just recorded was used by this run, wherever the merge put it.
         state.used.insert(&key, ordinal);
-        state.loaded = Some(Loaded::new(merged));
+        self.hold(&mut state.loaded, Loaded::new(merged));
         Ok(outcome)
     }
 
@@ -362,9 +447,51 @@ impl Entry {
         loaded: &'s mut Option<Loaded>,
     ) -> Result<&'s Loaded, Error> {
         if loaded.is_none() {
-            *loaded = Some(Loaded::new(self.read()?));
+            self.hold(loaded, Loaded::new(self.read()?));
         }
         Ok(loaded.as_ref().expect("just loaded"))
+    }
+
+    /// Puts `new` in `slot` (this entry's `state.loaded`), counting it against the budget.
+    pub(crate) fn hold(&self, slot: &mut Option<Loaded>, new: Loaded) {
+        let bytes = new.bytes;
+        *self.catalog.lock().expect("catalog lock") = Some(new.catalog());
+        if let Some(old) = slot.replace(new) {
+            self.resident.total.fetch_sub(old.bytes, Ordering::Relaxed);
+            if self.counted.swap(false, Ordering::Relaxed) {
+                self.resident.used.fetch_sub(old.bytes, Ordering::Relaxed);
+            }
+        }
+        self.resident.total.fetch_add(bytes, Ordering::Relaxed);
+        self.held.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Empties `slot` (this entry's `state.loaded`): read again if anything asks for it.
+    pub(crate) fn release(&self, slot: &mut Option<Loaded>) {
+        if let Some(old) = slot.take() {
+            self.resident.total.fetch_sub(old.bytes, Ordering::Relaxed);
+            if self.counted.swap(false, Ordering::Relaxed) {
+                self.resident.used.fetch_sub(old.bytes, Ordering::Relaxed);
+            }
+        }
+        self.held.store(0, Ordering::Relaxed);
+        let _gate = self.resident.gate.lock().expect("gate lock");
+        self.resident.room.notify_all();
+    }
+
+    /// Notes a use, for the least recently used to go first; its loaded cassette (now or once
+    /// loaded) counts as used.
+    fn touch(&self) {
+        let now = self.resident.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        self.last.store(now, Ordering::Relaxed);
+    }
+
+    /// Counts the loaded cassette as used, once.
+    fn count_used(&self) {
+        let held = self.held.load(Ordering::Relaxed);
+        if held > 0 && !self.counted.swap(true, Ordering::Relaxed) {
+            self.resident.used.fetch_add(held, Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn read(&self) -> Result<Cassette, Error> {

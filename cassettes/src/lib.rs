@@ -42,7 +42,7 @@ pub use maintenance::{
     rekey_cassette, remove_folder, remove_leftover_temp, remove_recordings,
     remove_unreferenced_blobs, rewrite_cassette, sealed, Fixed, Moved, TestChanges,
 };
-pub use store::{Store, Unused};
+pub use store::{Store, Unused, DEFAULT_BUDGET};
 pub use summary::Tokens;
 
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! on disk under an exclusive lock and land by rename, so two recording runs never lose or tear
 //! each other's interactions.
 
-use crate::entry::{Entry, Loaded, Used, MAX_ACCOUNTED};
+use crate::entry::{Entry, Loaded, Resident, Used, MAX_ACCOUNTED};
 use crate::format::{ordinals, Cassette};
 use crate::fs::{confined, lock_folder, remove_if_empty, DEFAULT_LOCK_TIMEOUT};
 use crate::id::{ProviderName, Slug, TestId};
@@ -33,7 +33,15 @@ pub struct Store {
     opened: SystemTime,
     /// What no recording may hold, and the answers' secret fields to redact.
     guard: Arc<Guard>,
+    /// The loaded cassettes' bytes against the budget.
+    resident: Arc<Resident>,
+    /// Set when the run no longer needs cassettes read ahead.
+    preload_stopped: std::sync::atomic::AtomicBool,
 }
+
+/// How many bytes of loaded cassettes a store keeps by default: a suite of any size replays
+/// in about this much (README, "Performance").
+pub const DEFAULT_BUDGET: usize = 64 << 20;
 
 /// A recording that no request of this run replayed.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -65,7 +73,23 @@ impl Store {
             listed: Mutex::default(),
             opened: SystemTime::now(),
             guard: Arc::default(),
+            resident: Arc::new(Resident::new(DEFAULT_BUDGET)),
+            preload_stopped: Default::default(),
         }
+    }
+
+    /// Keeps loaded cassettes within `bytes` (their answers and parsed requests): past it,
+    /// those used least recently are unloaded, and read again if asked for.
+    pub fn with_budget(mut self, bytes: usize) -> Self {
+        self.resident = Arc::new(Resident::new(bytes));
+        self
+    }
+
+    /// Bytes the loaded cassettes hold now.
+    pub fn resident_bytes(&self) -> usize {
+        self.resident
+            .total
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Redacts the answers of what it records and refuses to write secrets as `guard` says.
@@ -82,6 +106,9 @@ impl Store {
 
     /// The entry of a test and provider. Two test ids that meet at one slug are an error.
     pub fn entry(&self, test: &TestId, provider: &ProviderName) -> Result<Arc<Entry>, Error> {
+        if self.resident.pressed() {
+            self.unload_least_used();
+        }
         // The hot path: a lookup by borrowed id, no allocation.
         if let Some(e) = self.find(test.as_str(), provider) {
             return Ok(e);
@@ -118,9 +145,54 @@ impl Store {
             guard: self.guard.clone(),
             writing: Mutex::default(),
             state: Mutex::default(),
+            resident: self.resident.clone(),
+            held: Default::default(),
+            last: Default::default(),
+            counted: Default::default(),
+            catalog: Mutex::default(),
         });
         list.push(entry.clone());
         Ok(entry)
+    }
+
+    /// Unloads used cassettes, least recently used first, until those loaded hold half the
+    /// budget; past the budget still, the cassettes preloaded for tests yet to run, those of
+    /// the furthest first. An entry busy with a request is passed over (its answer, shared,
+    /// outlives the unloading anyway).
+    fn unload_least_used(&self) {
+        use std::sync::atomic::Ordering;
+        let mut loaded: Vec<(bool, u64, Arc<Entry>)> = {
+            let entries = self.entries.read().expect("store lock");
+            entries
+                .values()
+                .flatten()
+                .filter(|e| e.held.load(Ordering::Relaxed) > 0)
+                .map(|e| {
+                    let used = e.counted.load(Ordering::Relaxed);
+                    let last = e.last.load(Ordering::Relaxed);
+                    (!used, if used { last } else { u64::MAX - last }, e.clone())
+                })
+                .collect()
+        };
+        loaded.sort_unstable_by_key(|(unused, last, _)| (*unused, *last));
+        let budget = self.resident.budget;
+        for (unused, _, entry) in loaded {
+            let total = self.resident.total.load(Ordering::Relaxed);
+            if total <= budget / 2 || (unused && total <= budget / 4 * 3) {
+                break;
+            }
+            if let Ok(mut state) = entry.state.try_lock() {
+                entry.release(&mut state.loaded);
+            }
+        }
+    }
+
+    /// Ends a [`Store::preload`] that waits for room: the run is over.
+    pub fn stop_preload(&self) {
+        self.preload_stopped
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let _gate = self.resident.gate.lock().expect("gate lock");
+        self.resident.room.notify_all();
     }
 
     fn find(&self, test: &str, provider: &ProviderName) -> Option<Arc<Entry>> {
@@ -242,7 +314,7 @@ impl Store {
             };
             if let Some(e) = entry {
                 // Read afresh if anything asks for it again.
-                e.state.lock().expect("entry lock").loaded = None;
+                e.release(&mut e.state.lock().expect("entry lock").loaded);
             }
             let before = before.unwrap_or(now);
             count_changes(&before, &after, &mut changes);
@@ -306,6 +378,15 @@ impl Store {
                 Some(e) => {
                     let mut state = e.state.lock().expect("entry lock");
                     let state = &mut *state;
+                    // Unloaded since, and every recording used: nothing to read again.
+                    let catalog = e.catalog.lock().expect("catalog lock").clone();
+                    let all_used = catalog.is_some_and(|ids| {
+                        ids.iter()
+                            .all(|id| state.used.contains(&id.key, id.ordinal))
+                    });
+                    if state.loaded.is_none() && all_used {
+                        continue;
+                    }
                     note(&e.ensure_loaded(&mut state.loaded)?.cassette, &state.used);
                 }
                 None => note(&read_cassette(&path)?, &Used::default()),
@@ -321,6 +402,11 @@ impl Store {
     /// are kept as listed here, and [`Store::unused_in`] reports from them.
     pub fn preload(&self) {
         for folder in self.folders().unwrap_or_default() {
+            // Ahead of the tests, within the budget: it waits while the cassettes loaded fill
+            // three quarters of it, until the tests that ran let theirs go.
+            if !self.room_to_preload() {
+                return;
+            }
             let dir = self.dir.join(&folder);
             if confined(&self.dir, &dir).is_err() {
                 continue;
@@ -354,13 +440,33 @@ impl Store {
                 let loaded = Loaded::new(cassette);
                 let mut state = entry.state.lock().expect("entry lock");
                 if state.loaded.is_none() {
-                    state.loaded = Some(loaded);
+                    entry.hold(&mut state.loaded, loaded);
                 }
             }
             self.listed
                 .lock()
                 .expect("store lock")
                 .insert(folder, files);
+        }
+    }
+
+    /// Waits until the loaded cassettes leave room for more; false once the run stopped it.
+    fn room_to_preload(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let mut gate = self.resident.gate.lock().expect("gate lock");
+        loop {
+            if self.preload_stopped.load(Ordering::Relaxed) {
+                return false;
+            }
+            if self.resident.total.load(Ordering::Relaxed) < self.resident.budget / 4 * 3 {
+                return true;
+            }
+            gate = self
+                .resident
+                .room
+                .wait_timeout(gate, Duration::from_millis(50))
+                .expect("gate lock")
+                .0;
         }
     }
 

@@ -234,6 +234,7 @@ struct LimitsSection {
     body_mib: Option<f64>,
     header_read_timeout_s: Option<f64>,
     lock_timeout_s: Option<f64>,
+    cassette_cache_mib: Option<f64>,
 }
 
 /// Timeouts and sizes, each with its default (README, "Limits and hostile input") and a key
@@ -251,6 +252,9 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// `[limits] lock_timeout_s`: how long a recording waits for a folder another process holds.
     pub lock_timeout: Duration,
+    /// `[limits] cassette_cache_mib`: the loaded cassettes' answers and requests kept in
+    /// memory; past it, those used least recently are read again when asked for.
+    pub cassette_cache_bytes: usize,
 }
 
 impl Default for Limits {
@@ -261,6 +265,7 @@ impl Default for Limits {
             body_bytes: 100 << 20,
             header_read_timeout: Duration::from_secs(60),
             lock_timeout: cassettes::DEFAULT_LOCK_TIMEOUT,
+            cassette_cache_bytes: cassettes::DEFAULT_BUDGET,
         }
     }
 }
@@ -303,6 +308,16 @@ impl Limits {
                 "[limits] lock_timeout_s",
                 d.lock_timeout,
             )?,
+            cassette_cache_bytes: match limits.cassette_cache_mib {
+                None => d.cassette_cache_bytes,
+                Some(m) if (1.0..=MAX_BODY_MIB * 16.0).contains(&m) => (m * (1u64 << 20) as f64) as usize,
+                Some(m) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "[limits] cassette_cache_mib = {m}: give a size in MiB of at least 1 and at most {}",
+                        MAX_BODY_MIB * 16.0
+                    )))
+                }
+            },
             body_bytes: match limits.body_mib {
                 None => d.body_bytes,
                 Some(m) if m > 0.0 && m <= MAX_BODY_MIB => (m * (1u64 << 20) as f64) as u64,

@@ -133,6 +133,7 @@ impl Daemon {
             store: Arc::new(
                 Store::new(settings.cassette_dir.clone())
                     .with_lock_timeout(settings.limits.lock_timeout)
+                    .with_budget(settings.limits.cassette_cache_bytes)
                     .with_guard(cassettes::secrets::Guard::new(
                         settings.normalizer.body_fields().clone(),
                         settings.secret_values.clone(),

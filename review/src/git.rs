@@ -4,11 +4,10 @@
 
 use crate::review::{paired_diffs, InteractionDiff};
 use crate::Error;
-use cassettes::cassette_files;
 use cassettes::BLOB_DIR;
 use cassettes::{recording_ids, Cassette, Interaction, RecordingId};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,11 +169,14 @@ pub fn changes_against_head_after(
             });
             continue;
         }
-        let old = head
-            .as_ref()
-            .and_then(|t| t.get_path(&path).ok())
-            .and_then(|e| e.to_object(&repo).ok())
-            .and_then(|o| o.peel_to_blob().ok())
+        // HEAD's blob, by the id the status already holds: staged, the HEAD-to-index side;
+        // else the index's, which is HEAD's. No tree is walked for it.
+        let old = entry
+            .head_to_index()
+            .map(|d| d.old_file().id())
+            .or_else(|| entry.index_to_workdir().map(|d| d.old_file().id()))
+            .filter(|id| !id.is_zero())
+            .and_then(|id| repo.find_blob(id).ok())
             .map(|b| String::from_utf8_lossy(b.content()).into_owned());
         let new = match cassettes::read_text(&workdir.join(&path)) {
             Ok(text) => Some(Ok(text)),
@@ -212,7 +214,14 @@ pub fn changes_against_head_after(
         }
         out.push(change);
     }
-    find_moves(&repo, head.as_ref(), &workdir, &mut out);
+    // The cassette folder's tree, found once: looking each file up from HEAD's root would
+    // read this (large) tree again for every file.
+    let cassettes_at_head = head
+        .as_ref()
+        .and_then(|t| t.get_path(&rel).ok())
+        .and_then(|e| e.to_object(&repo).ok())
+        .and_then(|o| o.into_tree().ok());
+    find_moves(&repo, cassettes_at_head.as_ref(), &rel, &workdir, &mut out);
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(Some(out))
 }
@@ -223,12 +232,13 @@ pub fn changes_against_head_after(
 fn find_moves(
     repo: &git2::Repository,
     head: Option<&git2::Tree<'_>>,
+    rel: &Path,
     workdir: &Path,
     changes: &mut Vec<Change>,
 ) {
     let ids_at_head = |path: &Path| -> Option<Vec<RecordingId>> {
         let blob = head?
-            .get_path(path)
+            .get_path(path.strip_prefix(rel).ok()?)
             .ok()?
             .to_object(repo)
             .ok()?
@@ -332,6 +342,19 @@ pub enum Base<'a> {
 /// Compares the cassettes of the work tree with those of `base`. `only` keeps the files under
 /// any of these paths (absolute, or relative to the work tree).
 pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Result<Diff, Error> {
+    diff_against_with(cassette_dir, base, only, None)
+}
+
+/// [`diff_against`] for a listing: with `visit`, each file is shown to it whole (its parsed
+/// cassettes in [`FileDiff::sides`]; it may take what it keeps), and then its sides are dropped: memory follows what
+/// changed, not the cassettes. A modified file is visited as soon as it is read; a new or
+/// deleted one once moves are paired.
+pub fn diff_against_with(
+    cassette_dir: &Path,
+    base: Base<'_>,
+    only: &[PathBuf],
+    mut visit: Option<&mut dyn FnMut(&Path, &mut FileDiff)>,
+) -> Result<Diff, Error> {
     let Some((repo, workdir, rel)) = open(cassette_dir)? else {
         return Err(Error::NotInRepository(cassette_dir.to_path_buf()));
     };
@@ -346,55 +369,61 @@ pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Re
             "the index (what is staged)".to_string(),
         ),
     };
-    let mut old: BTreeMap<PathBuf, String> = BTreeMap::new();
-    if let Some(index) = &index {
-        for entry in index.iter() {
-            let path = PathBuf::from(String::from_utf8_lossy(&entry.path).into_owned());
-            let Ok(inside) = path.strip_prefix(&rel) else {
+    // git's own view of what changed (the index's stat data, blob ids): an unchanged
+    // cassette is never read, so memory follows what changed, not the tree.
+    let mut opts = git2::DiffOptions::new();
+    opts.pathspec(&rel)
+        .include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(true)
+        .recurse_ignored_dirs(true)
+        .include_typechange(true);
+    let tree = commit.as_ref().map(|c| c.tree()).transpose()?;
+    let changed = match (&index, &tree) {
+        (Some(index), _) => repo.diff_index_to_workdir(Some(index), Some(&mut opts))?,
+        (None, tree) => repo.diff_tree_to_workdir_with_index(tree.as_ref(), Some(&mut opts))?,
+    };
+    // `<folder>/<provider>.json` under the cassette folder: a cassette.
+    let is_cassette = |path: &Path| {
+        path.strip_prefix(&rel)
+            .is_ok_and(|inside| inside.components().count() == 2)
+            && path.extension().is_some_and(|x| x == "json")
+    };
+    let mut old: BTreeMap<PathBuf, Option<git2::Oid>> = BTreeMap::new();
+    let mut new: BTreeSet<PathBuf> = BTreeSet::new();
+    for delta in changed.deltas() {
+        for (side, was) in [(delta.old_file(), true), (delta.new_file(), false)] {
+            let Some(path) = side.path().filter(|p| is_cassette(p)) else {
                 continue;
             };
-            // `<folder>/<provider>.json`, as in the tree below.
-            let cassette =
-                inside.components().count() == 2 && path.extension().is_some_and(|x| x == "json");
-            if let (true, Ok(blob)) = (cassette, repo.find_blob(entry.id)) {
-                old.insert(path, String::from_utf8_lossy(blob.content()).into_owned());
+            if !side.id().is_zero() && was {
+                old.insert(path.to_path_buf(), Some(side.id()));
+            }
+            if !was && workdir.join(path).is_file() {
+                new.insert(path.to_path_buf());
             }
         }
     }
-    if let Some(tree) = commit.as_ref().map(|c| c.tree()).transpose()? {
-        let sub = match tree.get_path(&rel) {
-            Ok(entry) => Some(entry.to_object(&repo)?),
-            Err(_) => None,
-        };
-        if let Some(sub) = sub.as_ref().and_then(|o| o.as_tree()) {
-            sub.walk(git2::TreeWalkMode::PreOrder, |folder, entry| {
-                let name = entry.name().unwrap_or("");
-                if folder.matches('/').count() == 1 && name.ends_with(".json") {
-                    if let Ok(blob) = entry.to_object(&repo).and_then(|o| o.peel_to_blob()) {
-                        let text = String::from_utf8_lossy(blob.content()).into_owned();
-                        old.insert(rel.join(folder).join(name), text);
-                    }
-                }
-                git2::TreeWalkResult::Ok
-            })?;
-        }
-    }
-    let mut new: BTreeMap<PathBuf, String> = BTreeMap::new();
+    let read_old = |path: &Path| -> Option<String> {
+        let id = (*old.get(path)?)?;
+        let blob = repo.find_blob(id).ok()?;
+        Some(String::from_utf8_lossy(blob.content()).into_owned())
+    };
     // Files that are not text: listed as broken, their bytes compared as text with U+FFFD.
-    let mut not_text: BTreeMap<PathBuf, cassettes::Error> = BTreeMap::new();
-    for file in cassette_files(&workdir.join(&rel))? {
-        let rel_path = file.strip_prefix(&workdir).unwrap_or(&file).to_path_buf();
-        let text = match cassettes::read_text(&file) {
-            Ok(text) => text,
+    let read_new = |path: &Path| -> Result<Option<(String, Option<cassettes::Error>)>, Error> {
+        if !new.contains(path) {
+            return Ok(None);
+        }
+        let file = workdir.join(path);
+        match cassettes::read_text(&file) {
+            Ok(text) => Ok(Some((text, None))),
             Err(e @ cassettes::Error::NotText { .. }) => {
                 let bytes = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
-                not_text.insert(rel_path.clone(), e);
-                String::from_utf8_lossy(&bytes).into_owned()
+                Ok(Some((String::from_utf8_lossy(&bytes).into_owned(), Some(e))))
             }
-            Err(e) => return Err(e.into()),
-        };
-        new.insert(rel_path, text);
-    }
+            Err(e) => Err(e.into()),
+        }
+    };
     let only: Vec<PathBuf> = only
         .iter()
         .map(|p| {
@@ -404,17 +433,22 @@ pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Re
                 .unwrap_or(abs)
         })
         .collect();
-    let mut paths: Vec<&PathBuf> = old.keys().chain(new.keys()).collect();
+    let mut paths: Vec<PathBuf> = old.keys().chain(new.iter()).cloned().collect();
     paths.sort();
     paths.dedup();
     let mut files = Vec::new();
     // Whole files added or deleted, parsed, to find the cassettes of a renamed test.
     let mut whole: BTreeMap<PathBuf, Cassette> = BTreeMap::new();
-    for path in paths {
+    for path in &paths {
         if !only.is_empty() && !only.iter().any(|o| path.starts_with(o)) {
             continue;
         }
-        let (was, now) = (old.get(path), new.get(path));
+        let was = read_old(path);
+        let (now, not_text) = match read_new(path)? {
+            Some((text, broken)) => (Some(text), broken),
+            None => (None, None),
+        };
+        let (was, now) = (was.as_ref(), now.as_ref());
         if was == now {
             continue;
         }
@@ -475,7 +509,7 @@ pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Re
             positions: Vec::new(),
             sides: Sides::default(),
         };
-        if let Some(e) = not_text.get(path) {
+        if let Some(e) = &not_text {
             file.error = Some(e.to_string());
             files.push(file);
             continue;
@@ -499,9 +533,20 @@ pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Re
             }
             (Err(e), _) | (_, Err(e)) => file.error = Some(e.to_string()),
         }
+        if let (Some(visit), ChangeKind::Modified) = (visit.as_mut(), file.kind) {
+            visit(&workdir, &mut file);
+            file.sides = Sides::default();
+        }
         files.push(file);
     }
     pair_moves(&mut files, &whole);
+    drop(whole);
+    if let Some(visit) = visit.as_mut() {
+        for file in files.iter_mut().filter(|f| f.kind != ChangeKind::Modified) {
+            visit(&workdir, file);
+            file.sides = Sides::default();
+        }
+    }
     Ok(Diff {
         base,
         files,

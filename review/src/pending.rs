@@ -45,17 +45,34 @@ struct At {
 
 /// Every interaction of `diff` that differs, in file order.
 pub fn pending(diff: &Diff) -> Vec<Pending> {
-    let mut out = Vec::new();
-    for file in diff.files.iter().filter(|f| f.error.is_none()) {
-        for (d, &(old, new)) in file.interactions.iter().zip(&file.positions) {
-            out.push(one(diff, file, d, old, new));
-        }
+    diff.files
+        .iter()
+        .flat_map(|file| pending_in(&diff.workdir, file, true))
+        .collect()
+}
+
+/// The pending interactions of one file of a diff of the work tree at `workdir`, while the
+/// file still has its sides (see [`crate::git::diff_against_with`]). Without `restorable`
+/// (a listing), they cannot be rejected: the base's interaction is not kept.
+pub fn pending_in(workdir: &Path, file: &FileDiff, restorable: bool) -> Vec<Pending> {
+    if file.error.is_some() {
+        return Vec::new();
     }
-    out
+    file.interactions
+        .iter()
+        .zip(&file.positions)
+        .map(|(d, &(old, new))| {
+            let mut p = one(workdir, file, d, old, new);
+            if !restorable {
+                p.at.base = None;
+            }
+            p
+        })
+        .collect()
 }
 
 fn one(
-    diff: &Diff,
+    workdir: &Path,
     file: &FileDiff,
     d: &InteractionDiff,
     old: Option<usize>,
@@ -91,7 +108,7 @@ fn one(
         diff: d.clone(),
         fingerprint: hex::encode(hash.finalize()),
         at: At {
-            path: diff.workdir.join(&file.path),
+            path: workdir.join(&file.path),
             base,
             base_position: old,
             work_position: new,

@@ -32,6 +32,8 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     let status = child
         .wait()
         .map_err(|e| Error::io("cannot run cargo nextest", e))?;
+    // No test asks for a cassette any more: nothing to read ahead.
+    store.stop_preload();
     // nextest refused its arguments (clap's status): it said why, and no test ran, so there is
     // no run to list or report on.
     if status.code() == Some(USAGE_REFUSED) {

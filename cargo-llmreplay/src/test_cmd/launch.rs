@@ -236,17 +236,23 @@ pub(super) fn launch(
     // whole-suite replay will read, parsed before the first test asks, then what git says of
     // the cassettes in a run that writes none (a new file counted from what was just read,
     // not parsed again). Started after nextest, so as not to slow this command's own start.
+    // The preload goes on ahead of the tests within the daemon's memory budget, until the
+    // run stops it; git is asked beside it.
     let (preload, git) = (plan.preload, plan.git);
-    let background = (preload || git).then(|| {
+    if preload {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            in_background();
+            store.preload();
+        });
+    }
+    let background = git.then(|| {
         let (store, dir) = (store.clone(), cassette_dir.clone());
         std::thread::spawn(move || {
             in_background();
-            if preload {
-                store.preload();
-            }
-            git.then(|| {
-                review::git::changes_against_head_after(&dir, |path| store.interactions_read(path))
-            })
+            Some(review::git::changes_against_head_after(&dir, |path| {
+                store.interactions_read(path)
+            }))
         })
     });
     Ok(Launched {

@@ -625,3 +625,54 @@ fn closest_names_differences() {
     let c = e.closest(&interaction("hullo", "{}").request).unwrap();
     assert_eq!(c.differing, vec!["/body/messages/0/content"]);
 }
+
+/// A store over its budget unloads the cassettes used least recently; what it unloaded is read
+/// again when asked for, and a test whose every recording was used is known to have none
+/// unused without reading its file again.
+#[test]
+fn loaded_cassettes_stay_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = ProviderName::new("openai").unwrap();
+    let tests: Vec<TestId> = (0..20)
+        .map(|i| TestId::new(format!("crate$t{i}")))
+        .collect();
+    let mut keys = Vec::new();
+    {
+        let writer = Store::new(dir.path());
+        for t in &tests {
+            let a = interaction(
+                &format!("ask {t}"),
+                &format!(r#"{{"answer":"{}"}}"#, "x".repeat(4000)),
+            );
+            keys.push(a.key.clone());
+            writer.entry(t, &p).unwrap().record(0, a).unwrap();
+        }
+    }
+    // Room for about three of them.
+    let store = Store::new(dir.path()).with_budget(3 * (4096 + 2048));
+    for (t, key) in tests.iter().zip(&keys) {
+        let entry = store.entry(t, &p).unwrap();
+        assert!(entry.next_recorded(key, false).unwrap().hit.is_some());
+        assert!(
+            store.resident_bytes() <= 4 * (4096 + 2048),
+            "{}",
+            store.resident_bytes()
+        );
+    }
+    let first = store.entry(&tests[0], &p).unwrap();
+    assert!(
+        first.state.lock().unwrap().loaded.is_none(),
+        "the least recently used went"
+    );
+    // Read again for a retry: its sequence goes on, so the second call finds no recording.
+    assert!(first.next_recorded(&keys[0], false).unwrap().hit.is_none());
+    first.state.lock().unwrap().cursors.clear();
+    assert!(first.next_recorded(&keys[0], false).unwrap().hit.is_some());
+    for t in &tests {
+        assert!(store.unused_in(t).unwrap().is_empty());
+    }
+    assert!(
+        store.resident_bytes() <= 4 * (4096 + 2048),
+        "the report does not read them all again"
+    );
+}
