@@ -345,6 +345,9 @@ pub fn diff_against(cassette_dir: &Path, base: Base<'_>, only: &[PathBuf]) -> Re
     diff_against_with(cassette_dir, base, only, None)
 }
 
+/// What [`diff_against_with`] shows each file to: the work tree's root, and the file.
+pub type Visit<'a> = dyn FnMut(&Path, &mut FileDiff) + 'a;
+
 /// [`diff_against`] for a listing: with `visit`, each file is shown to it whole (its parsed
 /// cassettes in [`FileDiff::sides`]; it may take what it keeps), and then its sides are dropped: memory follows what
 /// changed, not the cassettes. A modified file is visited as soon as it is read; a new or
@@ -353,7 +356,7 @@ pub fn diff_against_with(
     cassette_dir: &Path,
     base: Base<'_>,
     only: &[PathBuf],
-    mut visit: Option<&mut dyn FnMut(&Path, &mut FileDiff)>,
+    mut visit: Option<&mut Visit<'_>>,
 ) -> Result<Diff, Error> {
     let Some((repo, workdir, rel)) = open(cassette_dir)? else {
         return Err(Error::NotInRepository(cassette_dir.to_path_buf()));
@@ -419,7 +422,10 @@ pub fn diff_against_with(
             Ok(text) => Ok(Some((text, None))),
             Err(e @ cassettes::Error::NotText { .. }) => {
                 let bytes = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
-                Ok(Some((String::from_utf8_lossy(&bytes).into_owned(), Some(e))))
+                Ok(Some((
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                    Some(e),
+                )))
             }
             Err(e) => Err(e.into()),
         }
