@@ -116,12 +116,8 @@ pub(crate) async fn faults(
     prefix: &str,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let path = match prefix.strip_prefix("/t/") {
-        Some(encoded) if !encoded.contains('/') => Some(encoded),
-        _ if prefix.is_empty() => None,
-        _ => {
-            return text(StatusCode::NOT_FOUND, format!("cargo-llmreplay: faults live at <LLMREPLAY_BASE_URL>/__llmreplay/faults, not under {prefix:?}"))
-        }
+    let Ok(path) = crate::identity::route_prefix(prefix) else {
+        return text(StatusCode::NOT_FOUND, format!("cargo-llmreplay: faults live at <LLMREPLAY_BASE_URL>/__llmreplay/faults, not under {prefix:?}"));
     };
     let query = req
         .uri()

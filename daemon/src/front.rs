@@ -94,15 +94,11 @@ async fn mcp_route(
     name: Option<String>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let path = match prefix.strip_prefix("/t/") {
-        Some(encoded) if !encoded.contains('/') => Some(encoded),
-        _ if prefix.is_empty() => None,
-        _ => {
-            return respond::text(
-                StatusCode::NOT_FOUND,
-                format!("cargo-llmreplay: MCP routes live at <LLMREPLAY_BASE_URL>/mcp/NAME and /__llmreplay/mcp, not under {prefix:?}"),
-            )
-        }
+    let Ok(path) = identity::route_prefix(prefix) else {
+        return respond::text(
+            StatusCode::NOT_FOUND,
+            format!("cargo-llmreplay: MCP routes live at <LLMREPLAY_BASE_URL>/mcp/NAME and /__llmreplay/mcp, not under {prefix:?}"),
+        );
     };
     let claims = Claims {
         path,

@@ -88,6 +88,16 @@ impl Refusal {
     }
 }
 
+/// The `/t/<test id>` before a route of the daemon's own (`…/__llmreplay/faults`, the MCP
+/// routes): the id still percent-encoded, none for no prefix, and `Err` for any other prefix.
+pub(crate) fn route_prefix(prefix: &str) -> Result<Option<&str>, ()> {
+    match prefix.strip_prefix("/t/") {
+        Some(encoded) if !encoded.contains('/') => Ok(Some(encoded)),
+        _ if prefix.is_empty() => Ok(None),
+        _ => Err(()),
+    }
+}
+
 /// The test of a request on `conn`.
 pub(crate) async fn identify_on(
     state: &Arc<State>,

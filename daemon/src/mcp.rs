@@ -434,12 +434,9 @@ pub(crate) async fn control(
         Ok(p) => p,
         Err(m) => return text(StatusCode::BAD_REQUEST, m),
     };
-    let limits = &state.settings.limits;
-    let body = match read_limited(req.into_body(), limits.body_bytes, limits.header_read_timeout).await {
+    let body = match read_message(state, req.into_body()).await {
         Ok(body) => body,
-        Err(BodyError::TooLarge) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("cargo-llmreplay: an MCP message over the limit of {} bytes; raise [limits] body_mib in llmreplay.toml", limits.body_bytes)),
-        Err(BodyError::Idle(_)) => return text(StatusCode::REQUEST_TIMEOUT, "cargo-llmreplay: the MCP message stopped arriving".into()),
-        Err(BodyError::Broken(e)) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the MCP message: {e}")),
+        Err(refused) => return refused,
     };
     let value: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -508,6 +505,18 @@ pub(crate) async fn control(
             "cargo-llmreplay: the MCP route's op is open, call or save".into(),
         ),
     }
+}
+
+/// An MCP message's bytes, within the body limit, or the answer that refuses it.
+pub(crate) async fn read_message(state: &State, body: Incoming) -> Result<Bytes, Response<Body>> {
+    let limits = &state.settings.limits;
+    read_limited(body, limits.body_bytes, limits.header_read_timeout)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge => text(StatusCode::PAYLOAD_TOO_LARGE, format!("cargo-llmreplay: an MCP message over the limit of {} bytes; raise [limits] body_mib in llmreplay.toml", limits.body_bytes)),
+            BodyError::Idle(_) => text(StatusCode::REQUEST_TIMEOUT, "cargo-llmreplay: the MCP message stopped arriving".into()),
+            BodyError::Broken(e) => text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the MCP message: {e}")),
+        })
 }
 
 /// Answers built from bytes, for the HTTP transport.

@@ -115,6 +115,17 @@ fn server_copy(project: &Project) -> PathBuf {
     server
 }
 
+/// A project whose demo server was recorded once over stdio, and the client's arguments.
+fn recorded_demo() -> Option<(Project, Vec<String>)> {
+    let project = Project::new()?;
+    let server = server_copy(&project);
+    let args = project.demo_args(&server);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let recorded = project.run(&["--record"], &argv, &[]);
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+    Some((project, args))
+}
+
 const TOKEN: &str = "sk-proj-Zq7uXw3Jt9Lm2Nb5Vc8Rd1Fg4Hk6Ps0T";
 
 #[test]
@@ -411,14 +422,10 @@ fn server_everything_with_sampling_and_progress() {
 
 #[test]
 fn changed_tool_schema_is_its_own_drift_class() {
-    let Some(project) = Project::new() else {
+    let Some((project, args)) = recorded_demo() else {
         return;
     };
-    let server = server_copy(&project);
-    let args = project.demo_args(&server);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let first = project.run(&["--record"], &args, &[]);
-    assert_eq!(first.code, Some(0), "{}", first.stderr);
     commit_all(project.root());
     let again = project.run(&["--record"], &args, &[("MCP_SCHEMA", "v2")]);
     assert_eq!(again.code, Some(0), "{}", again.stderr);
@@ -441,14 +448,10 @@ fn changed_tool_schema_is_its_own_drift_class() {
 
 #[test]
 fn faults_and_live_servers() {
-    let Some(project) = Project::new() else {
+    let Some((project, args)) = recorded_demo() else {
         return;
     };
-    let server = server_copy(&project);
-    let args = project.demo_args(&server);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let recorded = project.run(&["--record"], &args, &[]);
-    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
 
     // A fault for one tool: its calls get an MCP error, the other tools their recordings.
     let faults = "[[faults]]\ntest = \"all()\"\nprovider = \"mcp-demo\"\ntool = \"add\"\nerror = \"disk on fire\"\ntimes = \"always\"\n";

@@ -5,7 +5,6 @@
 //! listening stream) with 405, which the protocol lets a server do, and DELETE with 200.
 
 use super::{answer, begin, save, Begun, Pending};
-use crate::exchange::{read_limited, BodyError};
 use crate::journal::{Detail, Outcome};
 use crate::respond::{self, text, Body};
 use crate::route::Route;
@@ -52,15 +51,11 @@ pub(crate) async fn handle(
         upstream_path: path,
         captured: None,
     };
-    let limits = &state.settings.limits;
     let (parts, body) = req.into_parts();
-    let body = match read_limited(body, limits.body_bytes, limits.header_read_timeout).await {
-        Ok(body) => body,
-        Err(BodyError::TooLarge) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("cargo-llmreplay: an MCP message over the limit of {} bytes; raise [limits] body_mib in llmreplay.toml", limits.body_bytes)),
-        Err(BodyError::Idle(_)) => return text(StatusCode::REQUEST_TIMEOUT, "cargo-llmreplay: the MCP message stopped arriving".into()),
-        Err(BodyError::Broken(e)) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the MCP message: {e}")),
-    };
-    serve(state, &route, parts, body).await
+    match super::read_message(state, body).await {
+        Ok(body) => serve(state, &route, parts, body).await,
+        Err(refused) => refused,
+    }
 }
 
 /// Whether a request to `route` may be an MCP server's, to be read before it is routed: a
