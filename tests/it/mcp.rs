@@ -100,6 +100,11 @@ impl Project {
     }
 }
 
+/// Fails the test, with what the run said, unless it exited 0.
+fn succeeded(out: &Output) {
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+}
+
 fn lines(out: &Output) -> Vec<Value> {
     out.stdout
         .lines()
@@ -137,13 +142,7 @@ fn stdio_server_recorded_then_replayed_without_it() {
     let args = project.demo_args(&server);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let recorded = project.run(&["--record"], &args, &[("MCP_TOKEN", TOKEN)]);
-    assert_eq!(
-        recorded.code,
-        Some(0),
-        "{}\n{}",
-        recorded.stdout,
-        recorded.stderr
-    );
+    succeeded(&recorded);
     let answers = lines(&recorded);
     assert_eq!(
         answers,
@@ -217,13 +216,7 @@ fn stdio_server_recorded_then_replayed_without_it() {
     // Replay: the server is gone; another token matches the redacted one.
     std::fs::remove_dir_all(server.parent().unwrap()).unwrap();
     let replayed = project.run(&[], &args, &[("MCP_TOKEN", "another-token")]);
-    assert_eq!(
-        replayed.code,
-        Some(0),
-        "{}\n{}",
-        replayed.stdout,
-        replayed.stderr
-    );
+    succeeded(&replayed);
     assert_eq!(lines(&replayed), answers);
     let report = project.report();
     assert_eq!(report["counts"]["hits"], 6, "{report}");
@@ -295,13 +288,7 @@ fn http_server_recorded_then_replayed_without_it() {
         let recorded = project.run(&["--record"], &["http"], &[]);
         server.kill().unwrap();
         server.wait().unwrap();
-        assert_eq!(
-            recorded.code,
-            Some(0),
-            "{}\n{}",
-            recorded.stdout,
-            recorded.stderr
-        );
+        succeeded(&recorded);
         let cassette = std::fs::read_to_string(project.cassette("web")).unwrap();
         let form = if json_answers {
             "application/json"
@@ -311,13 +298,7 @@ fn http_server_recorded_then_replayed_without_it() {
         assert!(cassette.contains(form), "{cassette}");
 
         let replayed = project.run(&[], &["http"], &[]);
-        assert_eq!(
-            replayed.code,
-            Some(0),
-            "{}\n{}",
-            replayed.stdout,
-            replayed.stderr
-        );
+        succeeded(&replayed);
         assert_eq!(lines(&replayed), lines(&recorded));
         assert_eq!(project.report()["counts"]["misses"], 0);
         std::fs::remove_dir_all(project.root().join("tests")).unwrap();
@@ -335,25 +316,13 @@ fn captured_host_speaking_json_rpc_is_an_mcp_server() {
     let recorded = project.run(&["--record", "--upstream", &upstream], &["captured"], &[]);
     server.kill().unwrap();
     server.wait().unwrap();
-    assert_eq!(
-        recorded.code,
-        Some(0),
-        "{}\n{}",
-        recorded.stdout,
-        recorded.stderr
-    );
+    succeeded(&recorded);
     let cassette: Value =
         serde_json::from_slice(&std::fs::read(project.cassette("tools.example")).unwrap()).unwrap();
     assert_eq!(cassette["interactions"][0]["request"]["path"], "initialize");
 
     let replayed = project.run(&[], &["captured"], &[("CI", "true")]);
-    assert_eq!(
-        replayed.code,
-        Some(0),
-        "{}\n{}",
-        replayed.stdout,
-        replayed.stderr
-    );
+    succeeded(&replayed);
     assert_eq!(lines(&replayed), lines(&recorded));
     assert_eq!(project.report()["counts"]["misses"], 0);
 }
@@ -382,13 +351,7 @@ fn server_everything_with_sampling_and_progress() {
     let recording = args(&index);
     let recording: Vec<&str> = recording.iter().map(String::as_str).collect();
     let recorded = project.run(&["--record"], &recording, &[]);
-    assert_eq!(
-        recorded.code,
-        Some(0),
-        "{}\n{}",
-        recorded.stdout,
-        recorded.stderr
-    );
+    succeeded(&recorded);
     let answers = lines(&recorded);
     assert!(
         answers.contains(&serde_json::json!({"echo": "Echo: hello"})),
@@ -410,13 +373,7 @@ fn server_everything_with_sampling_and_progress() {
     let gone = args(&project.root().join("no-server/index.js"));
     let gone: Vec<&str> = gone.iter().map(String::as_str).collect();
     let replayed = project.run(&[], &gone, &[]);
-    assert_eq!(
-        replayed.code,
-        Some(0),
-        "{}\n{}",
-        replayed.stdout,
-        replayed.stderr
-    );
+    succeeded(&replayed);
     assert_eq!(lines(&replayed), answers);
 }
 
@@ -457,13 +414,7 @@ fn faults_and_live_servers() {
     let faults = "[[faults]]\ntest = \"all()\"\nprovider = \"mcp-demo\"\ntool = \"add\"\nerror = \"disk on fire\"\ntimes = \"always\"\n";
     std::fs::write(project.root().join("llmreplay.toml"), faults).unwrap();
     let faulted = project.run(&[], &args, &[]);
-    assert_eq!(
-        faulted.code,
-        Some(0),
-        "{}\n{}",
-        faulted.stdout,
-        faulted.stderr
-    );
+    succeeded(&faulted);
     let answers = lines(&faulted);
     assert_eq!(
         answers[1],
