@@ -153,6 +153,7 @@ impl Daemon {
             attempts: Default::default(),
             announced: Default::default(),
             mcp: Default::default(),
+            mcp_streams: Default::default(),
             trees: Arc::default(),
             own_uid: local
                 .ip()
@@ -210,6 +211,7 @@ impl Daemon {
             front::handle(state, req, &conn).await
         };
         server::serve(self.listener, self.state.clone(), handle, shutdown).await;
+        mcp::http_transport::save_parked(&self.state).await;
         self.state.journal.stats()
     }
 }

@@ -104,6 +104,12 @@ pub(crate) async fn begin(
         };
     }
     let method_name = protocol::method(message).unwrap_or("").to_string();
+    if kind == Message::Request && method_name != "ping" {
+        // A listening stream's messages are replayed after as many requests as they came
+        // after in the recording.
+        let session = state.mcp_streams.session(&test, &provider.name);
+        session.request(method_name == "initialize");
+    }
     let keyed = protocol::keyed(message);
     let bytes = serde_json::to_vec(&keyed).expect("JSON values serialise");
     let request = state.settings.normalizer.request(
@@ -529,3 +535,4 @@ fn answer(status: StatusCode, content_type: Option<&str>, body: Bytes) -> Respon
 }
 
 pub(crate) mod http_transport;
+pub(crate) mod streams;

@@ -24,6 +24,9 @@ pub(crate) enum Form {
     /// A request that only reports (traces): no fault is drawn for it, every one is answered by
     /// the test's one recording of it, and in replay it is answered even with none.
     Telemetry,
+    /// An MCP server's GET listening stream: no fault is drawn for it, and in replay it is
+    /// answered (with nothing on it) even with no recording.
+    Listen,
 }
 
 /// What an exchange does.
@@ -100,7 +103,7 @@ pub(crate) fn plan(
     }
     let plan = match (mode, hit) {
         (Mode::Replay | Mode::RecordMissing, Some(prepared)) => Plan::Replay(prepared),
-        (Mode::Replay, None) if form == Form::Telemetry => Plan::Acknowledge,
+        (Mode::Replay, None) if matches!(form, Form::Telemetry | Form::Listen) => Plan::Acknowledge,
         (Mode::Replay, None) => Plan::Miss,
         _ => Plan::Forward(Save::Yes),
     };

@@ -45,6 +45,8 @@ pub(crate) struct State {
     pub announced: Announced,
     /// MCP exchanges the stdio shim forwarded, waiting for their answers.
     pub mcp: crate::mcp::Tickets,
+    /// Streamable HTTP MCP servers' listening streams, event ids and parked answers.
+    pub mcp_streams: crate::mcp::streams::Streams,
     /// The root process of a command whose process trees name their calls when nothing else
     /// does (`cargo llmreplay run`).
     pub trees: Arc<std::sync::OnceLock<u32>>,

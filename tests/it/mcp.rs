@@ -254,18 +254,22 @@ fn stdio_server_recorded_then_replayed_without_it() {
 
 /// The demo server over Streamable HTTP (JSON answers or event streams): its child and port.
 fn http_server(project: &Project, json_answers: bool) -> (std::process::Child, String) {
-    let port_file = project.root().join(format!("port-{json_answers}"));
+    http_server_with(project, if json_answers { &["--json"] } else { &[] })
+}
+
+/// The demo server over Streamable HTTP with `flags` (`--json`, `--resumable`), and its port
+/// once it takes connections.
+fn http_server_with(project: &Project, flags: &[&str]) -> (std::process::Child, String) {
+    let port_file = project.root().join(format!("port{}", flags.concat()));
     let _ = std::fs::remove_file(&port_file);
     let mut server = Command::new(&project.python);
     server
         .arg(repo().join("tests/sdk/mcp_server.py"))
         .arg("http")
         .arg(&port_file)
+        .args(flags)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    if json_answers {
-        server.arg("--json");
-    }
     let mut server = server.spawn().unwrap();
     let port = wait_for_file(&port_file, &mut server).trim().to_string();
     // The port is written before the server listens: wait for it to take connections.
@@ -303,6 +307,72 @@ fn http_server_recorded_then_replayed_without_it() {
         assert_eq!(project.report()["counts"]["misses"], 0);
         std::fs::remove_dir_all(project.root().join("tests")).unwrap();
     }
+}
+
+/// The server's other streams over Streamable HTTP, with the SDK's client: a notification on
+/// the GET listening stream, and an answer stream the server closes halfway and the client
+/// resumes with Last-Event-ID. Recorded (the listening stream as one interaction, each message
+/// with the requests before it; the resumed answer as one exchange), then replayed with the
+/// server gone, the notification arriving as it did. A raw client then resumes a replayed
+/// answer stream from the daemon's own event ids.
+#[test]
+fn listening_stream_and_resumed_answers_replay_without_the_server() {
+    let (Some(project), Some(raw)) = (Project::new(), Project::new()) else {
+        return;
+    };
+    let (mut server, port) = http_server_with(&project, &["--resumable"]);
+    let config = format!("[mcp.web]\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
+    for p in [&project, &raw] {
+        std::fs::write(p.root().join("llmreplay.toml"), &config).unwrap();
+    }
+    let recorded = project.run(&["--record"], &["streams"], &[]);
+    let raw_recorded = raw.run(&["--record"], &["resume"], &[]);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    succeeded(&recorded);
+    succeeded(&raw_recorded);
+    let said = lines(&recorded);
+    assert_eq!(said[1]["notices"][0], "notifications/tools/list_changed");
+    assert_eq!(said[2]["logs"], serde_json::json!(["step 1", "step 2"]));
+    let cassette: Value =
+        serde_json::from_slice(&std::fs::read(project.cassette("web")).unwrap()).unwrap();
+    let interactions = cassette["interactions"].as_array().unwrap();
+    let listening = interactions
+        .iter()
+        .find(|i| i["request"]["method"] == "GET")
+        .expect("the listening stream recorded");
+    let step = &listening["response"]["body"][0];
+    assert_eq!(step["server"]["method"], "notifications/tools/list_changed");
+    // After initialize and the `announce` call.
+    assert_eq!(step["after"], 2, "{listening}");
+    let resumed = interactions
+        .iter()
+        .find(|i| i["request"]["body"]["params"]["name"] == "slow_steps")
+        .expect("the resumed call recorded");
+    let steps = resumed["response"]["body"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "two logs and the response: {resumed}");
+    assert_eq!(
+        steps[2]["server"]["result"]["content"][0]["text"],
+        "done in steps"
+    );
+
+    let replayed = project.run(&["--deny", "unused"], &["streams"], &[("CI", "true")]);
+    succeeded(&replayed);
+    assert_eq!(lines(&replayed), said);
+    assert_eq!(project.report()["counts"]["misses"], 0);
+
+    let raw_replayed = raw.run(&["--deny", "unused"], &["resume"], &[("CI", "true")]);
+    succeeded(&raw_replayed);
+    let (then, now) = (lines(&raw_recorded), lines(&raw_replayed));
+    assert_eq!(
+        now[0]["messages"],
+        serde_json::json!(["step 1", "step 2", "done in steps"])
+    );
+    assert_eq!(
+        now[0], then[0],
+        "the same messages, the rest by Last-Event-ID"
+    );
+    assert_eq!(now[1]["unknown"], 404, "an id this daemon never sent");
 }
 
 /// A client with a hard-coded https URL, through capture: its JSON-RPC is taken as MCP.

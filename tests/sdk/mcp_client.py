@@ -1,7 +1,9 @@
 """An agent's tool side through the official Python `mcp` SDK's client, printing one JSON line per
 answer: `mcp_client.py demo SHIM PYTHON SERVER_SCRIPT` (stdio through `cargo llmreplay mcp`),
 `mcp_client.py http` (Streamable HTTP at `$WEB_MCP_URL`), `mcp_client.py captured` (at the
-hard-coded https://tools.example/mcp, through capture), `mcp_client.py everything SHIM NODE
+hard-coded https://tools.example/mcp, through capture), `mcp_client.py streams` (the GET
+listening stream and a resumed answer stream, at `$WEB_MCP_URL`), `mcp_client.py resume` (a
+replayed answer stream resumed with Last-Event-ID, on the wire), `mcp_client.py everything SHIM NODE
 INDEX_JS` (the reference server-everything through the shim). `MCP_B` changes an argument; `MCP_TIMEOUT` is how long the client waits for `whoami`."""
 
 import asyncio
@@ -77,8 +79,92 @@ async def everything(session):
     say(long=text_of(result), progress=progress)
 
 
+class Notices:
+    def __init__(self):
+        self.methods = []
+        self.arrived = asyncio.Event()
+
+
+async def streams(session, notices):
+    """The server's other streams: a notification on the GET listening stream, and an answer
+    stream the server closes halfway, resumed by the client with Last-Event-ID."""
+    await session.initialize()
+    result = await session.call_tool("announce", {})
+    say(announce=text_of(result))
+    # The notification comes on another connection: wait for it, within reason.
+    try:
+        await asyncio.wait_for(notices.arrived.wait(), 10)
+    except asyncio.TimeoutError:
+        pass
+    say(notices=notices.methods)
+    result = await session.call_tool("slow_steps", {})
+    say(slow_steps=text_of(result), logs=logs)
+
+
+def resume():
+    """The wire of a client that lost an answer stream after its first event: it reads that
+    event's id, drops the connection and resumes with a GET naming it (Last-Event-ID)."""
+    import httpx
+
+    url = os.environ["WEB_MCP_URL"]
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with httpx.Client(timeout=10) as http:
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+        }
+        answer = http.post(url, json=init, headers=headers)
+        session = {"Mcp-Session-Id": answer.headers["mcp-session-id"], "Mcp-Protocol-Version": "2025-11-25"}
+        headers.update(session)
+        http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow_steps", "arguments": {}}}
+        # Read up to the first event that carries a message (a server with an event store
+        # may first send a priming event, or close the stream before any), then drop it.
+        last_id, seen = None, []
+        with http.stream("POST", url, json=call, headers=headers) as answer:
+            block = []
+            for line in answer.iter_lines():
+                if line:
+                    block.append(line)
+                    continue
+                fields = dict((k, v.strip()) for k, v in (l.split(":", 1) for l in block if ":" in l))
+                block = []
+                last_id = fields.get("id", last_id)
+                if fields.get("data"):
+                    seen.append(json.loads(fields["data"]))
+                    break
+        rest = http.get(url, headers={**session, "Accept": "text/event-stream", "Last-Event-ID": last_id})
+        resumed = [json.loads(l[len("data:"):]) for l in rest.text.splitlines() if l.startswith("data:") and l[5:].strip()]
+        said = [m.get("params", {}).get("data") or m["result"]["content"][0]["text"] for m in seen + resumed]
+        say(resumed_status=rest.status_code, resumed_some=bool(resumed), messages=said, answer_id=resumed[-1]["id"])
+        unknown = http.get(url, headers={**session, "Accept": "text/event-stream", "Last-Event-ID": "999"})
+        say(unknown=unknown.status_code)
+
+
 async def main():
     kind = sys.argv[1]
+    if kind == "resume":
+        resume()
+        return
+    if kind == "streams":
+        notices = Notices()
+
+        async def on_message(message):
+            method = getattr(getattr(message, "root", message), "method", None)
+            if method == "notifications/tools/list_changed":
+                notices.methods.append(method)
+                notices.arrived.set()
+
+        async with streamable_http_client(os.environ["WEB_MCP_URL"]) as (r, w, *_):
+            async with ClientSession(r, w, logging_callback=on_log, message_handler=on_message) as s:
+                await streams(s, notices)
+        return
     if kind in ("http", "captured"):
         # A hard-coded URL reaches the daemon through the proxy the environment names.
         url = os.environ["WEB_MCP_URL"] if kind == "http" else "https://tools.example/mcp"

@@ -1,21 +1,25 @@
 //! Streamable HTTP MCP servers (`[mcp.NAME] url`), served at `/mcp/NAME`: each POSTed message
 //! planned by [`super::begin`]; a forwarded one's answer (JSON, or an event stream passed on
 //! event by event) saved as its steps; notifications and the client's answers acknowledged
-//! with 202. Replay issues its own `Mcp-Session-Id` on `initialize`, answers GET (the server's
-//! listening stream) with 405, which the protocol lets a server do, and DELETE with 200.
+//! with 202. GET is the server's listening stream, recorded and replayed as
+//! [`super::streams`] says, or the resumption of a stream with `Last-Event-ID`. Replay issues
+//! its own `Mcp-Session-Id` on `initialize` and answers DELETE with 200.
 
+use super::streams::{Parked, Session};
 use super::{answer, begin, save, Begun, Pending};
 use crate::journal::{Detail, Outcome};
-use crate::respond::{self, text, Body};
+use crate::plan::{plan, Form, Plan, Save};
+use crate::respond::{text, Body};
 use crate::route::Route;
 use crate::state::State;
 use bytes::Bytes;
-use cassettes::{Chunk, ChunkContent, StreamFormat, TestId};
+use cassettes::mcp::Kind as Message;
+use cassettes::{Chunk, ChunkContent, Key, StreamFormat, TestId};
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io;
 use std::sync::Arc;
 use std::time::Instant;
@@ -112,15 +116,15 @@ async fn serve(
     let replays = state.settings.mode == crate::Mode::Replay && !live;
     match parts.method {
         Method::POST => {}
-        Method::GET if replays => {
-            return Response::builder()
-                .status(StatusCode::METHOD_NOT_ALLOWED)
-                .header(http::header::ALLOW, "POST, DELETE")
-                .body(respond::empty())
-                .expect("a valid answer")
+        Method::GET if live => return pass_on(state, route, parts, body).await,
+        Method::GET => return listen(state, route, parts, replays).await,
+        Method::DELETE => {
+            state.mcp_streams.end(&route.test, &route.provider.name);
+            if replays {
+                return answer(StatusCode::OK, None, Bytes::new());
+            }
+            return pass_on(state, route, parts, body).await;
         }
-        Method::DELETE if replays => return answer(StatusCode::OK, None, Bytes::new()),
-        // The listening stream and the session's end, while the server runs: passed on.
         _ => return pass_on(state, route, parts, body).await,
     }
     let message: Value = match serde_json::from_slice(&body) {
@@ -137,7 +141,10 @@ async fn serve(
         Begun::Replay {
             steps,
             content_type,
-        } => replayed(&message, steps, content_type.as_deref()),
+        } => {
+            let session = state.mcp_streams.session(&route.test, &route.provider.name);
+            replayed(&session, &message, steps, content_type.as_deref())
+        }
         Begun::Answer(error) => answer(
             StatusCode::OK,
             Some("application/json"),
@@ -164,9 +171,15 @@ fn split_url(url: &str) -> (String, String) {
     }
 }
 
-/// A recorded exchange as an HTTP answer: its recorded form (JSON or an event stream), the
-/// server's messages only, and a session id of this daemon's for `initialize`.
-fn replayed(message: &Value, steps: Vec<Value>, content_type: Option<&str>) -> Response<Body> {
+/// A recorded exchange as an HTTP answer: its recorded form (JSON or an event stream, its
+/// events numbered in the session to resume from), the server's messages only, and a session
+/// id of this daemon's for `initialize`.
+fn replayed(
+    session: &Session,
+    message: &Value,
+    steps: Vec<Value>,
+    content_type: Option<&str>,
+) -> Response<Body> {
     let server: Vec<Value> = steps
         .into_iter()
         .filter_map(|mut s| s.get_mut("server").map(Value::take))
@@ -176,11 +189,10 @@ fn replayed(message: &Value, steps: Vec<Value>, content_type: Option<&str>) -> R
     }
     let stream = content_type.is_some_and(|ct| ct.starts_with(SSE));
     let (ct, body) = if stream {
-        let mut out = String::new();
+        let number = session.open(false);
+        let mut out = Vec::new();
         for m in &server {
-            out.push_str("event: message\ndata: ");
-            out.push_str(&serde_json::to_string(m).expect("JSON serialises"));
-            out.push_str("\n\n");
+            out.extend_from_slice(&session.event(number, m));
         }
         (SSE, Bytes::from(out))
     } else {
@@ -262,6 +274,29 @@ async fn forward(
         }
     };
     let (head, upstream) = forwarded.answer.into_parts();
+    let Some(pending) = pending.filter(|_| head.status == StatusCode::OK) else {
+        return crate::proxy::answer_head(&head)
+            .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
+            .expect("headers copied from a valid response");
+    };
+    let parked = Parked {
+        pending,
+        steps: Vec::new(),
+        started,
+    };
+    relay(state, route, head, upstream, parked)
+}
+
+/// Passes an answer on as it comes and saves it, after the steps `parked` holds already, as
+/// its exchange's steps once whole. An event stream that ends before the request's response
+/// with an event id is parked instead, for the GET that resumes it.
+fn relay(
+    state: &Arc<State>,
+    route: &Route,
+    head: http::response::Parts,
+    upstream: Incoming,
+    parked: Parked,
+) -> Response<Body> {
     let response = crate::proxy::answer_head(&head);
     let content_type = head
         .headers
@@ -269,38 +304,77 @@ async fn forward(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let Some(pending) = pending.filter(|_| head.status == StatusCode::OK) else {
-        return response
-            .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
-            .expect("headers copied from a valid response");
-    };
+    let sse = content_type.starts_with(SSE);
     let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
     let state = state.clone();
+    let (test, provider) = (route.test.clone(), route.provider.name.clone());
     tokio::spawn(async move {
         let idle = state.settings.limits.idle_timeout;
+        let Parked {
+            pending,
+            mut steps,
+            started,
+        } = parked;
         let mut upstream = upstream;
-        let mut whole = Vec::new();
-        loop {
-            let frame = match tokio::time::timeout(idle, upstream.frame()).await {
-                Ok(Some(Ok(frame))) => frame,
-                Ok(None) => break,
+        let (mut whole, mut blocks) = (Vec::new(), Blocks::default());
+        let (mut answered, mut last_id) = (false, None);
+        while !answered {
+            let frame = tokio::select! {
+                frame = tokio::time::timeout(idle, upstream.frame()) => frame,
+                // The client left: what came so far is kept (or parked, to be resumed).
+                _ = tx.closed() => break,
+            };
+            let data = match frame {
+                Ok(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
                 Ok(Some(Err(e))) => {
                     let _ = tx.send(Err(io::Error::other(e))).await;
                     return;
                 }
-                Err(_) => break,
+                Ok(None) | Err(_) => break,
             };
-            if let Ok(data) = frame.into_data() {
+            if sse {
+                for block in blocks.push(&data) {
+                    last_id = block_id(&block).or(last_id);
+                    if let Some(message) = block_message(&block) {
+                        // The request's response ends the exchange, as the server should
+                        // end the stream there.
+                        answered |= cassettes::mcp::kind(&message) == Some(Message::Response);
+                        steps.push(json!({ "server": message }));
+                    }
+                }
+            } else {
                 whole.extend_from_slice(&data);
-                let _ = tx.send(Ok(Frame::data(data))).await;
             }
+            let _ = tx.send(Ok(Frame::data(data))).await;
         }
-        let steps = steps_of(&whole, &content_type);
-        let form = if content_type.starts_with(SSE) {
-            SSE
-        } else {
-            "application/json"
-        };
+        if !sse {
+            steps.extend(steps_of(&whole, &content_type));
+        }
+        if let (true, false, Some(last)) = (sse, answered, last_id) {
+            // The server closed the stream to be resumed (polling), or the client lost it:
+            // the client comes back with a GET naming its last event, and the rest joins
+            // this exchange.
+            let parked = Parked {
+                pending,
+                steps,
+                started,
+            };
+            if let Some(evicted) = state.mcp_streams.park(&test, &provider, last, parked) {
+                let _ = save(
+                    &state,
+                    evicted.pending,
+                    evicted.steps,
+                    Some(SSE),
+                    evicted.started,
+                )
+                .await;
+            }
+            return;
+        }
+        let form = if sse { SSE } else { "application/json" };
         if let Err(failure) = save(&state, pending, steps, Some(form), started).await {
             let _ = tx.send(Err(io::Error::other(failure))).await;
         }
@@ -311,27 +385,325 @@ async fn forward(
         .expect("headers copied from a valid response")
 }
 
+/// An event stream's bytes as they come, cut into whole events (carriage returns dropped).
+#[derive(Default)]
+struct Blocks {
+    buffer: Vec<u8>,
+}
+
+impl Blocks {
+    fn push(&mut self, data: &[u8]) -> Vec<String> {
+        self.buffer.extend(data.iter().filter(|b| **b != b'\r'));
+        let mut out = Vec::new();
+        while let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
+            out.push(String::from_utf8_lossy(&block).into_owned());
+        }
+        out
+    }
+}
+
+/// Saves the answers still parked when the daemon stops: their client never resumed them,
+/// and what they hold is all there is.
+pub(crate) async fn save_parked(state: &State) {
+    for parked in state.mcp_streams.take_parked() {
+        let _ = save(
+            state,
+            parked.pending,
+            parked.steps,
+            Some(SSE),
+            parked.started,
+        )
+        .await;
+    }
+}
+
+/// GET: a stream resumed with `Last-Event-ID`, or the server's listening stream, recorded
+/// (its messages, each with how many client requests came before it) or replayed.
+async fn listen(
+    state: &Arc<State>,
+    route: &Route,
+    parts: http::request::Parts,
+    replays: bool,
+) -> Response<Body> {
+    let last_id = parts
+        .headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(last) = last_id {
+        // An answer this daemon parked while recording, then one it replayed (its own ids);
+        // else, while the server runs, a stream of the server's own.
+        let streams = &state.mcp_streams;
+        if let Some(parked) = streams.unpark(&route.test, &route.provider.name, &last) {
+            return resume_recorded(state, route, parts, parked).await;
+        }
+        let session = streams.session(&route.test, &route.provider.name);
+        let (tx, rx) = mpsc::unbounded_channel();
+        if session.resume(&last, tx).is_some() {
+            return event_stream(state, rx);
+        }
+        if !replays {
+            return pass_on(state, route, parts, Bytes::new()).await;
+        }
+        return text(
+            StatusCode::NOT_FOUND,
+            format!(
+                "cargo-llmreplay: no event {last:?} to resume in this test's session with MCP server {}; start a new stream without Last-Event-ID",
+                route.provider.name
+            ),
+        );
+    }
+    let request =
+        state
+            .settings
+            .normalizer
+            .request("GET", &route.upstream_path, None, None, b"", &[]);
+    let key = Key::of(&request);
+    let planned = match plan(state, route, Method::GET, key, Form::Listen, None) {
+        Ok(planned) => planned,
+        Err(refused) => return *refused,
+    };
+    let call = planned.call;
+    match planned.plan {
+        Plan::Replay(prepared) => {
+            let steps = match serde_json::from_slice::<Value>(&prepared.body) {
+                Ok(Value::Array(steps)) => steps,
+                _ => Vec::new(),
+            };
+            let call = crate::call::Call {
+                bytes: Some(prepared.body.len() as u64),
+                ..call
+            };
+            state.journal.log(call, Outcome::Hit, 200, None);
+            replay_listening(state, route, steps)
+        }
+        Plan::Miss | Plan::Acknowledge | Plan::Fault(_) => {
+            replay_listening(state, route, Vec::new())
+        }
+        Plan::Forward(Save::Yes) => {
+            let pending = Box::new(Pending {
+                call,
+                request,
+                test: route.test.clone(),
+                live: None,
+            });
+            record_listening(state, route, parts, pending).await
+        }
+        Plan::Forward(Save::PassOn) => {
+            state.journal.log(call, Outcome::Passthrough, 200, None);
+            pass_on(state, route, parts, Bytes::new()).await
+        }
+    }
+}
+
+/// A recorded listening stream: each message sent once the client has made as many requests
+/// as came before it in the recording; the stream stays open until the client leaves.
+fn replay_listening(state: &Arc<State>, route: &Route, steps: Vec<Value>) -> Response<Body> {
+    let session = state.mcp_streams.session(&route.test, &route.provider.name);
+    let stream = session.open(true);
+    let (tx, rx) = mpsc::unbounded_channel();
+    session.attach(stream, tx);
+    let mut stop = state.stop.subscribe();
+    tokio::spawn(async move {
+        for step in steps {
+            let Some(message) = step.get("server") else {
+                continue;
+            };
+            let after = step.get("after").and_then(Value::as_u64).unwrap_or(0);
+            tokio::select! {
+                _ = session.requests_reach(after) => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            session.event(stream, message);
+        }
+    });
+    event_stream(state, rx)
+}
+
+/// An event stream of what `rx` brings, until its senders are gone or the daemon stops.
+fn event_stream(state: &State, rx: mpsc::UnboundedReceiver<Bytes>) -> Response<Body> {
+    let stop = state.stop.subscribe();
+    let events = futures_util::stream::unfold((rx, stop), |(mut rx, mut stop)| async move {
+        if *stop.borrow() {
+            return None;
+        }
+        let got = tokio::select! {
+            got = rx.recv() => got,
+            _ = stop.wait_for(|stopped| *stopped) => None,
+        };
+        got.map(|b| (Ok::<_, io::Error>(Frame::data(b)), (rx, stop)))
+    });
+    answer_stream(StreamBody::new(events))
+}
+
+fn answer_stream(
+    body: impl hyper::body::Body<Data = Bytes, Error = io::Error> + Send + 'static,
+) -> Response<Body> {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(CONTENT_TYPE, SSE)
+        .header(http::header::CACHE_CONTROL, "no-cache")
+        .body(BodyExt::boxed_unsync(body))
+        .expect("a valid answer")
+}
+
+/// The server's listening stream while recording: passed on as it comes, each message noted
+/// with how many client requests came before it, saved when the stream ends, the client
+/// leaves or the daemon stops (which waits for the save).
+async fn record_listening(
+    state: &Arc<State>,
+    route: &Route,
+    parts: http::request::Parts,
+    pending: Box<Pending>,
+) -> Response<Body> {
+    let started = Instant::now();
+    let forwarded = match crate::proxy::forward(state, &parts, route, Bytes::new()).await {
+        Ok(forwarded) => forwarded,
+        Err(failed) => {
+            let detail = Detail::message(failed.message.clone());
+            let status = failed.status.as_u16();
+            state
+                .journal
+                .log(pending.call, Outcome::Error, status, Some(detail));
+            return text(failed.status, failed.message);
+        }
+    };
+    let (head, mut upstream) = forwarded.answer.into_parts();
+    let response = crate::proxy::answer_head(&head);
+    let is_stream = head
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with(SSE));
+    if head.status != StatusCode::OK || !is_stream {
+        // No listening stream (405, say): nothing to record, and replay needs none.
+        state.journal.log(
+            pending.call,
+            Outcome::Passthrough,
+            head.status.as_u16(),
+            None,
+        );
+        return response
+            .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
+            .expect("headers copied from a valid response");
+    }
+    let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
+    let state = state.clone();
+    let session = state.mcp_streams.session(&route.test, &route.provider.name);
+    tokio::spawn(async move {
+        let _open = state.sessions.enter();
+        let mut stop = state.stop.subscribe();
+        let (mut blocks, mut steps) = (Blocks::default(), Vec::new());
+        loop {
+            let frame = tokio::select! {
+                frame = upstream.frame() => frame,
+                _ = tx.closed() => break,
+                _ = stop.wait_for(|stopped| *stopped) => break,
+            };
+            let data = match frame {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue,
+                },
+                Some(Err(e)) => {
+                    let _ = tx.send(Err(io::Error::other(e))).await;
+                    break;
+                }
+                None => break,
+            };
+            for block in blocks.push(&data) {
+                if let Some(message) = block_message(&block) {
+                    steps.push(json!({ "server": message, "after": session.requests() }));
+                }
+            }
+            let _ = tx.send(Ok(Frame::data(data))).await;
+        }
+        if steps.is_empty() {
+            state
+                .journal
+                .log(pending.call, Outcome::Passthrough, 200, None);
+        } else {
+            let _ = save(&state, pending, steps, Some(SSE), started).await;
+        }
+    });
+    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    response
+        .body(BodyExt::boxed_unsync(body))
+        .expect("headers copied from a valid response")
+}
+
+/// GET with `Last-Event-ID` of an answer stream parked while recording: the server's rest of
+/// it joins the exchange.
+async fn resume_recorded(
+    state: &Arc<State>,
+    route: &Route,
+    parts: http::request::Parts,
+    parked: Parked,
+) -> Response<Body> {
+    match crate::proxy::forward(state, &parts, route, Bytes::new()).await {
+        Ok(forwarded) => {
+            let (head, upstream) = forwarded.answer.into_parts();
+            if head.status == StatusCode::OK {
+                return relay(state, route, head, upstream, parked);
+            }
+            // Not resumed: what the exchange holds is saved as it stands.
+            let _ = save(
+                state,
+                parked.pending,
+                parked.steps,
+                Some(SSE),
+                parked.started,
+            )
+            .await;
+            crate::proxy::answer_head(&head)
+                .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
+                .expect("headers copied from a valid response")
+        }
+        Err(failed) => {
+            let _ = save(
+                state,
+                parked.pending,
+                parked.steps,
+                Some(SSE),
+                parked.started,
+            )
+            .await;
+            text(failed.status, failed.message)
+        }
+    }
+}
+
+/// The JSON-RPC message an event carries, if any (a priming event carries none).
+fn block_message(block: &str) -> Option<Value> {
+    let chunk = Chunk {
+        content: ChunkContent::Raw(block.to_string()),
+        at_ms: 0,
+    };
+    let mut payload = chunk.payload(StreamFormat::Sse);
+    Some(payload["data"].take()).filter(|m| cassettes::mcp::kind(m).is_some())
+}
+
+/// An event's id, if it has one.
+fn block_id(block: &str) -> Option<String> {
+    block
+        .lines()
+        .filter_map(|l| l.strip_prefix("id:"))
+        .map(|id| id.trim().to_string())
+        .rfind(|id| !id.is_empty())
+}
+
 /// The server's messages in an answer's bytes, as steps.
 fn steps_of(bytes: &[u8], content_type: &str) -> Vec<Value> {
     let messages: Vec<Value> = if content_type.starts_with(SSE) {
         let text = String::from_utf8_lossy(bytes).replace("\r\n", "\n");
-        text.split("\n\n")
-            .filter(|block| block.lines().any(|l| l.starts_with("data:")))
-            .map(|block| {
-                let chunk = Chunk {
-                    content: ChunkContent::Raw(block.to_string()),
-                    at_ms: 0,
-                };
-                let mut payload = chunk.payload(StreamFormat::Sse);
-                payload["data"].take()
-            })
-            .collect()
+        text.split("\n\n").filter_map(block_message).collect()
     } else {
         serde_json::from_slice(bytes).into_iter().collect()
     };
     messages
         .into_iter()
         .filter(|m| cassettes::mcp::kind(m).is_some())
-        .map(|m| serde_json::json!({ "server": m }))
+        .map(|m| json!({ "server": m }))
         .collect()
 }
