@@ -642,4 +642,64 @@ async fn rust_agent_records_model_and_tool_then_replays_without_either() {
         "{}",
         replayed.report
     );
+
+    // One test, one folder, one gate: the MCP cassette is checked, moved and pruned as any.
+    commit_all(&sample.root);
+    let status = sample.llmreplay(&["status", "--check"]);
+    assert_eq!(status.code, Some(0), "{}{}", status.stdout, status.stderr);
+    let moved = sample.llmreplay(&[
+        "mv",
+        "asks_the_model_then_calls_the_tool",
+        "asks_then_calls",
+    ]);
+    assert_eq!(moved.code, Some(0), "{}", moved.stderr);
+    let folder = sample
+        .root
+        .join("tests/cassettes/mcp_agent--agent--asks_then_calls");
+    let moved_cassette = std::fs::read_to_string(folder.join("mcp-calc.json")).unwrap();
+    assert!(
+        moved_cassette.contains("asks_then_calls"),
+        "{moved_cassette}"
+    );
+    sample.own_build("0.1.1");
+    let source = sample.root.join("tests/agent.rs");
+    let text = std::fs::read_to_string(&source).unwrap();
+    std::fs::write(
+        &source,
+        text.replace(
+            "fn asks_the_model_then_calls_the_tool",
+            "fn asks_then_calls",
+        ),
+    )
+    .unwrap();
+    let renamed = sample.run(&["--deny", "unused"], &env);
+    assert_eq!(renamed.code, Some(0), "{}", renamed.stderr);
+    assert_eq!(renamed.report["counts"]["hits"], 4, "{}", renamed.report);
+
+    // The agent no longer calls its tool: the tool's recordings are unused, the gate fails
+    // on them, and prune removes them and nothing else.
+    let mut env = env.to_vec();
+    env.push(("SAMPLE_NO_TOOL", "1"));
+    let denied = sample.run(&["--deny", "unused"], &env);
+    assert_eq!(denied.code, Some(1), "{}", denied.stderr);
+    let no_tool = sample.run(&[], &env);
+    assert_eq!(no_tool.code, Some(0), "{}", no_tool.stderr);
+    let unused = no_tool.report["unused"].as_array().unwrap();
+    assert_eq!(
+        unused.len(),
+        3,
+        "initialize, tools/list, tools/call: {}",
+        no_tool.report
+    );
+    assert!(unused
+        .iter()
+        .all(|u| u["cassette"].as_str().unwrap().ends_with("mcp-calc.json")));
+    let report = no_tool.report_path.display().to_string();
+    let pruned = sample.llmreplay(&["prune", "--report", &report]);
+    assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
+    assert!(!folder.join("mcp-calc.json").exists(), "{}", pruned.stdout);
+    assert!(folder.join("openai.json").exists());
+    commit_all(&sample.root);
+    let status = sample.llmreplay(&["status", "--check"]);
+    assert_eq!(status.code, Some(0), "{}{}", status.stdout, status.stderr);
 }
