@@ -187,6 +187,18 @@ impl Store {
         }
     }
 
+    /// Lets go of a test's loaded cassettes: it said it is over. What the report needs (which
+    /// recordings it used) stays, and a later call (a retry) reads them again.
+    pub fn release_test(&self, test: &TestId) {
+        let entries = self.entries.read().expect("store lock");
+        for entry in entries.get(test.as_str()).into_iter().flatten() {
+            // An entry busy with a request keeps its cassette; the budget lets it go later.
+            if let Ok(mut state) = entry.state.try_lock() {
+                entry.release(&mut state.loaded);
+            }
+        }
+    }
+
     /// Ends a [`Store::preload`] that waits for room: the run is over.
     pub fn stop_preload(&self) {
         self.preload_stopped

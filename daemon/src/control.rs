@@ -82,11 +82,15 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
             if let Some(pid) = param("pid").and_then(|p| p.parse::<u32>().ok()) {
                 state.announced.end(pid);
             }
-            match (test(), passed) {
-                (Some(t), Some(passed)) => state.journal.ended(&TestId::new(t), passed),
-                (None, _) => return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?test=<test id> or an X-Test-Id header".into()),
-                _ => {}
+            let Some(t) = test() else {
+                return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?test=<test id> or an X-Test-Id header".into());
+            };
+            let t = TestId::new(t);
+            if let Some(passed) = passed {
+                state.journal.ended(&t, passed);
             }
+            // Its cassettes are read again if it calls later (a retry).
+            state.store.release_test(&t);
             json(serde_json::json!({ "status": "ok" }))
         }
         (&Method::POST, "listed") => {

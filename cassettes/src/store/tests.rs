@@ -676,3 +676,27 @@ fn loaded_cassettes_stay_within_the_budget() {
         "the report does not read them all again"
     );
 }
+
+#[test]
+fn a_test_that_said_it_ended_lets_go_of_its_cassettes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let a = interaction("hello", "{}");
+    let key = a.key.clone();
+    Store::new(dir.path())
+        .entry(&t, &p)
+        .unwrap()
+        .record(0, a)
+        .unwrap();
+    let store = Store::new(dir.path());
+    let entry = store.entry(&t, &p).unwrap();
+    assert!(entry.next_recorded(&key, false).unwrap().hit.is_some());
+    assert!(store.resident_bytes() > 0);
+    store.release_test(&t);
+    assert_eq!(store.resident_bytes(), 0);
+    // What the report needs stays: the recording counts as used.
+    assert!(store.unused_in(&t).unwrap().is_empty());
+    // A retry reads it again.
+    entry.state.lock().unwrap().cursors.clear();
+    assert!(entry.next_recorded(&key, false).unwrap().hit.is_some());
+}
