@@ -230,6 +230,38 @@ fn cut() -> Response<Body> {
         .expect("a valid answer")
 }
 
+/// The server's answer, passed on as it comes.
+fn as_it_came(head: &http::response::Parts, upstream: Incoming) -> Response<Body> {
+    crate::proxy::answer_head(head)
+        .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
+        .expect("headers copied from a valid response")
+}
+
+/// An answer with `head`'s status and headers whose body is what `rx` brings.
+fn from_channel(
+    head: &http::response::Parts,
+    mut rx: mpsc::Receiver<Result<Frame<Bytes>, io::Error>>,
+) -> Response<Body> {
+    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    crate::proxy::answer_head(head)
+        .body(BodyExt::boxed_unsync(body))
+        .expect("headers copied from a valid response")
+}
+
+/// A request the server could not be asked: journalled against its exchange, and said.
+fn not_forwarded(
+    state: &State,
+    pending: Box<Pending>,
+    failed: crate::proxy::Failed,
+) -> Response<Body> {
+    let detail = Detail::message(failed.message.clone());
+    let status = failed.status.as_u16();
+    state
+        .journal
+        .log(pending.call, Outcome::Error, status, Some(detail));
+    text(failed.status, failed.message)
+}
+
 /// Passes a request on to the server and its answer back, nothing recorded.
 async fn pass_on(
     state: &Arc<State>,
@@ -240,9 +272,7 @@ async fn pass_on(
     match crate::proxy::forward(state, &parts, route, body).await {
         Ok(forwarded) => {
             let (head, body) = forwarded.answer.into_parts();
-            crate::proxy::answer_head(&head)
-                .body(BodyExt::boxed_unsync(body.map_err(io::Error::other)))
-                .expect("headers copied from a valid response")
+            as_it_came(&head, body)
         }
         Err(failed) => text(failed.status, failed.message),
     }
@@ -261,23 +291,15 @@ async fn forward(
     let forwarded = match crate::proxy::forward(state, &parts, route, body).await {
         Ok(forwarded) => forwarded,
         Err(failed) => {
-            if let Some(pending) = pending {
-                let detail = Detail::message(failed.message.clone());
-                state.journal.log(
-                    pending.call,
-                    Outcome::Error,
-                    failed.status.as_u16(),
-                    Some(detail),
-                );
+            return match pending {
+                Some(pending) => not_forwarded(state, pending, failed),
+                None => text(failed.status, failed.message),
             }
-            return text(failed.status, failed.message);
         }
     };
     let (head, upstream) = forwarded.answer.into_parts();
     let Some(pending) = pending.filter(|_| head.status == StatusCode::OK) else {
-        return crate::proxy::answer_head(&head)
-            .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
-            .expect("headers copied from a valid response");
+        return as_it_came(&head, upstream);
     };
     let parked = Parked {
         pending,
@@ -297,7 +319,6 @@ fn relay(
     upstream: Incoming,
     parked: Parked,
 ) -> Response<Body> {
-    let response = crate::proxy::answer_head(&head);
     let content_type = head
         .headers
         .get(CONTENT_TYPE)
@@ -305,7 +326,7 @@ fn relay(
         .unwrap_or("")
         .to_string();
     let sse = content_type.starts_with(SSE);
-    let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
     let state = state.clone();
     let (test, provider) = (route.test.clone(), route.provider.name.clone());
     tokio::spawn(async move {
@@ -363,14 +384,7 @@ fn relay(
                 started,
             };
             if let Some(evicted) = state.mcp_streams.park(&test, &provider, last, parked) {
-                let _ = save(
-                    &state,
-                    evicted.pending,
-                    evicted.steps,
-                    Some(SSE),
-                    evicted.started,
-                )
-                .await;
+                save_as_it_stands(&state, evicted).await;
             }
             return;
         }
@@ -379,10 +393,7 @@ fn relay(
             let _ = tx.send(Err(io::Error::other(failure))).await;
         }
     });
-    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
-    response
-        .body(BodyExt::boxed_unsync(body))
-        .expect("headers copied from a valid response")
+    from_channel(&head, rx)
 }
 
 /// An event stream's bytes as they come, cut into whole events (carriage returns dropped).
@@ -403,18 +414,23 @@ impl Blocks {
     }
 }
 
+/// Saves what a parked answer holds: it is all there is.
+async fn save_as_it_stands(state: &State, parked: Parked) {
+    let _ = save(
+        state,
+        parked.pending,
+        parked.steps,
+        Some(SSE),
+        parked.started,
+    )
+    .await;
+}
+
 /// Saves the answers still parked when the daemon stops: their client never resumed them,
 /// and what they hold is all there is.
 pub(crate) async fn save_parked(state: &State) {
     for parked in state.mcp_streams.take_parked() {
-        let _ = save(
-            state,
-            parked.pending,
-            parked.steps,
-            Some(SSE),
-            parked.started,
-        )
-        .await;
+        save_as_it_stands(state, parked).await;
     }
 }
 
@@ -560,17 +576,9 @@ async fn record_listening(
     let started = Instant::now();
     let forwarded = match crate::proxy::forward(state, &parts, route, Bytes::new()).await {
         Ok(forwarded) => forwarded,
-        Err(failed) => {
-            let detail = Detail::message(failed.message.clone());
-            let status = failed.status.as_u16();
-            state
-                .journal
-                .log(pending.call, Outcome::Error, status, Some(detail));
-            return text(failed.status, failed.message);
-        }
+        Err(failed) => return not_forwarded(state, pending, failed),
     };
     let (head, mut upstream) = forwarded.answer.into_parts();
-    let response = crate::proxy::answer_head(&head);
     let is_stream = head
         .headers
         .get(CONTENT_TYPE)
@@ -584,11 +592,9 @@ async fn record_listening(
             head.status.as_u16(),
             None,
         );
-        return response
-            .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
-            .expect("headers copied from a valid response");
+        return as_it_came(&head, upstream);
     }
-    let (tx, mut rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
     let state = state.clone();
     let session = state.mcp_streams.session(&route.test, &route.provider.name);
     tokio::spawn(async move {
@@ -627,10 +633,7 @@ async fn record_listening(
             let _ = save(&state, pending, steps, Some(SSE), started).await;
         }
     });
-    let body = StreamBody::new(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
-    response
-        .body(BodyExt::boxed_unsync(body))
-        .expect("headers copied from a valid response")
+    from_channel(&head, rx)
 }
 
 /// GET with `Last-Event-ID` of an answer stream parked while recording: the server's rest of
@@ -648,27 +651,11 @@ async fn resume_recorded(
                 return relay(state, route, head, upstream, parked);
             }
             // Not resumed: what the exchange holds is saved as it stands.
-            let _ = save(
-                state,
-                parked.pending,
-                parked.steps,
-                Some(SSE),
-                parked.started,
-            )
-            .await;
-            crate::proxy::answer_head(&head)
-                .body(BodyExt::boxed_unsync(upstream.map_err(io::Error::other)))
-                .expect("headers copied from a valid response")
+            save_as_it_stands(state, parked).await;
+            as_it_came(&head, upstream)
         }
         Err(failed) => {
-            let _ = save(
-                state,
-                parked.pending,
-                parked.steps,
-                Some(SSE),
-                parked.started,
-            )
-            .await;
+            save_as_it_stands(state, parked).await;
             text(failed.status, failed.message)
         }
     }
