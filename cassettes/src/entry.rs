@@ -23,7 +23,8 @@ pub(crate) struct Resident {
     /// Of these, the bytes of cassettes a request used since they were loaded: what can go
     /// first (a test, once run, rarely calls again).
     pub(crate) used: AtomicUsize,
-    /// A clock that ticks at each lookup: which entry was used least recently.
+    /// A clock that ticks at each load; a lookup notes its time: which entry was used least
+    /// recently.
     pub(crate) clock: AtomicU64,
     /// Past this, cassettes are unloaded.
     pub(crate) budget: usize,
@@ -464,6 +465,7 @@ impl Entry {
         }
         self.resident.total.fetch_add(bytes, Ordering::Relaxed);
         self.held.store(bytes, Ordering::Relaxed);
+        self.resident.clock.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Empties `slot` (this entry's `state.loaded`): read again if anything asks for it.
@@ -482,12 +484,19 @@ impl Entry {
     /// Notes a use, for the least recently used to go first; its loaded cassette (now or once
     /// loaded) counts as used.
     fn touch(&self) {
-        let now = self.resident.clock.fetch_add(1, Ordering::Relaxed) + 1;
-        self.last.store(now, Ordering::Relaxed);
+        // Only read here, and written only when it moved: replay on both cores then shares
+        // the clock's cache line instead of passing it back and forth at every request.
+        let now = self.resident.clock.load(Ordering::Relaxed);
+        if self.last.load(Ordering::Relaxed) != now {
+            self.last.store(now, Ordering::Relaxed);
+        }
     }
 
     /// Counts the loaded cassette as used, once.
     fn count_used(&self) {
+        if self.counted.load(Ordering::Relaxed) {
+            return;
+        }
         let held = self.held.load(Ordering::Relaxed);
         if held > 0 && !self.counted.swap(true, Ordering::Relaxed) {
             self.resident.used.fetch_add(held, Ordering::Relaxed);
