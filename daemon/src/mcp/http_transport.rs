@@ -340,12 +340,8 @@ fn relay(
         let (mut whole, mut blocks) = (Vec::new(), Blocks::default());
         let (mut answered, mut last_id) = (false, None);
         while !answered {
-            let frame = tokio::select! {
-                frame = tokio::time::timeout(idle, upstream.frame()) => frame,
-                // The client left: what came so far is kept (or parked, to be resumed).
-                _ = tx.closed() => break,
-            };
-            let data = match frame {
+            // A client that left does not stop this: the server's whole answer is recorded.
+            let data = match tokio::time::timeout(idle, upstream.frame()).await {
                 Ok(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => data,
                     Err(_) => continue,
