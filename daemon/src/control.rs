@@ -91,6 +91,7 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
             }
             // Its cassettes are read again if it calls later (a retry).
             state.store.release_test(&t);
+            state.mcp_streams.end_test(&t);
             json(serde_json::json!({ "status": "ok" }))
         }
         (&Method::POST, "listed") => {

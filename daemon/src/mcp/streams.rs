@@ -15,8 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, watch};
 
-/// The most events a session keeps to resume from: a stream older than that is not resumed.
+/// The most events, and bytes of them, a session keeps to resume from: older events are not
+/// resumed (a tool's large answers must not pile up for a test that never resumes).
 const KEPT_EVENTS: usize = 4096;
+const KEPT_BYTES: usize = 1 << 20;
 
 /// The most answer streams parked at once, waiting to be resumed: past it the oldest is saved
 /// as it stands.
@@ -41,6 +43,7 @@ pub(crate) struct Session {
 struct Events {
     /// The events sent, oldest first, each with its stream; the first's id is `first`.
     kept: VecDeque<(u32, Bytes)>,
+    kept_bytes: usize,
     first: u64,
     streams: u32,
     /// Listening streams (the others are POST answers, which end with their response).
@@ -81,6 +84,12 @@ impl Streams {
         if let Some(session) = ended {
             session.events.lock().expect("events lock").attached.clear();
         }
+    }
+
+    /// A test said it ended: its sessions go, with the events they kept.
+    pub fn end_test(&self, test: &TestId) {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        sessions.retain(|(t, _), _| t != test);
     }
 
     /// Parks an answer stream that ended at event `last_id` before its response; the oldest
@@ -163,9 +172,14 @@ impl Session {
         );
         let bytes = Bytes::from(text);
         events.kept.push_back((stream, bytes.clone()));
-        if events.kept.len() > KEPT_EVENTS {
-            events.kept.pop_front();
-            events.first += 1;
+        events.kept_bytes += bytes.len();
+        while events.kept.len() > KEPT_EVENTS
+            || events.kept_bytes > KEPT_BYTES && events.kept.len() > 1
+        {
+            if let Some((_, old)) = events.kept.pop_front() {
+                events.kept_bytes -= old.len();
+                events.first += 1;
+            }
         }
         if let Some(tx) = events.attached.get(&stream) {
             if tx.send(bytes.clone()).is_err() {
@@ -269,6 +283,34 @@ mod tests {
         assert!(resumed(&s, "1").is_none());
         let (after, _) = resumed(&s, "2").expect("kept");
         assert_eq!(after.len(), KEPT_EVENTS - 1);
+    }
+
+    #[test]
+    fn large_events_are_kept_within_a_byte_bound() {
+        let s = session();
+        let stream = s.open(false);
+        let big = "x".repeat(KEPT_BYTES / 3);
+        for _ in 0..4 {
+            s.event(stream, &json!({ "text": big }));
+        }
+        // Each is a little over a third of the bound: the newest two are kept.
+        assert!(resumed(&s, "1").is_none(), "the oldest went");
+        let (after, _) = resumed(&s, "2").expect("kept");
+        assert_eq!(after.len(), 1);
+    }
+
+    #[test]
+    fn a_test_that_ended_leaves_no_session() {
+        let streams = Streams::default();
+        let (t, p) = (
+            TestId::new("t"),
+            ProviderName::new("mcp-web").expect("a name"),
+        );
+        streams.session(&t, &p).request(true);
+        streams.session(&TestId::new("other"), &p).request(true);
+        streams.end_test(&t);
+        assert_eq!(streams.session(&t, &p).requests(), 0, "a fresh session");
+        assert_eq!(streams.session(&TestId::new("other"), &p).requests(), 1);
     }
 
     #[test]
