@@ -104,12 +104,6 @@ pub(crate) async fn begin(
         };
     }
     let method_name = protocol::method(message).unwrap_or("").to_string();
-    if kind == Message::Request && method_name != "ping" {
-        // A listening stream's messages are replayed after as many requests as they came
-        // after in the recording.
-        let session = state.mcp_streams.session(&test, &provider.name);
-        session.request(method_name == "initialize");
-    }
     let keyed = protocol::keyed(message);
     let bytes = serde_json::to_vec(&keyed).expect("JSON values serialise");
     let request = state.settings.normalizer.request(
@@ -156,20 +150,12 @@ pub(crate) async fn begin(
     match planned.plan {
         Plan::Fault(fault) => fault_answer(state, call, fault, message),
         Plan::Replay(prepared) => {
-            let steps = match serde_json::from_slice::<Value>(&prepared.body) {
-                Ok(Value::Array(steps)) => steps,
-                _ => Vec::new(),
-            };
             let content_type = prepared
                 .headers
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
                 .map(|(_, v)| v.clone());
-            let call = Call {
-                bytes: Some(prepared.body.len() as u64),
-                ..call
-            };
-            state.journal.log(call, Outcome::Hit, 200, None);
+            let steps = replayed_steps(state, call, &prepared);
             Begun::Replay {
                 steps: live_ids(steps, message),
                 content_type,
@@ -208,6 +194,19 @@ pub(crate) async fn begin(
             state.journal.log(call, Outcome::Passthrough, 200, None);
             Begun::Forward(None)
         }
+    }
+}
+
+/// A recording's steps, its replay journalled as a hit.
+fn replayed_steps(state: &State, call: Call, prepared: &cassettes::Prepared) -> Vec<Value> {
+    let call = Call {
+        bytes: Some(prepared.body.len() as u64),
+        ..call
+    };
+    state.journal.log(call, Outcome::Hit, 200, None);
+    match serde_json::from_slice::<Value>(&prepared.body) {
+        Ok(Value::Array(steps)) => steps,
+        _ => Vec::new(),
     }
 }
 

@@ -6,7 +6,7 @@
 //! its own `Mcp-Session-Id` on `initialize` and answers DELETE with 200.
 
 use super::streams::{Parked, Session};
-use super::{answer, begin, save, Begun, Pending};
+use super::{answer, begin, replayed_steps, save, Begun, Pending};
 use crate::journal::{Detail, Outcome};
 use crate::plan::{plan, Form, Plan, Save};
 use crate::respond::{text, Body};
@@ -136,15 +136,19 @@ async fn serve(
             )
         }
     };
+    let session = state.mcp_streams.session(&route.test, &route.provider.name);
+    let method = cassettes::mcp::method(&message);
+    if cassettes::mcp::kind(&message) == Some(Message::Request) && method != Some("ping") {
+        // A listening stream's messages are replayed after as many requests as they came
+        // after in the recording.
+        session.request(method == Some("initialize"));
+    }
     let started = Instant::now();
     match begin(state, route.test.clone(), route.provider.clone(), &message).await {
         Begun::Replay {
             steps,
             content_type,
-        } => {
-            let session = state.mcp_streams.session(&route.test, &route.provider.name);
-            replayed(&session, &message, steps, content_type.as_deref())
-        }
+        } => replayed(&session, &message, steps, content_type.as_deref()),
         Begun::Answer(error) => answer(
             StatusCode::OK,
             Some("application/json"),
@@ -223,11 +227,7 @@ fn cut() -> Response<Body> {
             "cargo-llmreplay: fault: the MCP server went away",
         ))
     });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(CONTENT_TYPE, SSE)
-        .body(BodyExt::boxed_unsync(StreamBody::new(body)))
-        .expect("a valid answer")
+    answer_stream(StreamBody::new(body))
 }
 
 /// The server's answer, passed on as it comes.
@@ -479,15 +479,7 @@ async fn listen(
     let call = planned.call;
     match planned.plan {
         Plan::Replay(prepared) => {
-            let steps = match serde_json::from_slice::<Value>(&prepared.body) {
-                Ok(Value::Array(steps)) => steps,
-                _ => Vec::new(),
-            };
-            let call = crate::call::Call {
-                bytes: Some(prepared.body.len() as u64),
-                ..call
-            };
-            state.journal.log(call, Outcome::Hit, 200, None);
+            let steps = replayed_steps(state, call, &prepared);
             replay_listening(state, route, steps)
         }
         Plan::Miss | Plan::Acknowledge | Plan::Fault(_) => {
@@ -549,6 +541,7 @@ fn event_stream(state: &State, rx: mpsc::UnboundedReceiver<Bytes>) -> Response<B
     answer_stream(StreamBody::new(events))
 }
 
+/// An event stream answer (200), its body `body`.
 fn answer_stream(
     body: impl hyper::body::Body<Data = Bytes, Error = io::Error> + Send + 'static,
 ) -> Response<Body> {
