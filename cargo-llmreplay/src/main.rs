@@ -12,6 +12,7 @@ mod match_cmd;
 mod mcp_cmd;
 mod mv_cmd;
 mod prune;
+mod recover;
 mod rekey_cmd;
 mod render;
 mod report;
@@ -68,6 +69,7 @@ enum Command {
     Status(status::StatusArgs),
     Diff(diff_cmd::DiffArgs),
     Prune(prune::PruneArgs),
+    Recover(recover::RecoverArgs),
     Mv(mv_cmd::MvArgs),
     Review(review_cmd::ReviewArgs),
     Rerun(rerun::RerunArgs),
@@ -117,6 +119,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::run(args),
         Command::Diff(args) => diff_cmd::run(args),
         Command::Prune(args) => prune::run(args),
+        Command::Recover(args) => recover::run(args),
         Command::Mv(args) => mv_cmd::run(args),
         Command::Review(args) => review_cmd::run(args),
         Command::Rerun(args) => rerun::run(args),

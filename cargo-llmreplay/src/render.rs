@@ -145,6 +145,12 @@ pub fn test_changes(t: &cassettes::TestChanges) -> String {
     if let Some(why) = &t.kept {
         out.push_str(&format!("; kept its other recordings, since {}", term(why)));
     }
+    if let Some(file) = &t.superseded {
+        out = format!(
+            "superseded: another run recorded this test at the same time and ended it later, so {} holds that run's recordings, not these",
+            term(&file.display().to_string())
+        );
+    }
     out
 }
 

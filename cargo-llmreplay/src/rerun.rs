@@ -360,6 +360,8 @@ fn judge(item: &Item, sent: Sent, root: &Path, save: bool) -> (RerunResult, Opti
         summary,
         response: resent.response,
         timing: Some(resent.timing),
+        recorded_at: None,
+        step: None,
     });
     (result, saved)
 }
@@ -589,6 +591,8 @@ fn save(
         })?;
         let entry = store.entry(&TestId::new(item.test.as_str()), &provider)?;
         let outcome = entry.record(ordinal, interaction)?;
+        // One write per recording: a rerun saves answers outside any test run.
+        entry.flush()?;
         results[at].saved = Some(
             match outcome {
                 RecordOutcome::Appended => "recorded",
@@ -768,6 +772,8 @@ mod tests {
             response: cassettes::RecordedResponse::with_body(200, Default::default(), b"{}"),
             timing: None,
             summary: None,
+            recorded_at: None,
+            step: None,
         };
         let gemini = Provider::builtin(daemon::provider::Kind::Gemini);
         let params = [parse_param("generationConfig.temperature=0").unwrap()];

@@ -59,6 +59,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let mut settings = resolved.settings;
     // A miss tells the test's own output how to record it: with this very command.
     settings.record_hint = Some(rerun_command(&args.command, "--record-missing", None));
+    crate::recover::apply_left(&target_dir)?;
+    settings.run_dir = Some(daemon::settle::new_run_dir(&target_dir));
     let mode = settings.mode;
     let cassette_dir = settings.cassette_dir.clone();
     let gateways = settings.gateways();
@@ -100,6 +102,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         daemon.peers(),
         daemon.trees(),
     );
+    let interrupted = daemon.interrupted();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = runtime.spawn(daemon.run(async {
         let _ = stopped.await;
@@ -134,8 +137,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let stats = runtime
         .block_on(served)
         .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
-    let recorded =
-        crate::test_cmd::finish::finish_tests(mode, &journal, &store, &journal.outcomes())?;
+    let recorded = crate::test_cmd::finish::finish_tests(&journal, &store)?;
     // Only the tests that ran are known: folders of the others are not judged.
     let mut scope = RunScope::default();
     scope.filtered = true;
@@ -161,6 +163,11 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             .then(|| rerun_command(&args.command, "--record", Some(m.miss.test.as_str())));
     }
     let outcome = report.conclude(&report_path, &root, status, &args.gates.deny)?;
+    daemon::settle::finish_run(
+        &store,
+        &journal,
+        interrupted.load(std::sync::atomic::Ordering::SeqCst),
+    );
     runtime.shutdown_background();
     drop(run_dir);
     Ok(outcome)

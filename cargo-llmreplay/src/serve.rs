@@ -66,7 +66,9 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
     let resolved = Resolved::daemon(root, args.config.as_deref(), &args.daemon)?;
     let target_dir = resolved.target_dir();
-    let settings = resolved.settings;
+    let mut settings = resolved.settings;
+    crate::recover::apply_left(&target_dir)?;
+    settings.run_dir = Some(daemon::settle::new_run_dir(&target_dir));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -88,7 +90,7 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
                 daemon::peer::IdVars::Named(var.clone()),
             ));
         }
-        let journal = daemon.journal();
+        let (journal, store) = (daemon.journal(), daemon.store());
         let root = format!("http://{}", daemon.local_addr());
         // The CA's files are this process's own, removed when it ends.
         let mut run_dir = None;
@@ -122,6 +124,16 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         }
         let stats = daemon.run(shutdown_signal()).await;
         drop(run_dir);
+        // What the tests recorded since the last flush reaches the cassettes now.
+        let (settling, ended) = (store.clone(), journal.clone());
+        let settled = tokio::task::spawn_blocking(move || {
+            let settled = daemon::settle::settle_rest(&settling, &ended);
+            daemon::settle::finish_run(&settling, &ended, false);
+            settled
+        })
+        .await
+        .map_err(|e| Error::io("settling the recordings", std::io::Error::other(e)))?;
+        settled?;
         let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
         let errors = journal.error_answers();
         if !errors.is_empty() {

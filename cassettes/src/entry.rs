@@ -2,10 +2,10 @@
 //! run's sequence over them, and a new recording merged into the file under its folder's lock.
 
 use crate::format::{ordinals, Cassette, Interaction, Prepared, RecordingId, Summary};
-use crate::fs::{confined, lock_creating, write_atomic};
+use crate::fs::confined;
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::{differing_fields, Key, RecordedRequest};
-use crate::maintenance::{mv_command, remove_unreferenced_blobs, sealed_ids, write_blobs};
+use crate::maintenance::mv_command;
 use crate::secrets::Guard;
 use crate::Error;
 use std::collections::HashMap;
@@ -84,6 +84,74 @@ pub struct Entry {
     /// Every recording of the cassette as last loaded, kept when it is unloaded: whether a
     /// test left any unused is known without reading the file again.
     pub(crate) catalog: Mutex<Option<Arc<[RecordingId]>>>,
+    /// What every entry of this test shares: its exchanges under way and its step count.
+    pub(crate) shared: Arc<TestShared>,
+    /// Where this run's recordings go first.
+    pub(crate) spool: Option<Arc<crate::spool::Spool>>,
+}
+
+/// One test's count of exchanges, shared by its entries (one per provider): how many are under
+/// way, which a test's end waits for, and how many began, which numbers its steps.
+#[derive(Debug, Default)]
+pub struct TestShared {
+    pub(crate) in_flight: AtomicUsize,
+    pub(crate) steps: AtomicU64,
+    pub(crate) flights: Arc<Flights>,
+}
+
+/// Every exchange under way in a store, and a way to wait for them to end.
+#[derive(Debug, Default)]
+pub struct Flights {
+    pub(crate) total: AtomicUsize,
+    pub(crate) waiting: AtomicUsize,
+    pub(crate) lock: Mutex<()>,
+    pub(crate) ended: std::sync::Condvar,
+}
+
+impl Flights {
+    /// Waits until `done` holds, checking it whenever an exchange ends, up to `timeout`;
+    /// whether it held.
+    pub(crate) fn wait(&self, timeout: Duration, done: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut guard = self.lock.lock().expect("flights lock");
+        let held = loop {
+            if done() {
+                break true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break false;
+            }
+            // Bounded: an end that slipped between the check and the wait is seen soon anyway.
+            let pause = (deadline - now).min(Duration::from_millis(20));
+            guard = self.ended.wait_timeout(guard, pause).expect("flights lock").0;
+        };
+        drop(guard);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        held
+    }
+}
+
+/// An exchange under way, from the moment its test is known until it is journalled; dropped,
+/// it ends, and a test's end or the run's end waiting on it goes on.
+#[derive(Debug)]
+pub struct Flight {
+    shared: Arc<TestShared>,
+    /// Its place among its test's exchanges, from 0.
+    pub step: u64,
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let flights = &self.shared.flights;
+        flights.total.fetch_sub(1, Ordering::SeqCst);
+        if flights.waiting.load(Ordering::SeqCst) > 0 {
+            let _guard = flights.lock.lock().expect("flights lock");
+            flights.ended.notify_all();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -134,9 +202,12 @@ pub(crate) struct RunAccount {
     /// Recordings this attempt was served through a fault (a cut or broken answer): used,
     /// so a trim keeps them though nothing recorded them again.
     pub(crate) served: Vec<RecordingId>,
-    /// The recordings the file held, read under its lock, when this run first wrote to it,
-    /// and their seals: a trim may remove only these, never what another process added since.
-    pub(crate) before: Option<Vec<(RecordingId, Option<String>)>>,
+    /// Recordings made and not yet in the cassette file (ordinal, interaction), in the order
+    /// made, across attempts: they reach the file when the test ends.
+    pub(crate) pending: Vec<(usize, Interaction)>,
+    /// What each recording of the file answered when this run first recorded for it, as
+    /// compared on a re-record: whether a new recording replaces an answer or repeats it.
+    pub(crate) baseline: Option<HashMap<RecordingId, serde_json::Value>>,
 }
 
 impl RunAccount {
@@ -205,6 +276,38 @@ impl Loaded {
             ordinals,
             prepared,
             bytes,
+        }
+    }
+}
+
+impl Loaded {
+    /// Takes a recording made in this run, as the file will once the test ends: in place of
+    /// the key's `ordinal`-th, else after the others. Returns the bytes it now holds and
+    /// those it let go.
+    pub(crate) fn put(&mut self, ordinal: usize, interaction: &Interaction) -> (usize, usize) {
+        let mut copy = interaction.clone();
+        for blob in copy.request.body.blobs_mut() {
+            blob.bytes = None;
+        }
+        let prepared = Arc::new(Prepared::take(&mut copy));
+        let size = prepared.body.len() + PER_INTERACTION;
+        let positions = self.index.entry(copy.key.clone()).or_default();
+        match positions.get(ordinal) {
+            Some(&i) => {
+                let old = self.prepared[i].body.len() + PER_INTERACTION;
+                self.prepared[i] = prepared;
+                self.cassette.interactions[i] = copy;
+                self.bytes = (self.bytes + size).saturating_sub(old);
+                (size, old)
+            }
+            None => {
+                self.ordinals.push(positions.len());
+                positions.push(self.cassette.interactions.len());
+                self.cassette.interactions.push(copy);
+                self.prepared.push(prepared);
+                self.bytes += size;
+                (size, 0)
+            }
         }
     }
 }
@@ -390,10 +493,23 @@ impl Entry {
         })
     }
 
-    /// Stores `interaction` as the `ordinal`-th recording of its key: replaces that entry in place
-    /// when there is one, appends otherwise. Merges with the file on disk under its lock, so
-    /// another run's interactions written meanwhile are kept.
-    /// Blocks on the folder's file lock: call it off the async workers.
+    /// Begins an exchange of this entry's test: the test's end, and the run's, wait for it
+    /// to end (the returned flight dropped).
+    pub fn begin_exchange(&self) -> Flight {
+        let shared = &self.shared;
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        shared.flights.total.fetch_add(1, Ordering::SeqCst);
+        Flight {
+            shared: shared.clone(),
+            step: shared.steps.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Keeps `interaction` as the `ordinal`-th recording of its key: in the run's spool at
+    /// once, so it is durable before its client has the answer, and in the cassette file when
+    /// the test ends ([`crate::Store::finish_test`]). What it will do there is said now: a new
+    /// recording, a changed answer, or the same answer as the file's.
+    /// Blocks on the spool's file: call it off the async workers.
     pub fn record(
         &self,
         ordinal: usize,
@@ -410,37 +526,91 @@ impl Entry {
             });
         }
         interaction.seal = Some(crate::format::seal_of(&interaction.response));
-        let _writing = self.writing.lock().expect("entry write lock");
-        let first = self.state.lock().expect("entry lock").run.before.is_none();
+        if interaction.recorded_at.is_none() {
+            interaction.recorded_at = Some(crate::clock::utc_now());
+        }
         let key = interaction.key.clone();
-        let mut outcome = RecordOutcome::Unchanged;
-        let mut before = None;
-        let merged = self.write_locked(|cassette| {
-            // What the file holds now, under its lock, is what this run's trim may remove:
-            // another run's recordings written after this point are not.
-            if first {
-                before = Some(sealed_ids(&cassette.interactions));
-            }
-            outcome = put(cassette, ordinal, interaction);
-            outcome != RecordOutcome::Unchanged
-        })?;
+        let id = RecordingId {
+            key: key.clone(),
+            ordinal,
+        };
+        // The file as it stood before this run recorded for it, read once.
+        let unread = self.state.lock().expect("entry lock").run.baseline.is_none();
+        let baseline = if unread {
+            let _writing = self.writing.lock().expect("entry write lock");
+            Some(self.baseline()?)
+        } else {
+            None
+        };
+        let comparable = interaction.response.comparable();
+        if let Some(spool) = &self.spool {
+            interaction = spool.recorded(&self.test, &self.provider, ordinal, interaction)?;
+        }
         let mut state = self.state.lock().expect("entry lock");
-        if state.run.before.is_none() {
-            state.run.before = before;
+        let state = &mut *state;
+        if state.run.baseline.is_none() {
+            state.run.baseline = Some(baseline.unwrap_or_default());
+        }
+        let baseline = state.run.baseline.as_mut().expect("set above");
+        let outcome = match baseline.get(&id) {
+            None => RecordOutcome::Appended,
+            Some(old) if *old == comparable => RecordOutcome::Unchanged,
+            Some(_) => RecordOutcome::Replaced,
+        };
+        if outcome != RecordOutcome::Unchanged {
+            baseline.insert(id.clone(), comparable);
         }
         let account = &mut state.run;
         if account.recorded.len() < MAX_ACCOUNTED {
-            account.recorded.push(RecordingId {
-                key: key.clone(),
-                ordinal,
-            });
+            account.recorded.push(id);
         } else {
             account.overflowed = true;
         }
-        // What was just recorded was used by this run, wherever the merge put it.
+        // What was just recorded was used by this run, wherever it lands.
         state.used.insert(&key, ordinal);
-        self.hold(&mut state.loaded, Loaded::new(merged));
+        if let Some(loaded) = state.loaded.as_mut() {
+            let (added, removed) = loaded.put(ordinal, &interaction);
+            self.resident.total.fetch_add(added, Ordering::Relaxed);
+            self.resident.total.fetch_sub(removed, Ordering::Relaxed);
+            self.held.store(loaded.bytes, Ordering::Relaxed);
+        }
+        state.run.pending.push((ordinal, interaction));
         Ok(outcome)
+    }
+
+    /// The answers of the file's recordings as a re-record compares them.
+    fn baseline(&self) -> Result<HashMap<RecordingId, serde_json::Value>, Error> {
+        let cassette = self.read()?;
+        Ok(crate::format::recording_ids(&cassette.interactions)
+            .into_iter()
+            .zip(cassette.interactions.iter().map(|i| i.response.comparable()))
+            .collect())
+    }
+
+    /// Writes this run's recordings not yet in the file to it, adding and replacing, removing
+    /// nothing: for a command that records outside a test run (`rerun --save`).
+    pub fn flush(&self) -> Result<(), Error> {
+        let pending = self.pending();
+        if pending.is_empty() {
+            return Ok(());
+        }
+        crate::settle::settle_file(
+            &self.path,
+            &self.root,
+            &self.test,
+            self.lock_timeout,
+            &pending,
+            None,
+        )?;
+        let mut state = self.state.lock().expect("entry lock");
+        let done = pending.len().min(state.run.pending.len());
+        state.run.pending.drain(..done);
+        Ok(())
+    }
+
+    /// This run's recordings not yet in the file, taken to be written.
+    pub(crate) fn pending(&self) -> Vec<(usize, Interaction)> {
+        self.state.lock().expect("entry lock").run.pending.clone()
     }
 
     pub(crate) fn ensure_loaded<'s>(
@@ -557,28 +727,10 @@ impl Entry {
     pub(crate) fn folder(&self) -> &Path {
         self.path.parent().expect("cassette paths have a folder")
     }
-
-    pub(crate) fn write_locked(
-        &self,
-        change: impl FnOnce(&mut Cassette) -> bool,
-    ) -> Result<Cassette, Error> {
-        let dir = self.path.parent().expect("cassette paths have a folder");
-        let _lock = lock_creating(dir, &self.root, self.lock_timeout)?;
-        // Read under the lock: another run may have written since this one loaded the file.
-        let mut cassette = self.read()?;
-        if change(&mut cassette) {
-            // Blobs first: a crash between the two leaves an unreferenced blob, never a
-            // cassette that refers to a missing one.
-            write_blobs(dir, &cassette, &self.root)?;
-            write_atomic(&self.path, &cassette.to_bytes())?;
-            remove_unreferenced_blobs(dir)?;
-        }
-        Ok(cassette)
-    }
 }
 
-/// Writes a temporary file beside `path` and renames it over: a crash leaves the old file or
-/// the new one, never half of either.
+/// Puts `new` as the `ordinal`-th recording of its key: in place of the one there (kept as it
+/// is when its answer is the same), else at the end.
 pub(crate) fn put(cassette: &mut Cassette, ordinal: usize, new: Interaction) -> RecordOutcome {
     let existing = cassette
         .interactions

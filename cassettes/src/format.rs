@@ -14,8 +14,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The format version written in every cassette's `llmreplay` field.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version written in every cassette's `llmreplay` field. Version 2 adds each
+/// interaction's `recorded_at` and `step`; files of version 1 read unchanged.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 /// One cassette file: a test's recordings of one provider.
@@ -48,6 +52,11 @@ pub struct Interaction {
     pub timing: Option<Timing>,
     /// Derived for review (the answer as text); replay ignores it.
     pub summary: Option<Summary>,
+    /// When it was recorded (UTC, RFC 3339, seconds); none in files of format version 1.
+    pub recorded_at: Option<String>,
+    /// Its place among every exchange its test made in the run that recorded it, across all
+    /// the test's cassette files, from 0: the order of an agent's calls to model and tools.
+    pub step: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -64,6 +73,10 @@ struct RawInteraction {
     timing: Option<Timing>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     summary: Option<Summary>,
+    #[serde(default)]
+    recorded_at: Option<String>,
+    #[serde(default)]
+    step: Option<u64>,
 }
 
 impl TryFrom<RawInteraction> for Interaction {
@@ -88,6 +101,8 @@ impl TryFrom<RawInteraction> for Interaction {
             response,
             timing: r.timing,
             summary: r.summary,
+            recorded_at: r.recorded_at,
+            step: r.step,
         })
     }
 }
@@ -108,6 +123,8 @@ impl Interaction {
             summary: Summary::of(&response),
             response,
             timing: Some(timing),
+            recorded_at: None,
+            step: None,
         }
     }
 }
@@ -128,6 +145,10 @@ struct RawInteractionRef<'a> {
     timing: &'a Option<Timing>,
     #[serde(skip_serializing_if = "Option::is_none")]
     summary: &'a Option<Summary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    recorded_at: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: &'a Option<u64>,
 }
 
 impl Serialize for Interaction {
@@ -144,6 +165,8 @@ impl Serialize for Interaction {
             frames,
             timing: &self.timing,
             summary: &self.summary,
+            recorded_at: &self.recorded_at,
+            step: &self.step,
         }
         .serialize(serializer)
     }
@@ -427,13 +450,13 @@ impl Cassette {
             column: e.column(),
             message: e.to_string(),
         })?;
-        if cassette.llmreplay != FORMAT_VERSION {
+        if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&cassette.llmreplay) {
             return Err(Error::Corrupt {
                 path: path.to_path_buf(),
                 line: 1,
                 column: 1,
                 message: format!(
-                    "cassette format version {} is not {FORMAT_VERSION}; upgrade cargo-llmreplay",
+                    "cassette format version {} is not one this build reads ({OLDEST_FORMAT_VERSION} to {FORMAT_VERSION}); upgrade cargo-llmreplay",
                     cassette.llmreplay
                 ),
             });
@@ -1000,6 +1023,8 @@ mod tests {
             response: r,
             timing: None,
             summary: None,
+            recorded_at: None,
+            step: None,
         });
         assert_eq!(p.body, parts.concat().as_bytes());
         assert_eq!(p.chunks.unwrap().len(), 3);

@@ -6,6 +6,7 @@
 mod body;
 mod canonical;
 pub mod classify;
+pub mod clock;
 mod entry;
 pub mod eventstream;
 pub mod filter;
@@ -20,6 +21,8 @@ pub mod mcp;
 pub mod pointer;
 pub mod secrets;
 pub mod session;
+mod settle;
+pub mod spool;
 mod store;
 mod summary;
 #[doc(hidden)]
@@ -29,10 +32,11 @@ pub use body::{
     blob_dir, sha256_hex, Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH,
 };
 pub use canonical::write_canonical;
-pub use entry::{Closest, Entry, Lookup, RecordOutcome};
+pub use entry::{Closest, Entry, Flight, Lookup, RecordOutcome};
 pub use format::{
     recording_ids, seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse,
     RecordingId, ResponseBody, StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
+    OLDEST_FORMAT_VERSION,
 };
 pub use fs::{confined, DEFAULT_LOCK_TIMEOUT};
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};

@@ -12,7 +12,6 @@ use crate::key::{Key, RecordedRequest};
 use crate::Error;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 /// What a run changed in one test's cassettes, against what they held before it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TestChanges {
@@ -27,6 +26,10 @@ pub struct TestChanges {
     /// Why a re-recorded test that passed kept recordings it did not make in this run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<String>,
+    /// A cassette file whose recordings of this run another run replaced with its own since
+    /// (both recorded the test at once, and the other ended it last).
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::lossy_path::option")]
+    pub superseded: Option<PathBuf>,
 }
 
 impl TestChanges {
@@ -52,125 +55,8 @@ pub(crate) fn read_if_exists(path: &Path) -> Result<Option<Cassette>, Error> {
     }
 }
 
-/// What a trim keeps of one cassette file.
-pub(crate) struct Keep {
-    /// What the test's last attempt recorded, in that order.
-    pub(crate) recorded: Vec<RecordingId>,
-    /// What it was served through a fault.
-    pub(crate) served: Vec<RecordingId>,
-    /// What the file held when this run first wrote to it; `None` when it never did.
-    pub(crate) before: Option<Sealed>,
-    /// When this run began: a file this run never wrote and that changed since is another
-    /// process's to keep.
-    pub(crate) since: SystemTime,
-}
-
-impl Keep {
-    /// For a file the test no longer calls: it is removed, unless another process wrote it
-    /// since `since`.
-    pub(crate) fn nothing_since(since: SystemTime) -> Keep {
-        Keep {
-            recorded: Vec::new(),
-            served: Vec::new(),
-            before: None,
-            since,
-        }
-    }
-}
-
-/// Keeps of the cassette at `path` what `keep` names: the recordings its test recorded, in
-/// that order (the n-th recording of a key stays the n-th, so replay maps each request as
-/// before), then those it was served through a fault, then whatever another process put there
-/// after this run first wrote to it; under its folder's lock. Deletes the file when none is
-/// left. A file of another test is left alone. Returns the recordings it held before and
-/// after, with their seals.
+/// Recordings by id, with the seal of the answer each holds.
 pub(crate) type Sealed = Vec<(RecordingId, Option<String>)>;
-pub(crate) fn keep_exactly(
-    path: &Path,
-    root: &Path,
-    test: &TestId,
-    keep: &Keep,
-) -> Result<(Sealed, Sealed), Error> {
-    let dir = path.parent().expect("cassette paths have a folder");
-    if !dir.exists() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    confined(root, dir)?;
-    let _lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
-    let Some(mut cassette) = read_if_exists(path)? else {
-        return Ok((Vec::new(), Vec::new()));
-    };
-    let before = sealed_ids(&cassette.interactions);
-    if cassette.test != test.as_str() {
-        return Ok((before.clone(), before));
-    }
-    // A file this run never wrote, changed since it began: another run's work.
-    if keep.before.is_none() && modified_since(path, keep.since) {
-        return Ok((before.clone(), before));
-    }
-    let at: HashMap<&RecordingId, usize> = before
-        .iter()
-        .enumerate()
-        .map(|(i, (id, _))| (id, i))
-        .collect();
-    let wanted: HashSet<&RecordingId> = keep.recorded.iter().collect();
-    // Slots in the order saved; a key's k-th slot takes its k-th recording, so two calls with
-    // one key that finished out of order keep their ordinals.
-    let mut next: HashMap<&Key, usize> = HashMap::new();
-    let mut positions = Vec::new();
-    for id in &keep.recorded {
-        let k = next.entry(&id.key).or_default();
-        let slot = RecordingId {
-            key: id.key.clone(),
-            ordinal: *k,
-        };
-        *k += 1;
-        if let Some(&p) = wanted.contains(&slot).then(|| at.get(&slot)).flatten() {
-            positions.push(p);
-        }
-    }
-    let mut taken: HashSet<usize> = positions.iter().copied().collect();
-    for id in &keep.served {
-        if let Some(&p) = at.get(id) {
-            if taken.insert(p) {
-                positions.push(p);
-            }
-        }
-    }
-    if let Some(held) = &keep.before {
-        let held: HashSet<&(RecordingId, Option<String>)> = held.iter().collect();
-        for (p, id) in before.iter().enumerate() {
-            if !held.contains(id) && taken.insert(p) {
-                positions.push(p);
-            }
-        }
-    }
-    let unchanged =
-        positions.len() == before.len() && positions.iter().enumerate().all(|(i, p)| i == *p);
-    if unchanged {
-        return Ok((before.clone(), before));
-    }
-    let mut old: Vec<Option<Interaction>> = std::mem::take(&mut cassette.interactions)
-        .into_iter()
-        .map(Some)
-        .collect();
-    cassette.interactions = positions.iter().filter_map(|&p| old[p].take()).collect();
-    let after = sealed_ids(&cassette.interactions);
-    if cassette.interactions.is_empty() {
-        std::fs::remove_file(path).map_err(|e| Error::io(path, e))?;
-    } else {
-        // Blobs stay where they are: the kept recordings refer to blobs already written.
-        write_atomic(path, &cassette.to_bytes())?;
-    }
-    Ok((before, after))
-}
-
-/// Whether the file at `path` was written after `since`.
-pub(crate) fn modified_since(path: &Path, since: SystemTime) -> bool {
-    std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .is_ok_and(|m| m > since)
-}
 
 /// Adds what changed between two lists of recordings to `changes`.
 pub(crate) fn count_changes(before: &Sealed, after: &Sealed, changes: &mut TestChanges) {

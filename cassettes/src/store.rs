@@ -3,21 +3,24 @@
 //! on disk under an exclusive lock and land by rename, so two recording runs never lose or tear
 //! each other's interactions.
 
-use crate::entry::{Entry, Loaded, Resident, Used, MAX_ACCOUNTED};
+use crate::entry::{Entry, Flights, Loaded, Resident, TestShared, Used, MAX_ACCOUNTED};
 use crate::format::{ordinals, Cassette};
 use crate::fs::{confined, lock_folder, remove_if_empty, DEFAULT_LOCK_TIMEOUT};
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::Key;
+use crate::format::RecordingId;
 use crate::maintenance::{
-    count_changes, is_dir, json_files, keep_exactly, read_cassette, read_if_exists,
-    remove_unreferenced_blobs, sealed_ids, Keep, TestChanges,
+    count_changes, is_dir, json_files, read_cassette, remove_unreferenced_blobs, Sealed,
+    TestChanges,
 };
+use crate::settle::{settle_file, still_holds};
+use crate::spool::Spool;
 use crate::secrets::Guard;
 use crate::Error;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// All cassettes of one cassette directory, loaded lazily.
 pub struct Store {
@@ -29,8 +32,13 @@ pub struct Store {
     /// Each folder's cassette files as [`Store::preload`] listed them: the end of a replay
     /// run reports unused recordings from these rather than listing every folder again.
     listed: Mutex<HashMap<String, Vec<PathBuf>>>,
-    /// When this store was made: a trim leaves alone a file another process wrote since.
-    opened: SystemTime,
+    /// Every exchange under way, which a test's end and the run's end wait for.
+    flights: Arc<Flights>,
+    /// Where recordings go first; none for a store that only replays.
+    spool: Option<Arc<Spool>>,
+    /// What each test's end wrote of this run's recordings, file by file: the run's end checks
+    /// that another run has not settled its own over them since.
+    written: Mutex<Vec<(TestId, PathBuf, Sealed)>>,
     /// What no recording may hold, and the answers' secret fields to redact.
     guard: Arc<Guard>,
     /// The loaded cassettes' bytes against the budget.
@@ -71,7 +79,9 @@ impl Store {
             entries: RwLock::default(),
             slugs: Mutex::default(),
             listed: Mutex::default(),
-            opened: SystemTime::now(),
+            flights: Arc::default(),
+            spool: None,
+            written: Mutex::default(),
             guard: Arc::default(),
             resident: Arc::new(Resident::new(DEFAULT_BUDGET)),
             preload_stopped: Default::default(),
@@ -96,6 +106,18 @@ impl Store {
     pub fn with_guard(mut self, guard: Guard) -> Self {
         self.guard = Arc::new(guard);
         self
+    }
+
+    /// Keeps every recording in `spool` the moment it is made; cassettes are written when
+    /// each test ends.
+    pub fn with_spool(mut self, spool: Spool) -> Self {
+        self.spool = Some(Arc::new(spool));
+        self
+    }
+
+    /// The spool recordings go to first, if any.
+    pub fn spool(&self) -> Option<&Spool> {
+        self.spool.as_deref()
     }
 
     /// How long a write waits for a folder another process holds, before it fails naming it.
@@ -135,7 +157,17 @@ impl Store {
         if let Some(e) = list.iter().find(|e| &e.provider == provider) {
             return Ok(e.clone());
         }
+        // One count of exchanges per test, whichever provider they go to.
+        let shared = match list.first() {
+            Some(e) => e.shared.clone(),
+            None => Arc::new(TestShared {
+                flights: self.flights.clone(),
+                ..TestShared::default()
+            }),
+        };
         let entry = Arc::new(Entry {
+            shared,
+            spool: self.spool.clone(),
             test: test.clone(),
             slug,
             provider: provider.clone(),
@@ -228,16 +260,40 @@ impl Store {
             state.run.overflowed = false;
             state.run.served.clear();
         }
+        if let Some(e) = entries.get(test.as_str()).and_then(|l| l.first()) {
+            e.shared.steps.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
-    /// Ends a test's part in this run and says what changed in its cassettes. With `trim` (a
-    /// test that passed under `--record`), each of its cassettes ends holding what its last
-    /// attempt recorded, in that order, and what it was served through a fault; a provider it
-    /// no longer called loses its file. A trim removes only what a file held before this run
-    /// first wrote to it: whatever another process added since stays. A test that made no
-    /// call at all keeps everything (a test that returned early, say, for want of a key);
-    /// so does one with a request that went upstream and was not saved: its old recordings
-    /// may be all it has for that call.
+    /// Waits up to `timeout` for every exchange of `test` under way to end; whether they did.
+    pub fn wait_for_test(&self, test: &TestId, timeout: Duration) -> bool {
+        let shared = {
+            let entries = self.entries.read().expect("store lock");
+            match entries.get(test.as_str()).and_then(|l| l.first()) {
+                Some(e) => e.shared.clone(),
+                None => return true,
+            }
+        };
+        self.flights.wait(timeout, || {
+            shared.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0
+        })
+    }
+
+    /// Waits up to `timeout` for every exchange under way to end; whether they did.
+    pub fn wait_for_all(&self, timeout: Duration) -> bool {
+        self.flights.wait(timeout, || {
+            self.flights.total.load(std::sync::atomic::Ordering::SeqCst) == 0
+        })
+    }
+
+    /// Ends a test's part in this run: its recordings reach its cassettes, one write per
+    /// file, and what changed is said. With `trim` (a test that passed under `--record`), each
+    /// of its cassettes ends holding exactly what its last attempt recorded and what it was
+    /// served through a fault; a provider it no longer called loses its file. Without, its
+    /// recordings are added and nothing is removed. A test that made no call at all keeps
+    /// everything (a test that returned early, say, for want of a key); so does one with a
+    /// request that went upstream and was not saved: its old recordings may be all it has for
+    /// that call. Call it once the test's exchanges ended ([`Store::wait_for_test`]).
     pub fn finish_test(&self, test: &TestId, trim: bool) -> Result<TestChanges, Error> {
         let folder = self.dir.join(Slug::from_test_id(test).as_str());
         let mut changes = TestChanges {
@@ -246,6 +302,7 @@ impl Store {
             replaced: 0,
             removed: 0,
             kept: None,
+            superseded: None,
         };
         let entries: Vec<Arc<Entry>> = {
             let all = self.entries.read().expect("store lock");
@@ -284,12 +341,16 @@ impl Store {
                 trim = false;
             }
         }
-        // Nothing written and nothing to trim: nothing changed, and no file need be read.
-        let wrote = entries
+        let pending: Vec<(Arc<Entry>, Vec<(usize, crate::Interaction)>)> = entries
             .iter()
-            .any(|e| e.state.lock().expect("entry lock").run.before.is_some());
-        if !trim && !wrote {
+            .map(|e| (e.clone(), e.pending()))
+            .collect();
+        // Nothing recorded and nothing to trim: nothing changed, and no file need be read.
+        if !trim && pending.iter().all(|(_, p)| p.is_empty()) {
             return Ok(changes);
+        }
+        if let Some(spool) = &self.spool {
+            spool.sync()?;
         }
         let mut files = json_files(&folder)?;
         for entry in &entries {
@@ -302,34 +363,48 @@ impl Store {
             let Some(provider) = ProviderName::new(&stem) else {
                 continue;
             };
-            let entry = entries.iter().find(|e| e.provider == provider);
-            let (before, keep) = match entry {
-                Some(e) => {
+            let found = pending.iter().find(|(e, _)| e.provider == provider);
+            let keep: Option<Vec<RecordingId>> = trim.then(|| match found {
+                Some((e, _)) => {
                     let state = e.state.lock().expect("entry lock");
-                    let keep = Keep {
-                        recorded: state.run.recorded.clone(),
-                        served: state.run.served.clone(),
-                        before: state.run.before.clone(),
-                        since: self.opened,
-                    };
-                    (state.run.before.clone(), keep)
+                    state
+                        .run
+                        .recorded
+                        .iter()
+                        .chain(&state.run.served)
+                        .cloned()
+                        .collect()
                 }
-                None => (None, Keep::nothing_since(self.opened)),
-            };
-            let (now, after) = if trim {
-                keep_exactly(&path, &self.dir, test, &keep)?
-            } else {
-                let now = read_if_exists(&path)?
-                    .map(|c| sealed_ids(&c.interactions))
-                    .unwrap_or_default();
-                (now.clone(), now)
-            };
-            if let Some(e) = entry {
-                // Read afresh if anything asks for it again.
-                e.release(&mut e.state.lock().expect("entry lock").loaded);
+                None => Vec::new(),
+            });
+            let recorded: &[(usize, crate::Interaction)] =
+                found.map(|(_, p)| p.as_slice()).unwrap_or_default();
+            if recorded.is_empty() && keep.is_none() {
+                continue;
             }
-            let before = before.unwrap_or(now);
-            count_changes(&before, &after, &mut changes);
+            let settled = settle_file(
+                &path,
+                &self.dir,
+                test,
+                self.lock_timeout,
+                recorded,
+                keep.as_deref(),
+            )?;
+            if let Some((e, taken)) = found {
+                let mut state = e.state.lock().expect("entry lock");
+                // Recordings made since they were taken wait for the next end.
+                let done = taken.len().min(state.run.pending.len());
+                state.run.pending.drain(..done);
+                // Read afresh if anything asks for it again.
+                e.release(&mut state.loaded);
+            }
+            count_changes(&settled.before, &settled.after, &mut changes);
+            if !settled.ours.is_empty() {
+                self.written
+                    .lock()
+                    .expect("store lock")
+                    .push((test.clone(), path.clone(), settled.ours));
+            }
         }
         if trim && folder.is_dir() {
             confined(&self.dir, &folder)?;
@@ -340,7 +415,30 @@ impl Store {
             // A test that made no calls any more leaves no empty folder behind.
             remove_if_empty(&folder, lock);
         }
+        if let Some(spool) = &self.spool {
+            spool.settled(test)?;
+        }
         Ok(changes)
+    }
+
+    /// Tests whose recordings of this run another run has since settled its own over, with
+    /// the file: the recordings this run made are no longer what the file holds.
+    pub fn superseded(&self) -> Result<Vec<(TestId, PathBuf)>, Error> {
+        let written = self.written.lock().expect("store lock");
+        let mut out = Vec::new();
+        for (test, path, ours) in written.iter() {
+            if !still_holds(path, ours)? && !out.iter().any(|(t, p): &(TestId, PathBuf)| t == test && p == path) {
+                out.push((test.clone(), path.clone()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether every recording of this run reached its cassettes.
+    pub fn all_settled(&self) -> bool {
+        self.entries()
+            .iter()
+            .all(|e| e.state.lock().expect("entry lock").run.pending.is_empty())
     }
 
     /// Every recording in `test`'s folder, for every provider, that this run did not replay:

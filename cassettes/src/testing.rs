@@ -22,5 +22,7 @@ pub fn interaction(prompt: &str, answer: &str) -> Interaction {
         response: RecordedResponse::with_body(200, BTreeMap::new(), answer.as_bytes()),
         timing: None,
         summary: None,
+        recorded_at: None,
+        step: None,
     }
 }

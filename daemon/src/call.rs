@@ -24,4 +24,8 @@ pub struct Call {
     /// A WebSocket session rather than one HTTP exchange: its log lines are headed
     /// `session{…}`, without the method.
     pub session: bool,
+    /// The exchange under way: its test's end and the run's end wait until it is journalled.
+    pub flight: Option<cassettes::Flight>,
+    /// What a recorded answer said of its model and usage, for the run log.
+    pub answer: Option<Box<(Option<String>, Option<serde_json::Value>)>>,
 }

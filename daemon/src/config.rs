@@ -420,6 +420,9 @@ pub struct Settings {
     pub mcp: BTreeMap<String, String>,
     /// MCP servers (by name, without `mcp-`) run live in replay (`--live mcp:NAME`).
     pub live_mcp: Vec<String>,
+    /// The run's folder (`target/llmreplay/runs/<run id>`): its event log and, when the mode
+    /// records, its spool. None: no run log (a daemon inside a library's test, say).
+    pub run_dir: Option<PathBuf>,
 }
 
 /// 128 random bits, as hex: the run's proxy secret.
@@ -735,6 +738,7 @@ impl Settings {
             proxy_secret: new_proxy_secret(),
             mcp,
             live_mcp: overrides.live_mcp.clone(),
+            run_dir: None,
         })
     }
 }

@@ -14,7 +14,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::sync::Arc;
 
-pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn control(state: &Arc<State>, rest: &str, req: Request<Incoming>) -> Response<Body> {
     let param = |name: &str| {
         req.uri()
             .query()
@@ -72,12 +72,9 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
             }
         }
         (&Method::POST, "end") => {
-            let outcome = param("outcome").unwrap_or_default();
-            let passed = match outcome.as_str() {
-                "passed" => Some(true),
-                "failed" => Some(false),
-                "skipped" => None,
-                _ => return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?outcome=passed, failed or skipped".into()),
+            let word = param("outcome").unwrap_or_default();
+            let Some(outcome) = runlog::TestOutcome::parse(&word) else {
+                return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?outcome=passed, failed, skipped, interrupted or killed".into());
             };
             if let Some(pid) = param("pid").and_then(|p| p.parse::<u32>().ok()) {
                 state.announced.end(pid);
@@ -86,13 +83,24 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
                 return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?test=<test id> or an X-Test-Id header".into());
             };
             let t = TestId::new(t);
-            if let Some(passed) = passed {
-                state.journal.ended(&t, passed);
-            }
+            state.mcp_streams.end_test(&t);
+            // Answered once the test's recordings are in its cassettes: the runner's test
+            // process then ends with its files written.
+            crate::settle::test_ended(state, t.clone(), outcome).await;
             // Its cassettes are read again if it calls later (a retry).
             state.store.release_test(&t);
-            state.mcp_streams.end_test(&t);
             json(serde_json::json!({ "status": "ok" }))
+        }
+        (&Method::POST, "flush") => {
+            // `serve` writes its tests' recordings when it stops; a long-lived one is asked to
+            // write them now.
+            let (store, journal) = (state.store.clone(), state.journal.clone());
+            let wait = std::time::Duration::from_secs(10);
+            match tokio::task::spawn_blocking(move || crate::settle::settle_all(&store, &journal, wait)).await {
+                Ok(Ok(())) => json(serde_json::json!({ "status": "ok" })),
+                Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cargo-llmreplay: the recordings were not all written: {e}")),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cargo-llmreplay: flushing failed: {e}")),
+            }
         }
         (&Method::POST, "listed") => {
             let binary = param("binary").unwrap_or_default();
@@ -107,7 +115,7 @@ pub(crate) async fn control(state: &State, rest: &str, req: Request<Incoming>) -
         }
         _ => text(
             StatusCode::NOT_FOUND,
-            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, end, listed, faults", req.method()),
+            format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, end, flush, listed, faults", req.method()),
         ),
     }
 }

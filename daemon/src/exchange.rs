@@ -389,11 +389,13 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Op
 /// error and its message returned, for the caller to fail its client with.
 pub(crate) async fn save(
     state: &State,
-    call: Call,
-    interaction: Interaction,
+    mut call: Call,
+    mut interaction: Interaction,
     status: u16,
 ) -> Result<(), String> {
     let (entry, ordinal) = (call.entry.clone(), call.ordinal);
+    interaction.step = call.flight.as_ref().map(|f| f.step);
+    call.answer = Some(Box::new(answer_facts(&interaction)));
     let failure =
         match tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await {
             Ok(Ok(outcome)) => {
@@ -411,6 +413,23 @@ pub(crate) async fn save(
         Some(Detail::message(failure.clone())),
     );
     Err(failure)
+}
+
+/// The model an answer names and its usage block, as far as its payloads say.
+fn answer_facts(interaction: &Interaction) -> (Option<String>, Option<serde_json::Value>) {
+    let usage = interaction.summary.as_ref().and_then(|s| s.usage.clone());
+    let model = interaction
+        .response
+        .payloads()
+        .iter()
+        .find_map(|p| {
+            p.get("model")
+                .or_else(|| p.pointer("/message/model"))
+                .or_else(|| p.pointer("/response/model"))
+                .and_then(|m| m.as_str())
+                .map(str::to_string)
+        });
+    (model, usage)
 }
 
 /// Forwards an upstream answer frame by frame while keeping a copy, then records it.

@@ -50,6 +50,24 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Its name in the run log and the journal's JSON.
+    pub fn key(self) -> &'static str {
+        match self {
+            Outcome::Hit => "hit",
+            Outcome::Miss => "miss",
+            Outcome::Recorded => "recorded",
+            Outcome::Replaced => "replaced",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Passthrough => "passthrough",
+            Outcome::Refused => "refused",
+            Outcome::Broken => "broken",
+            Outcome::Error => "error",
+            Outcome::Fault => "fault",
+            Outcome::Telemetry => "telemetry",
+            Outcome::LiveDiffers => "live_differs",
+        }
+    }
+
     /// Its word in the log.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -207,13 +225,17 @@ pub struct Journal {
     kept_others: AtomicUsize,
     /// Faults answered, per test: small (one count a test), so always kept.
     faults: Mutex<std::collections::BTreeMap<String, usize>>,
-    /// How each test a plugin announced ended: passed or failed.
-    ended: Mutex<std::collections::BTreeMap<TestId, bool>>,
+    /// How each test ended, as its runner or plugin said: its last attempt's outcome.
+    ended: Mutex<std::collections::BTreeMap<TestId, runlog::TestOutcome>>,
     /// Tunnels to `[capture] pass` hosts, per test and host: how many each opened. Bounded by
     /// the tests and hosts of a run, as the faults' counts are.
     passed: Mutex<std::collections::BTreeMap<(TestId, String), usize>>,
     /// What was only counted, past `MAX_KEPT_OTHERS`.
     overflow: Mutex<Overflow>,
+    /// What each test's end wrote to its cassettes, in the order tests settled.
+    settled: Mutex<Vec<cassettes::TestChanges>>,
+    /// Where the run's events go on disk, if anywhere.
+    run_log: Option<std::sync::Arc<crate::run_log::RunLog>>,
 }
 
 #[derive(Default)]
@@ -369,8 +391,37 @@ impl std::ops::AddAssign<&Stats> for Stats {
 impl Journal {
     /// Logs what became of `call`: a line of the daemon's log (in the request's span, which
     /// names its test, provider, method and path) and a record for the report.
-    pub fn log(&self, call: Call, outcome: Outcome, status: u16, detail: Option<Detail>) {
+    pub fn log(&self, mut call: Call, outcome: Outcome, status: u16, detail: Option<Detail>) {
         let ms = call.started.elapsed().as_millis() as u64;
+        // The exchange has ended: whoever waits for its test goes on once it is recorded here.
+        let _ended = call.flight.take();
+        if let Some(run_log) = &self.run_log {
+            let (model, usage) = call.answer.take().map(|a| *a).unwrap_or_default();
+            run_log.emit(runlog::Event::Exchange(Box::new(runlog::Exchange {
+                test: call.entry.test.to_string(),
+                step: _ended.as_ref().map(|f| f.step),
+                transport: if call.session {
+                    "session"
+                } else if call.entry.provider.as_str().starts_with("mcp-") {
+                    "mcp"
+                } else {
+                    "http"
+                }
+                .into(),
+                provider: call.entry.provider.to_string(),
+                method: call.method.to_string(),
+                path: call.path.clone(),
+                key: call.key.to_string(),
+                ordinal: call.ordinal,
+                outcome: outcome.key().into(),
+                status,
+                started_ms: run_log.ms_at(call.started),
+                ms,
+                bytes: call.bytes,
+                model,
+                usage,
+            })));
+        }
         let key = call.key.as_str().get(..12).unwrap_or(call.key.as_str());
         tracing::info!(
             target: "cargo_llmreplay::request",
@@ -504,26 +555,70 @@ impl Journal {
             .collect()
     }
 
-    /// Notes how a test announced by a plugin ended: its last word is its last attempt's.
-    pub fn ended(&self, test: &TestId, passed: bool) {
+    /// Writes its events to `run_log` too.
+    pub fn with_run_log(mut self, run_log: Option<std::sync::Arc<crate::run_log::RunLog>>) -> Self {
+        self.run_log = run_log;
+        self
+    }
+
+    /// The run's event log, if any.
+    pub fn run_log(&self) -> Option<&crate::run_log::RunLog> {
+        self.run_log.as_deref()
+    }
+
+    /// Notes how a test's attempt ended: its last word is its last attempt's.
+    pub fn ended(&self, test: &TestId, outcome: runlog::TestOutcome) {
+        if let Some(run_log) = &self.run_log {
+            run_log.emit(runlog::Event::TestEnded {
+                test: test.to_string(),
+                outcome,
+                at_ms: run_log.now_ms(),
+            });
+        }
         let mut ended = self.ended.lock().expect("journal lock");
         if ended.len() < MAX_KEPT_OTHERS || ended.contains_key(test) {
-            ended.insert(test.clone(), passed);
+            ended.insert(test.clone(), outcome);
         }
     }
 
-    /// The outcomes plugins reported, as `passed <test>` / `failed <test>` lines (the form the
-    /// target runner writes).
-    pub fn outcomes(&self) -> String {
-        let ended = self.ended.lock().expect("journal lock");
-        ended
-            .iter()
-            .map(|(t, passed)| format!("{} {t}\n", if *passed { "passed" } else { "failed" }))
-            .collect()
+    /// How each test ended, as its runner or plugin said.
+    pub fn outcomes(&self) -> std::collections::BTreeMap<TestId, runlog::TestOutcome> {
+        self.ended.lock().expect("journal lock").clone()
+    }
+
+    /// Notes what a test's end wrote to its cassettes.
+    pub fn settled(&self, changes: cassettes::TestChanges) {
+        if let Some(run_log) = &self.run_log {
+            run_log.emit(runlog::Event::TestSettled {
+                test: changes.test.to_string(),
+                added: changes.added,
+                replaced: changes.replaced,
+                removed: changes.removed,
+                kept: changes.kept.clone(),
+                at_ms: run_log.now_ms(),
+            });
+        }
+        if !changes.is_empty() {
+            let mut settled = self.settled.lock().expect("journal lock");
+            if settled.len() < MAX_KEPT_OTHERS {
+                settled.push(changes);
+            }
+        }
+    }
+
+    /// What the tests' ends wrote to their cassettes, test by test.
+    pub fn changes(&self) -> Vec<cassettes::TestChanges> {
+        self.settled.lock().expect("journal lock").clone()
     }
 
     /// Notes that a test started (the runner says so before it execs the test).
     pub fn begin(&self, test: &TestId) {
+        if let Some(run_log) = &self.run_log {
+            run_log.emit(runlog::Event::TestBegan {
+                test: test.to_string(),
+                at_ms: run_log.now_ms(),
+            });
+        }
         self.began
             .lock()
             .expect("journal lock")
@@ -688,6 +783,8 @@ mod tests {
                 started: std::time::Instant::now(),
                 bytes: None,
                 session: false,
+                flight: None,
+                answer: None,
             };
             journal.log(
                 call,

@@ -33,8 +33,10 @@ pub mod resend;
 mod respond;
 mod route;
 mod routed;
+pub mod run_log;
 mod server;
 mod session;
+pub mod settle;
 mod sigv4;
 mod state;
 mod tee;
@@ -71,6 +73,9 @@ pub enum DaemonError {
     /// The run's CA could not be made.
     #[error("{0}")]
     Ca(#[from] ca::CaError),
+    /// The run's spool could not be made.
+    #[error("could not make the run's spool: {0}. Check that target/llmreplay is writable")]
+    Spool(#[from] cassettes::Error),
 }
 
 /// A bound daemon, not yet serving.
@@ -129,20 +134,30 @@ impl Daemon {
             (true, None) => Some(Arc::new(ca::RunCa::new()?)),
             (false, _) => None,
         };
+        let mut store = Store::new(settings.cassette_dir.clone())
+            .with_lock_timeout(settings.limits.lock_timeout)
+            .with_budget(settings.limits.cassette_cache_bytes)
+            .with_guard(cassettes::secrets::Guard::new(
+                settings.normalizer.body_fields().clone(),
+                settings.secret_values.clone(),
+            ));
+        let mut run_log = None;
+        if let Some(dir) = &settings.run_dir {
+            run_log = settle::begin_run(dir, settings.mode, &settings.cassette_dir);
+            if settings.mode.writes() {
+                store = store.with_spool(cassettes::spool::Spool::create(
+                    dir,
+                    &settings.cassette_dir,
+                )?);
+            }
+        }
         let state = Arc::new(State {
-            store: Arc::new(
-                Store::new(settings.cassette_dir.clone())
-                    .with_lock_timeout(settings.limits.lock_timeout)
-                    .with_budget(settings.limits.cassette_cache_bytes)
-                    .with_guard(cassettes::secrets::Guard::new(
-                        settings.normalizer.body_fields().clone(),
-                        settings.secret_values.clone(),
-                    )),
-            ),
+            store: Arc::new(store),
+            interrupted: Arc::default(),
             loopback_port: local.ip().is_loopback().then_some(local.port()),
             faults: faults::Faults::with_declared(declared),
             settings,
-            journal: Arc::default(),
+            journal: Arc::new(Journal::default().with_run_log(run_log)),
             client,
             sessions: InFlight::default(),
             connections: InFlight::default(),
@@ -199,6 +214,12 @@ impl Daemon {
         self.state.journal.clone()
     }
 
+    /// Set when the run is interrupted (SIGINT, SIGTERM): from then on, no test's end removes
+    /// a recording.
+    pub fn interrupted(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.state.interrupted.clone()
+    }
+
     /// The cassettes as this run loaded and used them, for the report.
     pub fn store(&self) -> Arc<Store> {
         self.state.store.clone()
@@ -212,6 +233,11 @@ impl Daemon {
         };
         server::serve(self.listener, self.state.clone(), handle, shutdown).await;
         mcp::http_transport::save_parked(&self.state).await;
+        // The run ends after its last exchange: a stream whose client stopped reading, a
+        // recording being saved, is journalled before anything reports on the run.
+        let store = self.state.store.clone();
+        let wait = self.state.settings.limits.idle_timeout;
+        let _ = tokio::task::spawn_blocking(move || store.wait_for_all(wait)).await;
         self.state.journal.stats()
     }
 }

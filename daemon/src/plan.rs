@@ -131,6 +131,8 @@ fn call_for(
             ))
         })?;
     Ok(Call {
+        flight: Some(entry.begin_exchange()),
+        answer: None,
         entry,
         method,
         path: route.upstream_path.clone(),

@@ -178,6 +178,8 @@ mod tests {
             started: std::time::Instant::now(),
             bytes,
             session,
+            flight: None,
+            answer: None,
         };
         tracing::subscriber::with_default(subscriber, || {
             let span =

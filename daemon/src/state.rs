@@ -17,6 +17,8 @@ pub(crate) struct State {
     pub loopback_port: Option<u16>,
     pub store: Arc<Store>,
     pub journal: Arc<Journal>,
+    /// Set once the run is interrupted: no test's end removes a recording after that.
+    pub interrupted: Arc<std::sync::atomic::AtomicBool>,
     /// Made on first use when the mode never goes upstream: loading the system's roots is
     /// most of a replay run's start.
     pub client: std::sync::OnceLock<Result<upstream::Client, String>>,

@@ -553,6 +553,8 @@ mod tests {
                 summary: Summary::of(&response),
                 response,
                 timing: None,
+                recorded_at: None,
+                step: None,
             }
         };
         let old = cassette(vec![session("e1", &["Hello ", "there"])]);

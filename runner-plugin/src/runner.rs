@@ -17,10 +17,11 @@ pub const DAEMON_URL_ENV: &str = "LLMREPLAY_DAEMON_URL";
 /// `cargo llmreplay test` reads it after the run. An append costs far less than a request to
 /// the daemon, and this runs once per test.
 pub const RAN_FILE_ENV: &str = "LLMREPLAY_RAN_FILE";
-/// A file the runner appends `passed <id>` or `failed <id>` to when a test's attempt ends, in
-/// record mode only: a re-recorded test that passed keeps only what this run recorded, so the
-/// run must know which passed. Other modes exec the test and cost no extra process.
-pub const RESULTS_FILE_ENV: &str = "LLMREPLAY_RESULTS_FILE";
+/// Set by `cargo llmreplay test` when the mode records: the runner then runs the test as a
+/// child and, when it exits, tells the daemon how it ended and waits while the daemon writes
+/// its recordings to its cassettes (README, "Record semantics"). Replay execs the test and
+/// costs no extra process.
+pub const SETTLE_ENV: &str = "LLMREPLAY_SETTLE";
 /// The run's CA certificate and the bundle of the system's roots with it, set by
 /// `cargo llmreplay test` when the daemon is the tests' proxy (README, "Capture").
 pub const CAPTURE_CA_ENV: &str = "LLMREPLAY_CAPTURE_CA";
@@ -74,7 +75,7 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
     };
     cmd.args(rest)
         .env_remove(CHAIN_RUNNER_ENV)
-        .env_remove(RESULTS_FILE_ENV)
+        .env_remove(SETTLE_ENV)
         .env_remove(CAPTURE_CA_ENV)
         .env_remove(CAPTURE_BUNDLE_ENV)
         .env_remove(PROXY_SECRET_ENV);
@@ -82,8 +83,8 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
     match (phase.as_str(), std::env::var(DAEMON_URL_ENV)) {
         ("run", Ok(root)) => {
             let id = point_at_daemon(&mut cmd, &root);
-            if let Some(results) = std::env::var_os(RESULTS_FILE_ENV) {
-                return run_and_note(cmd, &results, &id);
+            if std::env::var_os(SETTLE_ENV).is_some() {
+                return run_and_end(cmd, &root, &id);
             }
         }
         ("list", Ok(root)) => return pass_list_on(cmd, &root),
@@ -92,18 +93,16 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
     exec(cmd)
 }
 
-/// Runs the test as a child, notes whether it passed, and exits with its status (128 plus the
-/// signal that ended it, as a shell says). nextest ends a test by its process group, which
-/// holds this process and the child alike, so a test it kills is noted as nothing: not passed.
-fn run_and_note(mut cmd: Command, results: &std::ffi::OsStr, id: &str) -> std::io::Error {
+/// Runs the test as a child, tells the daemon how it ended (a structured outcome: the id is
+/// percent-encoded, so no test name can forge another's) and waits until its recordings are in
+/// its cassettes, then exits with its status (128 plus the signal that ended it, as a shell
+/// says). nextest ends a test by its process group, which holds this process and the child
+/// alike, so a test it kills says nothing: its recordings are added at the run's end.
+fn run_and_end(mut cmd: Command, root: &str, id: &str) -> std::io::Error {
     let status = match cmd.status() {
         Ok(status) => status,
         Err(e) => return e,
     };
-    let word = if status.success() { "passed" } else { "failed" };
-    // Nothing to say if the note cannot be written: the test then counts as not passed, and
-    // its cassettes are only added to, never trimmed.
-    let _ = append_line(results, &format!("{word} {id}"));
     #[cfg(unix)]
     let signalled = {
         use std::os::unix::process::ExitStatusExt;
@@ -111,6 +110,18 @@ fn run_and_note(mut cmd: Command, results: &std::ffi::OsStr, id: &str) -> std::i
     };
     #[cfg(not(unix))]
     let signalled = None;
+    let outcome = match (status.success(), signalled) {
+        (true, _) => "passed",
+        (false, Some(_)) => "killed",
+        (false, None) => "failed",
+    };
+    let query = format!(
+        "test={}&outcome={outcome}",
+        percent_encoding::utf8_percent_encode(id, percent_encoding::NON_ALPHANUMERIC)
+    );
+    // Nothing to do if the daemon cannot be told: the test then counts as not passed, and its
+    // recordings are added at the run's end, never trimmed.
+    let _ = control_waiting(root, "end", &query, "", Duration::from_secs(120));
     std::process::exit(status.code().or(signalled).unwrap_or(RUNNER_FAILED.into()))
 }
 
@@ -275,18 +286,36 @@ fn append_line(file: &std::ffi::OsStr, line: &str) -> std::io::Result<()> {
 /// `POST /__llmreplay/<route>?<query>` over a plain socket: a runtime or HTTP client would cost
 /// more to start than the request takes.
 fn control(root: &str, route: &str, query: &str, body: &str, wait: bool) -> std::io::Result<()> {
+    control_waiting(
+        root,
+        route,
+        query,
+        body,
+        wait.then_some(Duration::from_secs(10)),
+    )
+}
+
+/// [`control`], waiting up to `wait` for the answer (none: not waiting).
+fn control_waiting(
+    root: &str,
+    route: &str,
+    query: &str,
+    body: &str,
+    wait: impl Into<Option<Duration>>,
+) -> std::io::Result<()> {
+    let wait: Option<Duration> = wait.into();
     let addr = root
         .strip_prefix("http://")
         .ok_or_else(|| std::io::Error::other("the daemon URL is not http://"))?
         .trim_end_matches('/');
     let mut stream = TcpStream::connect(addr)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.set_read_timeout(wait)?;
     write!(
         stream,
         "POST /__llmreplay/{route}?{query} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
-    if !wait {
+    if wait.is_none() {
         return Ok(());
     }
     let mut status = [0u8; 12];

@@ -25,8 +25,8 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
         background,
         run_env,
         ran,
-        results,
         run_dir,
+        interrupted,
     } = launched;
     let (mode, scope) = (plan.mode, &plan.scope);
     let status = child
@@ -85,14 +85,7 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     let stats = runtime
         .block_on(served)
         .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
-    let recorded = finish_tests(
-        mode,
-        &journal,
-        &store,
-        &results
-            .and_then(|results| std::fs::read_to_string(results.path()).ok())
-            .unwrap_or_default(),
-    )?;
+    let recorded = finish_tests(&journal, &store)?;
 
     // The runner saw nextest list the suite; asking `cargo nextest list` again is the fallback
     // (a chained runner that swallowed the list, say).
@@ -141,6 +134,11 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
             crate::render::plural(report.changed.len(), "cassette file")
         ));
     }
+    daemon::settle::finish_run(
+        &store,
+        &journal,
+        interrupted.load(std::sync::atomic::Ordering::SeqCst),
+    );
     // The command ends here: the runtime's threads and the cassettes read go with the
     // process, rather than each being joined or freed first.
     runtime.shutdown_background();
@@ -159,32 +157,38 @@ pub(super) fn silent_folders(store: &cassettes::Store, journal: &daemon::Journal
     Ok(store.folders()?.iter().any(|f| !called.contains(f)))
 }
 
-/// Says what the run changed in each test's cassettes. Under `--record`, a test whose last
-/// attempt passed ends holding exactly what it recorded in this run.
+/// Once every exchange ended: the recordings of tests whose end was never said reach their
+/// cassettes (added, nothing removed), and what every test's end changed is said, test by
+/// test, with the files another run has since replaced with its own recordings.
 pub(crate) fn finish_tests(
-    mode: daemon::Mode,
     journal: &daemon::Journal,
     store: &cassettes::Store,
-    results: &str,
 ) -> Result<Vec<cassettes::TestChanges>> {
-    if !mode.writes() {
-        return Ok(Vec::new());
-    }
-    // Attempts end in order, so a test's last line is its last attempt.
-    let mut passed = std::collections::BTreeMap::new();
-    for line in results.lines() {
-        if let Some((word, id)) = line.split_once(' ') {
-            passed.insert(cassettes::TestId::new(id), word == "passed");
+    daemon::settle::settle_rest(store, journal)?;
+    // A test settles at each attempt's end: one line a test, its counts added up.
+    let mut out: Vec<cassettes::TestChanges> = Vec::new();
+    for changes in journal.changes() {
+        match out.iter_mut().find(|c| c.test == changes.test) {
+            Some(c) => {
+                c.added += changes.added;
+                c.replaced += changes.replaced;
+                c.removed += changes.removed;
+                c.kept = changes.kept.or(c.kept.take());
+            }
+            None => out.push(changes),
         }
     }
-    let mut tests = journal.tests();
-    tests.extend(passed.keys().cloned());
-    let mut out = Vec::new();
-    for test in tests {
-        let trim = mode == daemon::Mode::Record && passed.get(&test) == Some(&true);
-        let changes = store.finish_test(&test, trim)?;
-        if !changes.is_empty() {
-            out.push(changes);
+    for (test, file) in store.superseded()? {
+        match out.iter_mut().find(|c| c.test == test) {
+            Some(c) => c.superseded = Some(file),
+            None => out.push(cassettes::TestChanges {
+                test,
+                added: 0,
+                replaced: 0,
+                removed: 0,
+                kept: None,
+                superseded: Some(file),
+            }),
         }
     }
     Ok(out)

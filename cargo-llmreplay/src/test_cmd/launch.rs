@@ -8,7 +8,7 @@ use crate::render;
 use daemon::Daemon;
 use runner_plugin::{
     CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV,
-    RESULTS_FILE_ENV,
+    SETTLE_ENV,
 };
 use std::path::PathBuf;
 
@@ -67,11 +67,12 @@ pub(super) struct Launched {
     pub(super) background: Option<std::thread::JoinHandle<Option<ChangesRead>>>,
     /// The environment of a run without a runner, for a `nextest list` of the same tests.
     pub(super) run_env: Vec<(String, String)>,
-    /// Files the runner writes: which tests ran, and under --record which passed.
+    /// A file the runner writes: which tests ran.
     pub(super) ran: Option<tempfile::NamedTempFile>,
-    pub(super) results: Option<tempfile::NamedTempFile>,
     /// The run's folder of CA files, removed when the run ends.
     pub(super) run_dir: Option<crate::files::RunDir>,
+    /// Set when the run is interrupted.
+    pub(super) interrupted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Starts the run: the CA's files written, nextest spawned with every test pointed at the
@@ -112,7 +113,9 @@ pub(super) fn launch(
             (None, None, None)
         }
     };
-    let settings = resolved.settings;
+    let mut settings = resolved.settings;
+    crate::recover::apply_left(&target_dir)?;
+    settings.run_dir = Some(daemon::settle::new_run_dir(&target_dir));
     let proxy_secret = settings.proxy_secret.clone();
     let mode = plan.mode;
     let cassette_dir = settings.cassette_dir.clone();
@@ -143,10 +146,6 @@ pub(super) fn launch(
     };
     // A run without a runner has no use for the list of tests that ran.
     let ran = (!runner_less).then(|| temp("llmreplay-ran-")).transpose()?;
-    let results = plan
-        .results
-        .then(|| temp("llmreplay-results-"))
-        .transpose()?;
     let mut nextest = crate::locate::nextest(["run"]);
     // One environment for the whole run, without a runner; the daemon reads each
     // connection's test from the process that opened it.
@@ -188,8 +187,8 @@ pub(super) fn launch(
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
     }
-    if let Some(results) = &results {
-        nextest.env(RESULTS_FILE_ENV, results.path());
+    if plan.settle {
+        nextest.env(SETTLE_ENV, "1");
     }
     if let (Some((ca, bundle)), false) = (&ca_files, runner_less) {
         nextest
@@ -221,6 +220,7 @@ pub(super) fn launch(
         }
     };
     let (journal, store, peers) = (daemon.journal(), daemon.store(), daemon.peers());
+    let interrupted = daemon.interrupted();
     if runner_less {
         let _ = peers.set(daemon::peer::Peers::new(
             Some(child.id()),
@@ -267,8 +267,8 @@ pub(super) fn launch(
         background,
         run_env,
         ran,
-        results,
         run_dir,
+        interrupted,
     })
 }
 
@@ -283,9 +283,6 @@ pub(crate) fn start_daemon(
         .enable_all()
         .build()
         .map_err(|e| Error::io("cannot start the async runtime", e))?;
-    // Ctrl-C reaches nextest too (same process group); this process waits for it to finish,
-    // then stops the daemon and reports, instead of dying with its child still running.
-    runtime.spawn(async { while tokio::signal::ctrl_c().await.is_ok() {} });
     let ca = match ca {
         Some(ca) => Some(
             ca.recv()
@@ -298,6 +295,27 @@ pub(crate) fn start_daemon(
         let _entered = runtime.enter();
         Daemon::on_listener(settings, listener, ca)?
     };
+    // Ctrl-C reaches the tests too (same process group); this process waits for them to
+    // finish, then stops the daemon and reports, instead of dying with its child still running.
+    // From then on no test's end removes a recording: an interrupted test may have said it
+    // passed on its way out.
+    let interrupted = daemon.interrupted();
+    runtime.spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
     Ok((runtime, daemon))
 }
 

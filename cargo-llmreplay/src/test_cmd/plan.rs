@@ -33,8 +33,9 @@ pub(super) struct RunPlan {
     pub(super) preload: bool,
     /// What git says of the cassettes, read while the tests run, in a run that writes none.
     pub(super) git: bool,
-    /// Whether the runner writes which tests passed (a re-record trims only those).
-    pub(super) results: bool,
+    /// Whether the runner tells the daemon when each test ends, which then writes its
+    /// recordings (the modes that record).
+    pub(super) settle: bool,
     pub(super) report: PathBuf,
     /// Beside the report: runs that keep their reports apart keep their logs apart too.
     pub(super) log: PathBuf,
@@ -109,7 +110,7 @@ impl RunPlan {
             preload: mode == daemon::Mode::Replay && scope.whole_suite(),
             git: !mode.writes(),
             scope,
-            results: mode == daemon::Mode::Record,
+            settle: mode.writes(),
             report,
             log,
             review: args.review,
@@ -144,7 +145,7 @@ mod tests {
         assert_eq!(plan.wiring, Wiring::Environment);
         assert_eq!(plan.nextest_args, vec![OsString::from("--no-fail-fast")]);
         assert!(!plan.fail_fast);
-        assert!(plan.preload && plan.git && !plan.results && !plan.review);
+        assert!(plan.preload && plan.git && !plan.settle && !plan.review);
         assert_eq!(plan.log, PathBuf::from("target/llmreplay/daemon.log"));
         assert_eq!(plan.report, PathBuf::from("target/llmreplay/report.json"));
     }
@@ -174,7 +175,7 @@ mod tests {
             daemon::Mode::Record,
         );
         assert_eq!(plan.wiring, Wiring::Runner);
-        assert!(plan.results && plan.review && !plan.git && !plan.preload);
+        assert!(plan.settle && plan.review && !plan.git && !plan.preload);
         assert_eq!(plan.log, PathBuf::from("out/r.log"));
         assert_eq!(plan.report, PathBuf::from("out/r.json"));
         let plan = plan_of(&["--runner", "exec"], &[], daemon::Mode::Replay);

@@ -7,7 +7,19 @@ use crate::fs::lock_file;
 use crate::maintenance::remove_recordings;
 use crate::testing::interaction;
 use crate::BLOB_DIR;
-use std::fs::File;
+
+/// Records and writes the file at once, as a test's end would: these tests read the files.
+trait RecordNow {
+    fn record_now(&self, ordinal: usize, x: Interaction) -> Result<RecordOutcome, Error>;
+}
+
+impl RecordNow for Entry {
+    fn record_now(&self, ordinal: usize, x: Interaction) -> Result<RecordOutcome, Error> {
+        let outcome = self.record(ordinal, x)?;
+        self.flush()?;
+        Ok(outcome)
+    }
+}
 
 fn file_key(e: &Entry, i: usize) -> Key {
     let c: Cassette = serde_json::from_slice(&std::fs::read(&e.path).unwrap()).unwrap();
@@ -31,7 +43,7 @@ fn one_recording(dir: &Path) -> (Arc<Entry>, Key) {
     let a = interaction("a", r#"{"id":"1"}"#);
     let key = a.key.clone();
     let entry = Store::new(dir).entry(&t, &p).unwrap();
-    entry.record(0, a).unwrap();
+    entry.record_now(0, a).unwrap();
     (entry, key)
 }
 
@@ -73,7 +85,7 @@ fn unused_after_preload_are_the_files_it_listed() {
     let other = ProviderName::new("anthropic").unwrap();
     let dropped = Store::new(dir.path()).entry(&t, &other).unwrap();
     dropped
-        .record(0, interaction("b", r#"{"id":"2"}"#))
+        .record_now(0, interaction("b", r#"{"id":"2"}"#))
         .unwrap();
 
     let store = Store::new(dir.path());
@@ -104,7 +116,7 @@ fn an_unused_tool_call_reads_as_the_call() {
     let call = r#"{"choices":[{"message":{"content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},"finish_reason":"tool_calls"}]}"#;
     let mut x = interaction("w", call);
     x.summary = crate::Summary::of(&x.response);
-    entry.record(0, x).unwrap();
+    entry.record_now(0, x).unwrap();
     let unused = Store::new(dir.path()).unused_in(&t).unwrap();
     assert_eq!(
         unused[0].answer.as_deref(),
@@ -121,25 +133,25 @@ fn sequence_replace_in_place_and_append() {
     let a = interaction("a", r#"{"id":"1","n":1}"#);
     let key = a.key.clone();
     assert_eq!(e.next(&key, false).unwrap().ordinal, 0);
-    assert_eq!(e.record(0, a).unwrap(), RecordOutcome::Appended);
+    assert_eq!(e.record_now(0, a).unwrap(), RecordOutcome::Appended);
     assert_eq!(
-        e.record(1, interaction("a", r#"{"n":2}"#)).unwrap(),
+        e.record_now(1, interaction("a", r#"{"n":2}"#)).unwrap(),
         RecordOutcome::Appended
     );
     assert_eq!(
-        e.record(0, interaction("b", r#"{"n":3}"#)).unwrap(),
+        e.record_now(0, interaction("b", r#"{"n":3}"#)).unwrap(),
         RecordOutcome::Appended
     );
     let before = std::fs::read(&e.path).unwrap();
     // Only a volatile field differs: nothing is written.
     assert_eq!(
-        e.record(0, interaction("a", r#"{"id":"9","n":1}"#))
+        e.record_now(0, interaction("a", r#"{"id":"9","n":1}"#))
             .unwrap(),
         RecordOutcome::Unchanged
     );
     assert_eq!(std::fs::read(&e.path).unwrap(), before);
     assert_eq!(
-        e.record(1, interaction("a", r#"{"n":22}"#)).unwrap(),
+        e.record_now(1, interaction("a", r#"{"n":22}"#)).unwrap(),
         RecordOutcome::Replaced
     );
 
@@ -198,12 +210,12 @@ fn finishing_a_rerecorded_test_keeps_exactly_its_run() {
     let before = Store::new(dir.path());
     let e = before.entry(&t, &p).unwrap();
     for (prompt, answer) in [("a", "1"), ("b", "2"), ("c", "3")] {
-        e.record(0, interaction(prompt, answer)).unwrap();
+        e.record_now(0, interaction(prompt, answer)).unwrap();
     }
     before
         .entry(&t, &anthropic)
         .unwrap()
-        .record(0, interaction("old", "9"))
+        .record_now(0, interaction("old", "9"))
         .unwrap();
 
     // Each run records afresh, in a new store; an unsaved call keeps the old recordings.
@@ -253,14 +265,14 @@ fn a_trimmed_rerecord_reports_none_of_its_recordings_unused() {
     let (t, p) = ids();
     let old = Store::new(dir.path());
     let e = old.entry(&t, &p).unwrap();
-    e.record(0, interaction("stale", "1")).unwrap();
-    e.record(0, interaction("kept", "2")).unwrap();
+    e.record_now(0, interaction("stale", "1")).unwrap();
+    e.record_now(0, interaction("kept", "2")).unwrap();
     let run = Store::new(dir.path());
     let e = run.entry(&t, &p).unwrap();
     for prompt in ["kept", "fresh"] {
         let x = interaction(prompt, "3");
         let ordinal = e.next(&x.key, false).unwrap().ordinal;
-        e.record(ordinal, x).unwrap();
+        e.record_now(ordinal, x).unwrap();
     }
     let changes = run.finish_test(&t, true).unwrap();
     assert_eq!(changes.removed, 1, "{changes:?}");
@@ -268,40 +280,98 @@ fn a_trimmed_rerecord_reports_none_of_its_recordings_unused() {
     assert_eq!(run.unused_in(&t).unwrap(), Vec::new());
 }
 
-/// Two runs re-record one test with other prompts, their writes interleaved: each trim
-/// removes only what the file held before its own first write, so the file always ends
-/// holding one run's recording, never none.
+/// Two runs re-record one test with other prompts at once: whichever ends the test last
+/// leaves exactly its own recordings, never a mix, and the other learns that its recordings
+/// were superseded; a recording run that nobody overtook is told nothing.
 #[test]
-fn two_interleaved_rerecords_never_empty_a_cassette() {
-    for a_trims_first in [true, false] {
+fn two_runs_rerecording_at_once_leave_the_last_ones_set() {
+    for a_ends_first in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let (t, p) = ids();
         Store::new(dir.path())
             .entry(&t, &p)
             .unwrap()
-            .record(0, interaction("old", "0"))
+            .record_now(0, interaction("old", "0"))
             .unwrap();
         let (a, b) = (Store::new(dir.path()), Store::new(dir.path()));
-        a.entry(&t, &p)
-            .unwrap()
-            .record(0, interaction("A", "1"))
-            .unwrap();
-        b.entry(&t, &p)
-            .unwrap()
-            .record(0, interaction("B", "2"))
-            .unwrap();
-        let order = if a_trims_first { [&a, &b] } else { [&b, &a] };
-        for run in order {
-            run.finish_test(&t, true).unwrap();
+        for (run, name) in [(&a, "A"), (&b, "B")] {
+            let e = run.entry(&t, &p).unwrap();
+            for n in 0..3 {
+                e.record(0, interaction(&format!("{name}{n}"), "1")).unwrap();
+            }
         }
-        let file = read_cassette(&a.entry(&t, &p).unwrap().path).unwrap();
-        let prompts: Vec<_> = file
+        let (first, last, last_name) = if a_ends_first {
+            (&a, &b, "B")
+        } else {
+            (&b, &a, "A")
+        };
+        first.finish_test(&t, true).unwrap();
+        assert_eq!(first.superseded().unwrap(), vec![]);
+        last.finish_test(&t, true).unwrap();
+        let path = a.entry(&t, &p).unwrap().path.clone();
+        let prompts: Vec<_> = read_cassette(&path)
+            .unwrap()
             .interactions
             .iter()
             .map(|x| x.request.last_user_text().unwrap())
             .collect();
-        assert_eq!(prompts, ["B"], "a_trims_first: {a_trims_first}");
+        let want: Vec<String> = (0..3).map(|n| format!("{last_name}{n}")).collect();
+        assert_eq!(prompts, want, "a_ends_first: {a_ends_first}");
+        assert_eq!(first.superseded().unwrap(), vec![(t.clone(), path)]);
+        assert_eq!(last.superseded().unwrap(), vec![]);
     }
+}
+
+/// Until its test ends, a recording is in the run's spool alone: a run that dies leaves it
+/// there, and applying the spool adds what ended tests recorded, removing nothing.
+#[test]
+fn a_spool_left_by_a_dead_run_is_applied_for_ended_tests() {
+    let dir = tempfile::tempdir().unwrap();
+    let cassettes = dir.path().join("cassettes");
+    let run_dir = dir.path().join("runs").join("r1");
+    let (t, p) = ids();
+    let unfinished = TestId::new("crate$killed");
+    Store::new(&cassettes)
+        .entry(&t, &p)
+        .unwrap()
+        .record_now(0, interaction("old", "0"))
+        .unwrap();
+    {
+        let spool = crate::spool::Spool::create(&run_dir, &cassettes).unwrap();
+        let run = Store::new(&cassettes).with_spool(spool);
+        let big = "x".repeat(crate::INLINE_LIMIT + 10);
+        run.entry(&t, &p)
+            .unwrap()
+            .record(0, interaction("new", &format!("{{\"a\":\"{big}\"}}")))
+            .unwrap();
+        run.entry(&unfinished, &p)
+            .unwrap()
+            .record(0, interaction("half", "1"))
+            .unwrap();
+        run.spool().unwrap().ended(&t, "passed").unwrap();
+        // While its run lives, nobody else applies the spool.
+        assert!(crate::spool::read_unapplied(&run_dir).unwrap().is_none());
+        drop(run);
+    }
+    // The run's process is gone: its lock with it (here, the file closed by hand).
+    let left = crate::spool::unapplied_spools(&dir.path().join("runs")).unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    let applied = crate::spool::apply(&left[0]).unwrap();
+    assert_eq!(applied.applied, vec![(t.clone(), 1)]);
+    assert_eq!(applied.unfinished, vec![unfinished.clone()]);
+    let path = Store::new(&cassettes).entry(&t, &p).unwrap().path.clone();
+    let file = crate::read_cassette_with_blobs(&path).unwrap();
+    let prompts: Vec<_> = file
+        .interactions
+        .iter()
+        .map(|x| x.request.last_user_text().unwrap())
+        .collect();
+    assert_eq!(prompts, ["old", "new"], "added, nothing removed");
+    assert!(file.interactions[1].recorded_at.is_some());
+    assert!(!run_dir.join(crate::spool::SPOOL_FILE).exists());
+    assert!(crate::spool::unapplied_spools(&dir.path().join("runs"))
+        .unwrap()
+        .is_empty());
 }
 
 /// A recording served only through a fault (a cut answer) is used: a trim keeps it, and it
@@ -314,7 +384,7 @@ fn a_fault_served_recording_and_a_silent_test_keep_their_recordings() {
     Store::new(dir.path())
         .entry(&t, &p)
         .unwrap()
-        .record(0, x.clone())
+        .record_now(0, x.clone())
         .unwrap();
     let run = Store::new(dir.path());
     let e = run.entry(&t, &p).unwrap();
@@ -335,32 +405,6 @@ fn a_fault_served_recording_and_a_silent_test_keep_their_recordings() {
     );
 }
 
-/// A provider's file the test no longer calls is removed by a trim, unless another
-/// process wrote it while this run went on.
-#[test]
-fn a_trim_leaves_a_file_another_run_wrote_meanwhile() {
-    let dir = tempfile::tempdir().unwrap();
-    let (t, p) = ids();
-    let anthropic = ProviderName::new("anthropic").unwrap();
-    let run = Store::new(dir.path());
-    let other = Store::new(dir.path());
-    let theirs = other.entry(&t, &anthropic).unwrap();
-    theirs.record(0, interaction("theirs", "1")).unwrap();
-    // Written after this run began, whatever the clock's grain.
-    let later = run.opened + Duration::from_secs(1);
-    File::options()
-        .write(true)
-        .open(&theirs.path)
-        .and_then(|f| f.set_modified(later))
-        .unwrap();
-    run.entry(&t, &p)
-        .unwrap()
-        .record(0, interaction("mine", "2"))
-        .unwrap();
-    run.finish_test(&t, true).unwrap();
-    assert_eq!(read_cassette(&theirs.path).unwrap().interactions.len(), 1);
-}
-
 #[test]
 fn corrupt_files_are_reported_and_left_alone() {
     let dir = tempfile::tempdir().unwrap();
@@ -378,7 +422,7 @@ fn corrupt_files_are_reported_and_left_alone() {
         err.contains("openai.json") && err.contains("line 3"),
         "{err}"
     );
-    assert!(e.record(0, interaction("a", "{}")).is_err());
+    assert!(e.record_now(0, interaction("a", "{}")).is_err());
     assert_eq!(
         std::fs::read_to_string(&e.path).unwrap(),
         "{\n  \"llmreplay\": 1,\n  oops\n"
@@ -433,11 +477,11 @@ fn blobs_live_and_go_with_their_recordings() {
     };
     let blobs = entry.path.parent().unwrap().join(BLOB_DIR);
     let (first, first_sha, _) = audio(1);
-    entry.record(0, first).unwrap();
+    entry.record_now(0, first).unwrap();
     assert!(blobs.join(&first_sha).is_file());
     let (second, second_sha, second_bytes) = audio(2);
     let key = second.key.clone();
-    assert_eq!(entry.record(0, second).unwrap(), RecordOutcome::Replaced);
+    assert_eq!(entry.record_now(0, second).unwrap(), RecordOutcome::Replaced);
     assert!(
         !blobs.join(&first_sha).exists(),
         "the replaced answer's blob"
@@ -495,9 +539,11 @@ proptest::proptest! {
             response: crate::RecordedResponse::with_body(200, Default::default(), &answer),
             timing: None,
             summary: None,
+            recorded_at: None,
+            step: None,
         };
         let key = x.key.clone();
-        Store::new(dir.path()).entry(&test, &provider).unwrap().record(0, x).unwrap();
+        Store::new(dir.path()).entry(&test, &provider).unwrap().record_now(0, x).unwrap();
         let hit = Store::new(dir.path()).entry(&test, &provider).unwrap().next(&key, false).unwrap().hit;
         proptest::prop_assert_eq!(&hit.unwrap().body[..], &answer[..]);
     }
@@ -522,7 +568,7 @@ fn a_held_folder_lock_times_out_naming_the_folder() {
     let key = x.key.clone();
     let (tx, rx) = std::sync::mpsc::channel();
     let writer = entry.clone();
-    let handle = std::thread::spawn(move || tx.send(writer.record(0, x)).unwrap());
+    let handle = std::thread::spawn(move || tx.send(writer.record_now(0, x)).unwrap());
     // While the write waits for the lock, the same entry still answers lookups.
     assert_eq!(entry.next(&key, false).unwrap().ordinal, 0);
     let err = rx.recv().unwrap().unwrap_err().to_string();
@@ -532,7 +578,7 @@ fn a_held_folder_lock_times_out_naming_the_folder() {
         "{err}"
     );
     held.unlock().unwrap();
-    entry.record(0, interaction("held", "{}")).unwrap();
+    entry.record_now(0, interaction("held", "{}")).unwrap();
 }
 
 /// A cassette folder that is a link out of the cassette dir is refused, and nothing is
@@ -550,7 +596,7 @@ fn writes_never_leave_the_cassette_dir() {
     let entry = store.entry(&test, &provider).unwrap();
     std::fs::create_dir_all(dir.path().join("c")).unwrap();
     std::os::unix::fs::symlink(outside.path(), entry.path.parent().unwrap()).unwrap();
-    let err = entry.record(0, interaction("x", "{}")).unwrap_err();
+    let err = entry.record_now(0, interaction("x", "{}")).unwrap_err();
     assert!(matches!(err, Error::Outside { .. }), "{err}");
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 }
@@ -564,7 +610,7 @@ fn file_modes_are_ordinary_and_kept() {
     let store = Store::new(dir.path());
     let (test, provider) = (TestId::new("t$modes"), ProviderName::new("openai").unwrap());
     let entry = store.entry(&test, &provider).unwrap();
-    entry.record(0, interaction("a", "{}")).unwrap();
+    entry.record_now(0, interaction("a", "{}")).unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     // The umask of this process, read without changing it: a file made with 0666.
     let probe = dir.path().join("probe");
@@ -572,7 +618,7 @@ fn file_modes_are_ordinary_and_kept() {
     assert_eq!(mode(&entry.path), mode(&probe));
     assert_ne!(mode(&entry.path), 0o600);
     std::fs::set_permissions(&entry.path, std::fs::Permissions::from_mode(0o640)).unwrap();
-    entry.record(1, interaction("b", "{}")).unwrap();
+    entry.record_now(1, interaction("b", "{}")).unwrap();
     assert_eq!(mode(&entry.path), 0o640, "a re-record keeps the mode");
 }
 
@@ -621,7 +667,7 @@ fn closest_names_differences() {
     let store = Store::new(dir.path());
     let (t, p) = ids();
     let e = store.entry(&t, &p).unwrap();
-    e.record(0, interaction("hello", "{}")).unwrap();
+    e.record_now(0, interaction("hello", "{}")).unwrap();
     let c = e.closest(&interaction("hullo", "{}").request).unwrap();
     assert_eq!(c.differing, vec!["/body/messages/0/content"]);
 }
@@ -645,7 +691,7 @@ fn loaded_cassettes_stay_within_the_budget() {
                 &format!(r#"{{"answer":"{}"}}"#, "x".repeat(4000)),
             );
             keys.push(a.key.clone());
-            writer.entry(t, &p).unwrap().record(0, a).unwrap();
+            writer.entry(t, &p).unwrap().record_now(0, a).unwrap();
         }
     }
     // Room for about three of them.
@@ -686,7 +732,7 @@ fn a_test_that_said_it_ended_lets_go_of_its_cassettes() {
     Store::new(dir.path())
         .entry(&t, &p)
         .unwrap()
-        .record(0, a)
+        .record_now(0, a)
         .unwrap();
     let store = Store::new(dir.path());
     let entry = store.entry(&t, &p).unwrap();

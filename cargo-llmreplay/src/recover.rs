@@ -1,0 +1,103 @@
+//! `cargo llmreplay recover`: applies what a run that did not end recorded. Every recording a
+//! run makes is in its spool (`target/llmreplay/runs/<run id>/spool.ndjson`) before its test
+//! gets the answer, and reaches the cassettes when the test ends; a daemon killed between the
+//! two leaves the spool. The recordings of the tests that ended are added to their cassettes
+//! as `--record-missing` adds them, removing nothing. `test` and `run` do this at their start.
+
+use crate::args::{CassetteDirArg, Resolved};
+use crate::error::{Outcome, Result};
+use crate::render::{plural, stderr, term};
+use clap::Args;
+use std::path::Path;
+
+#[derive(Args)]
+#[command(
+    about = "Apply the recordings a killed run left in its spool to the cassettes",
+    long_about = "Apply the recordings a killed run left in its spool to the cassettes.\n\n\
+        A recording run keeps every recording in target/llmreplay/runs/<run id>/spool.ndjson the \
+        moment it is made, and writes a test's cassettes when the test ends. A run killed in between \
+        (SIGKILL, a crash, a lost machine) leaves its spool: this adds the recordings of the tests \
+        that ended to their cassettes, as --record-missing would, removing nothing, and says which \
+        tests were left out because they never ended. `cargo llmreplay test` and `run` do the same \
+        at their start; `cargo llmreplay status` lists a spool not yet applied.",
+    after_help = "Examples:\n  cargo llmreplay recover            # apply every spool a dead run left\n  \
+        cargo llmreplay recover --dry-run  # say what would be applied"
+)]
+pub struct RecoverArgs {
+    /// Say what would be applied, and apply nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    cassettes: CassetteDirArg,
+}
+
+pub fn run(args: RecoverArgs) -> Result<Outcome> {
+    let resolved = Resolved::workspace(&args.cassettes)?;
+    let runs = daemon::settle::runs_dir(&resolved.target_dir());
+    let left = cassettes::spool::unapplied_spools(&runs)?;
+    if left.is_empty() {
+        stderr("cargo-llmreplay: no run left recordings to apply\n");
+        return Ok(Outcome::Success);
+    }
+    for spool in &left {
+        if args.dry_run {
+            stderr(&format!(
+                "{}: {} to apply{}\n",
+                term(&spool.run_dir.display().to_string()),
+                plural(spool.to_apply().len(), "test"),
+                unfinished_note(spool.unfinished().len()),
+            ));
+            for test in spool.to_apply() {
+                stderr(&format!(
+                    "  {}  {}\n",
+                    term(test.as_str()),
+                    plural(spool.recorded[test].len(), "recording")
+                ));
+            }
+        } else {
+            apply(spool)?;
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// Applies every spool under the project's runs that no live run holds, saying so: a run
+/// begins with what an earlier one left.
+pub fn apply_left(target_dir: &Path) -> Result<()> {
+    let runs = daemon::settle::runs_dir(target_dir);
+    for spool in cassettes::spool::unapplied_spools(&runs)? {
+        apply(&spool)?;
+    }
+    Ok(())
+}
+
+fn apply(spool: &cassettes::spool::Unapplied) -> Result<()> {
+    let applied = cassettes::spool::apply(spool)?;
+    let recordings: usize = applied.applied.iter().map(|(_, n)| n).sum();
+    stderr(&format!(
+        "cargo-llmreplay: a run that did not end ({}) left recordings: added {} of {} to their cassettes, removing nothing{}\n",
+        term(&spool.run_dir.display().to_string()),
+        plural(recordings, "recording"),
+        plural(applied.applied.len(), "test"),
+        unfinished_note(applied.unfinished.len()),
+    ));
+    for test in &applied.unfinished {
+        stderr(&format!(
+            "  not applied (the test never ended): {}\n",
+            term(test.as_str())
+        ));
+    }
+    Ok(())
+}
+
+fn unfinished_note(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        n => format!(
+            "; {} left out: {} never ended, so {} calls may be incomplete",
+            plural(n, "test"),
+            if n == 1 { "it" } else { "they" },
+            if n == 1 { "its" } else { "their" }
+        ),
+    }
+}

@@ -1,0 +1,138 @@
+//! A test's recordings reaching one cassette file: read under the folder's lock, this run's
+//! recordings put in their places, and (for a re-recorded test that passed) everything else
+//! removed, then written once. The only place a recording run writes a cassette.
+
+use crate::format::{recording_ids, Cassette, Interaction, RecordingId, FORMAT_VERSION};
+use crate::fs::{confined, lock_creating, lock_folder, write_atomic};
+use crate::id::{ProviderName, TestId};
+use crate::maintenance::{
+    read_if_exists, remove_unreferenced_blobs, sealed_ids, write_blobs, Sealed,
+};
+use crate::Error;
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::Duration;
+
+
+/// What settling one file did.
+#[derive(Debug, Default)]
+pub(crate) struct Settled {
+    /// The file's recordings before.
+    pub before: Sealed,
+    /// And after.
+    pub after: Sealed,
+    /// Where this run's recordings ended up, with the seal each place holds now: a recording
+    /// whose answer was the same as before keeps the old one, byte for byte.
+    pub ours: Sealed,
+}
+
+/// Puts `pending` (ordinal, interaction; in the order recorded) into the cassette at `path`
+/// and, with `keep`, removes every recording not named in it and orders the rest as `keep`
+/// names them (a re-recorded test's calls in the order it made them); one write, under the
+/// folder's lock. A file that ends empty is removed.
+pub(crate) fn settle_file(
+    path: &Path,
+    root: &Path,
+    test: &TestId,
+    lock_timeout: Duration,
+    pending: &[(usize, Interaction)],
+    keep: Option<&[RecordingId]>,
+) -> Result<Settled, Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    let _lock = if pending.is_empty() {
+        if !dir.exists() {
+            return Ok(Settled::default());
+        }
+        confined(root, dir)?;
+        lock_folder(dir, lock_timeout)?
+    } else {
+        lock_creating(dir, root, lock_timeout)?
+    };
+    let provider_name = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(ProviderName::new);
+    let mut cassette = match read_if_exists(path)? {
+        Some(cassette) => cassette,
+        None if pending.is_empty() => return Ok(Settled::default()),
+        None => Cassette::new(test, provider_name.as_ref().expect("a provider's file")),
+    };
+    if cassette.test != test.as_str() {
+        return Err(Error::SlugCollision {
+            slug: dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            first: cassette.test.to_string(),
+            second: test.to_string(),
+        });
+    }
+    // Answers compare with their blobs read: a large answer re-recorded the same stays.
+    cassette.load_blobs(dir)?;
+    let before = sealed_ids(&cassette.interactions);
+    let mut placed = Vec::with_capacity(pending.len());
+    for (ordinal, interaction) in pending {
+        crate::entry::put(&mut cassette, *ordinal, interaction.clone());
+        placed.push(RecordingId {
+            key: interaction.key.clone(),
+            ordinal: *ordinal,
+        });
+    }
+    if let Some(keep) = keep {
+        let mut rank: std::collections::HashMap<&RecordingId, usize> = Default::default();
+        for (i, id) in keep.iter().enumerate() {
+            rank.entry(id).or_insert(i);
+        }
+        let ids = recording_ids(&cassette.interactions);
+        let mut ranked: Vec<(usize, Interaction)> = std::mem::take(&mut cassette.interactions)
+            .into_iter()
+            .zip(&ids)
+            .filter_map(|(x, id)| Some((*rank.get(id)?, x)))
+            .collect();
+        ranked.sort_by_key(|(r, _)| *r);
+        cassette.interactions = ranked.into_iter().map(|(_, x)| x).collect();
+    }
+    let after = sealed_ids(&cassette.interactions);
+    let ours = {
+        let now: std::collections::HashMap<&RecordingId, &Option<String>> =
+            after.iter().map(|(id, seal)| (id, seal)).collect();
+        placed
+            .into_iter()
+            .filter_map(|id| {
+                let seal = now.get(&id).map(|s| (*s).clone())?;
+                Some((id, seal))
+            })
+            .collect()
+    };
+    if after != before {
+        if cassette.interactions.is_empty() {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        } else {
+            cassette.llmreplay = FORMAT_VERSION;
+            // Blobs first: a crash between the two leaves an unreferenced blob, never a
+            // cassette that refers to a missing one.
+            write_blobs(dir, &cassette, root)?;
+            write_atomic(path, &cassette.to_bytes())?;
+        }
+        remove_unreferenced_blobs(dir)?;
+    }
+    Ok(Settled {
+        before,
+        after,
+        ours,
+    })
+}
+
+/// Whether the cassette at `path` still holds each of `ours` with the same answer: false once
+/// another run settled its own recordings of the test over them.
+pub(crate) fn still_holds(path: &Path, ours: &Sealed) -> Result<bool, Error> {
+    let now = read_if_exists(path)?
+        .map(|c| sealed_ids(&c.interactions))
+        .unwrap_or_default();
+    let now: HashSet<&(RecordingId, Option<String>)> = now.iter().collect();
+    Ok(ours.iter().all(|x| now.contains(x)))
+}
