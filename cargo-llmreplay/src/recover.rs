@@ -1,8 +1,8 @@
 //! `cargo llmreplay recover`: applies what a run that did not end recorded. Every recording a
 //! run makes is in its spool (`target/llmreplay/runs/<run id>/spool.ndjson`) before its test
 //! gets the answer, and reaches the cassettes when the test ends; a daemon killed between the
-//! two leaves the spool. The recordings of the tests that ended are added to their cassettes
-//! as `--record-missing` adds them, removing nothing. `test` and `run` do this at their start.
+//! two leaves the spool. Its recordings are added to their cassettes as `--record-missing`
+//! adds them, removing nothing. `test` and `run` do this at their start.
 
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Outcome, Result};
@@ -16,9 +16,9 @@ use std::path::Path;
     long_about = "Apply the recordings a killed run left in its spool to the cassettes.\n\n\
         A recording run keeps every recording in target/llmreplay/runs/<run id>/spool.ndjson the \
         moment it is made, and writes a test's cassettes when the test ends. A run killed in between \
-        (SIGKILL, a crash, a lost machine) leaves its spool: this adds the recordings of the tests \
-        that ended to their cassettes, as --record-missing would, removing nothing, and says which \
-        tests were left out because they never ended. `cargo llmreplay test` and `run` do the same \
+        (SIGKILL, a crash, a lost machine) leaves its spool: this adds its recordings to their \
+        cassettes, as --record-missing would, removing nothing, and names the tests that never \
+        ended (their later calls may be missing). `cargo llmreplay test` and `run` do the same \
         at their start; `cargo llmreplay status` lists a spool not yet applied.",
     after_help = "Examples:\n  cargo llmreplay recover            # apply every spool a dead run left\n  \
         cargo llmreplay recover --dry-run  # say what would be applied"
@@ -82,10 +82,7 @@ fn apply(spool: &cassettes::spool::Unapplied) -> Result<()> {
         unfinished_note(applied.unfinished.len()),
     ));
     for test in &applied.unfinished {
-        stderr(&format!(
-            "  not applied (the test never ended): {}\n",
-            term(test.as_str())
-        ));
+        stderr(&format!("  never ended: {}\n", term(test.as_str())));
     }
     Ok(())
 }
@@ -94,9 +91,8 @@ fn unfinished_note(n: usize) -> String {
     match n {
         0 => String::new(),
         n => format!(
-            "; {} left out: {} never ended, so {} calls may be incomplete",
+            "; {} never ended, so {} later calls may be missing",
             plural(n, "test"),
-            if n == 1 { "it" } else { "they" },
             if n == 1 { "its" } else { "their" }
         ),
     }

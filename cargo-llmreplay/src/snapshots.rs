@@ -143,7 +143,9 @@ fn status() -> crate::status::Status {
              "message": "expected value at line 3 column 5"}
         ],
         "fixed": [{"path": "/ws/tests/cassettes/a--d/openai.json",
-                   "interactions": [{"index": 1, "key": [KEY, KEY], "summary": true}]}]
+                   "interactions": [{"index": 1, "key": [KEY, KEY], "summary": true}]}],
+        "spools": [{"run_dir": "/ws/target/llmreplay/runs/20261127T063302Z-42",
+                    "tests": {"sample::chat$killed": 2}}]
     }))
     .unwrap()
 }

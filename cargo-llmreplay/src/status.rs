@@ -11,7 +11,7 @@ use clap::Args;
 use review::audit::{audit_all, ErrorAnswer, Finding, Problem};
 use review::git::{changes_against_head, Change};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -45,6 +45,15 @@ pub struct StatusArgs {
     cassettes: CassetteDirArg,
 }
 
+/// A spool a run left, not yet applied.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct LeftSpool {
+    #[serde(with = "cassettes::lossy_path")]
+    run_dir: PathBuf,
+    /// Its tests with recordings not in their cassettes, and how many each.
+    tests: BTreeMap<String, usize>,
+}
+
 #[derive(Serialize, Deserialize)]
 pub(crate) struct Status {
     changed: Vec<Change>,
@@ -54,6 +63,10 @@ pub(crate) struct Status {
     /// False when the orphan check did not run.
     listed: bool,
     problems: Vec<Finding>,
+    /// Spools a run that did not end left, with recordings not yet in the cassettes:
+    /// `cargo llmreplay recover` (or the next run) applies them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    spools: Vec<LeftSpool>,
     /// Recordings whose answer is a 4xx: kept (error-handling tests need them), listed since a
     /// wrong request recorded by mistake looks the same. Not a failure of --check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -119,7 +132,20 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
         orphans = orphan_folders(&suite, &folders);
         listed = true;
     }
+    let spools =
+        cassettes::spool::unapplied_spools(&daemon::settle::runs_dir(&resolved.target_dir()))?
+            .into_iter()
+            .map(|s| LeftSpool {
+                tests: s
+                    .to_apply()
+                    .into_iter()
+                    .map(|t| (t.to_string(), s.recorded[t].len()))
+                    .collect(),
+                run_dir: s.run_dir,
+            })
+            .collect();
     let status = Status {
+        spools,
         git: changed.is_some(),
         changed: changed.unwrap_or_default(),
         orphans,
@@ -136,8 +162,10 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     } else {
         render::stderr(&text(&status, &resolved.root, cassette_dir));
     }
-    let any =
-        !status.changed.is_empty() || !status.orphans.is_empty() || !status.problems.is_empty();
+    let any = !status.changed.is_empty()
+        || !status.orphans.is_empty()
+        || !status.problems.is_empty()
+        || !status.spools.is_empty();
     Ok(Outcome::gate(args.check && any))
 }
 
@@ -173,6 +201,17 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                 x.index + 1,
                 what.join(", ")
             ));
+        }
+    }
+    for spool in &s.spools {
+        let _ = writeln!(
+            out,
+            "not yet in the cassettes: {} left by a run that did not end ({}); apply them with `cargo llmreplay recover`",
+            render::plural(spool.tests.values().sum(), "recording"),
+            rel(&spool.run_dir),
+        );
+        for (test, n) in &spool.tests {
+            let _ = writeln!(out, "  {}  {}", term(test), render::plural(*n, "recording"));
         }
     }
     if !s.git {

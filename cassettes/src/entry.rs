@@ -125,7 +125,11 @@ impl Flights {
             }
             // Bounded: an end that slipped between the check and the wait is seen soon anyway.
             let pause = (deadline - now).min(Duration::from_millis(20));
-            guard = self.ended.wait_timeout(guard, pause).expect("flights lock").0;
+            guard = self
+                .ended
+                .wait_timeout(guard, pause)
+                .expect("flights lock")
+                .0;
         };
         drop(guard);
         self.waiting.fetch_sub(1, Ordering::SeqCst);
@@ -185,6 +189,9 @@ impl Used {
     }
 }
 
+/// A recording not yet in its cassette file: which recording of its key, and the interaction.
+pub(crate) type Pending = (usize, Interaction);
+
 /// Recordings an attempt may name for its trim; past this, the test keeps everything (a
 /// long-lived daemon recording one test without end must not grow without bound).
 pub(crate) const MAX_ACCOUNTED: usize = 100_000;
@@ -202,9 +209,9 @@ pub(crate) struct RunAccount {
     /// Recordings this attempt was served through a fault (a cut or broken answer): used,
     /// so a trim keeps them though nothing recorded them again.
     pub(crate) served: Vec<RecordingId>,
-    /// Recordings made and not yet in the cassette file (ordinal, interaction), in the order
-    /// made, across attempts: they reach the file when the test ends.
-    pub(crate) pending: Vec<(usize, Interaction)>,
+    /// Recordings made and not yet in the cassette file, in the order made, across attempts:
+    /// they reach the file when the test ends.
+    pub(crate) pending: Vec<Pending>,
     /// What each recording of the file answered when this run first recorded for it, as
     /// compared on a re-record: whether a new recording replaces an answer or repeats it.
     pub(crate) baseline: Option<HashMap<RecordingId, serde_json::Value>>,
@@ -375,7 +382,7 @@ impl Entry {
         self.touch();
         let mut state = self.state.lock().expect("entry lock");
         let state = &mut *state;
-        let loaded = self.ensure_loaded(&mut state.loaded)?;
+        let loaded = self.ensure_loaded(&mut state.loaded, &state.run.pending)?;
         self.count_used();
         let ordinal = state.cursors.get(key).copied().unwrap_or(0);
         let Some(positions) = loaded.index.get(key) else {
@@ -416,7 +423,7 @@ impl Entry {
         self.touch();
         let mut state = self.state.lock().expect("entry lock");
         let state = &mut *state;
-        let loaded = self.ensure_loaded(&mut state.loaded)?;
+        let loaded = self.ensure_loaded(&mut state.loaded, &state.run.pending)?;
         self.count_used();
         // The hot path: no allocation once a key has been seen.
         let ordinal = match state.cursors.get_mut(key) {
@@ -457,7 +464,8 @@ impl Entry {
     pub fn closest(&self, request: &RecordedRequest) -> Option<Closest> {
         let mut guard = self.state.lock().expect("entry lock");
         let state = &mut *guard;
-        self.ensure_loaded(&mut state.loaded).ok()?;
+        self.ensure_loaded(&mut state.loaded, &state.run.pending)
+            .ok()?;
         let state = &*state;
         let loaded = state.loaded.as_ref()?;
         let wanted = request.to_value();
@@ -535,7 +543,13 @@ impl Entry {
             ordinal,
         };
         // The file as it stood before this run recorded for it, read once.
-        let unread = self.state.lock().expect("entry lock").run.baseline.is_none();
+        let unread = self
+            .state
+            .lock()
+            .expect("entry lock")
+            .run
+            .baseline
+            .is_none();
         let baseline = if unread {
             let _writing = self.writing.lock().expect("entry write lock");
             Some(self.baseline()?)
@@ -583,7 +597,12 @@ impl Entry {
         let cassette = self.read()?;
         Ok(crate::format::recording_ids(&cassette.interactions)
             .into_iter()
-            .zip(cassette.interactions.iter().map(|i| i.response.comparable()))
+            .zip(
+                cassette
+                    .interactions
+                    .iter()
+                    .map(|i| i.response.comparable()),
+            )
             .collect())
     }
 
@@ -613,12 +632,18 @@ impl Entry {
         self.state.lock().expect("entry lock").run.pending.clone()
     }
 
+    /// The loaded cassette, read if need be, with this run's recordings not yet in the file.
     pub(crate) fn ensure_loaded<'s>(
         &self,
         loaded: &'s mut Option<Loaded>,
+        pending: &[(usize, Interaction)],
     ) -> Result<&'s Loaded, Error> {
         if loaded.is_none() {
-            self.hold(loaded, Loaded::new(self.read()?));
+            let mut read = Loaded::new(self.read()?);
+            for (ordinal, x) in pending {
+                read.put(*ordinal, x);
+            }
+            self.hold(loaded, read);
         }
         Ok(loaded.as_ref().expect("just loaded"))
     }

@@ -28,7 +28,11 @@ pub struct TestChanges {
     pub kept: Option<String>,
     /// A cassette file whose recordings of this run another run replaced with its own since
     /// (both recorded the test at once, and the other ended it last).
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "crate::lossy_path::option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::lossy_path::option"
+    )]
     pub superseded: Option<PathBuf>,
 }
 

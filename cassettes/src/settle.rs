@@ -13,7 +13,6 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
-
 /// What settling one file did.
 #[derive(Debug, Default)]
 pub(crate) struct Settled {

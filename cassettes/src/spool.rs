@@ -106,7 +106,11 @@ impl Spool {
             ..Cassette::new(test, provider)
         };
         write_blobs(&self.dir, &one, &self.dir)?;
-        let interaction = one.interactions.into_iter().next().expect("one interaction");
+        let interaction = one
+            .interactions
+            .into_iter()
+            .next()
+            .expect("one interaction");
         let line = SpoolLine::Recorded {
             test: test.clone(),
             provider: provider.clone(),
@@ -180,16 +184,18 @@ pub struct Unapplied {
 }
 
 impl Unapplied {
-    /// Tests with recordings not yet in their cassettes, that ended: what `recover` applies.
+    /// Tests with recordings not yet in their cassettes: what `recover` applies. Each is a
+    /// whole exchange whose client got its answer, so each is kept, as `--record-missing`
+    /// would keep it, whether or not its test ended.
     pub fn to_apply(&self) -> Vec<&TestId> {
         self.recorded
             .keys()
-            .filter(|t| !self.settled.contains(*t) && self.ended.contains_key(*t))
+            .filter(|t| !self.settled.contains(*t))
             .collect()
     }
 
-    /// Tests with recordings not yet in their cassettes that never ended (killed with the
-    /// daemon): not applied, since nothing says their calls were complete.
+    /// Of those, the tests that never ended (killed with the daemon, or a `serve` that names
+    /// no ends): their later calls may be missing.
     pub fn unfinished(&self) -> Vec<&TestId> {
         self.recorded
             .keys()
@@ -296,13 +302,13 @@ pub fn unapplied_spools(runs_dir: &Path) -> Result<Vec<Unapplied>, Error> {
 pub struct Applied {
     /// Tests whose recordings were added to their cassettes, and how many.
     pub applied: Vec<(TestId, usize)>,
-    /// Tests left out: they never ended.
+    /// Of those, the tests that never ended.
     pub unfinished: Vec<TestId>,
 }
 
-/// Adds the recordings of every test of `spool` that ended to its cassettes, as
-/// `--record-missing` would (nothing removed), then removes the spool. A cassette another test
-/// holds, or any other failure, stops it with the spool kept.
+/// Adds the recordings of every test of `spool` to its cassettes, as `--record-missing` would
+/// (nothing removed), then removes the spool. A cassette another test holds, or any other
+/// failure, stops it with the spool kept.
 pub fn apply(spool: &Unapplied) -> Result<Applied, Error> {
     let mut out = Applied::default();
     let path = spool.run_dir.join(SPOOL_FILE);

@@ -4,18 +4,18 @@
 //! each other's interactions.
 
 use crate::entry::{Entry, Flights, Loaded, Resident, TestShared, Used, MAX_ACCOUNTED};
+use crate::format::RecordingId;
 use crate::format::{ordinals, Cassette};
 use crate::fs::{confined, lock_folder, remove_if_empty, DEFAULT_LOCK_TIMEOUT};
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::Key;
-use crate::format::RecordingId;
 use crate::maintenance::{
     count_changes, is_dir, json_files, read_cassette, remove_unreferenced_blobs, Sealed,
     TestChanges,
 };
+use crate::secrets::Guard;
 use crate::settle::{settle_file, still_holds};
 use crate::spool::Spool;
-use crate::secrets::Guard;
 use crate::Error;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -261,7 +261,9 @@ impl Store {
             state.run.served.clear();
         }
         if let Some(e) = entries.get(test.as_str()).and_then(|l| l.first()) {
-            e.shared.steps.store(0, std::sync::atomic::Ordering::Relaxed);
+            e.shared
+                .steps
+                .store(0, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -341,10 +343,8 @@ impl Store {
                 trim = false;
             }
         }
-        let pending: Vec<(Arc<Entry>, Vec<(usize, crate::Interaction)>)> = entries
-            .iter()
-            .map(|e| (e.clone(), e.pending()))
-            .collect();
+        let pending: Vec<(Arc<Entry>, Vec<crate::entry::Pending>)> =
+            entries.iter().map(|e| (e.clone(), e.pending())).collect();
         // Nothing recorded and nothing to trim: nothing changed, and no file need be read.
         if !trim && pending.iter().all(|(_, p)| p.is_empty()) {
             return Ok(changes);
@@ -400,10 +400,11 @@ impl Store {
             }
             count_changes(&settled.before, &settled.after, &mut changes);
             if !settled.ours.is_empty() {
-                self.written
-                    .lock()
-                    .expect("store lock")
-                    .push((test.clone(), path.clone(), settled.ours));
+                self.written.lock().expect("store lock").push((
+                    test.clone(),
+                    path.clone(),
+                    settled.ours,
+                ));
             }
         }
         if trim && folder.is_dir() {
@@ -427,7 +428,11 @@ impl Store {
         let written = self.written.lock().expect("store lock");
         let mut out = Vec::new();
         for (test, path, ours) in written.iter() {
-            if !still_holds(path, ours)? && !out.iter().any(|(t, p): &(TestId, PathBuf)| t == test && p == path) {
+            if !still_holds(path, ours)?
+                && !out
+                    .iter()
+                    .any(|(t, p): &(TestId, PathBuf)| t == test && p == path)
+            {
                 out.push((test.clone(), path.clone()));
             }
         }
@@ -497,7 +502,11 @@ impl Store {
                     if state.loaded.is_none() && all_used {
                         continue;
                     }
-                    note(&e.ensure_loaded(&mut state.loaded)?.cassette, &state.used);
+                    note(
+                        &e.ensure_loaded(&mut state.loaded, &state.run.pending)?
+                            .cassette,
+                        &state.used,
+                    );
                 }
                 None => note(&read_cassette(&path)?, &Used::default()),
             }

@@ -14,7 +14,11 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::sync::Arc;
 
-pub(crate) async fn control(state: &Arc<State>, rest: &str, req: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn control(
+    state: &Arc<State>,
+    rest: &str,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let param = |name: &str| {
         req.uri()
             .query()

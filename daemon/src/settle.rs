@@ -33,9 +33,7 @@ pub(crate) async fn test_ended(state: &Arc<State>, test: TestId, outcome: TestOu
     }
     let trim = mode == Mode::Record
         && outcome == TestOutcome::Passed
-        && !state
-            .interrupted
-            .load(std::sync::atomic::Ordering::SeqCst);
+        && !state.interrupted.load(std::sync::atomic::Ordering::SeqCst);
     let (store, journal) = (state.store.clone(), state.journal.clone());
     let settled =
         tokio::task::spawn_blocking(move || settle(&store, &journal, &test, trim, TEST_END_WAIT))
@@ -139,10 +137,7 @@ pub(crate) fn begin_run(dir: &Path, mode: Mode, cassette_dir: &Path) -> Option<A
     let run_log = match RunLog::create(dir) {
         Ok(run_log) => run_log,
         Err(e) => {
-            tracing::warn!(
-                "cargo-llmreplay: no run log in {}: {e}",
-                dir.display()
-            );
+            tracing::warn!("cargo-llmreplay: no run log in {}: {e}", dir.display());
             return None;
         }
     };

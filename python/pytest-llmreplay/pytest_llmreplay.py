@@ -94,16 +94,23 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     test = item.nodeid
-    item.stash[_OUTCOME] = "passed"
+    # Nothing said yet: a test that never reaches its call's report (Ctrl-C, a crash) did
+    # not pass, and its end says "interrupted", never "passed".
+    item.stash[_OUTCOME] = None
     answer = _post(root, "begin", test=test, pid=os.getpid())
     if answer is not None and not answer.get("peers", False):
         _hook_clients()
     _current = test
+    result = None
     try:
-        yield
+        result = yield
     finally:
         _current = None
-        _post(root, "end", test=test, pid=os.getpid(), outcome=item.stash[_OUTCOME])
+        outcome = item.stash[_OUTCOME] or "interrupted"
+        excinfo = getattr(result, "excinfo", None) if result is not None else None
+        if excinfo is not None:
+            outcome = "interrupted" if issubclass(excinfo[0], KeyboardInterrupt) else "failed"
+        _post(root, "end", test=test, pid=os.getpid(), outcome=outcome)
 
 
 _OUTCOME = pytest.StashKey[str]()
@@ -115,7 +122,12 @@ def pytest_runtest_makereport(item, call):
     report = result.get_result()
     if _OUTCOME not in item.stash:
         return
-    if report.failed:
+    said = item.stash[_OUTCOME]
+    if call.excinfo is not None and call.excinfo.errisinstance(KeyboardInterrupt):
+        item.stash[_OUTCOME] = "interrupted"
+    elif report.failed:
         item.stash[_OUTCOME] = "failed"
-    elif report.skipped and item.stash[_OUTCOME] == "passed":
+    elif report.skipped and said in (None, "passed"):
         item.stash[_OUTCOME] = "skipped"
+    elif report.when == "call" and report.passed and said is None:
+        item.stash[_OUTCOME] = "passed"

@@ -81,9 +81,11 @@ fn open(cassette_dir: &Path) -> Result<Option<(git2::Repository, PathBuf, PathBu
     Ok(Some((repo, workdir, rel)))
 }
 
-/// What the work tree's sources are now, outside `cassette_dir`: the commit checked out and
-/// the content of every file changed against it, as one hash; `None` outside a repository.
-/// Two runs with the same fingerprint ran the same code.
+/// What the work tree's sources are now, outside `cassette_dir`: the commit checked out and,
+/// for every file changed against it, its path, size and modification time, as one hash;
+/// `None` outside a repository. Two runs with the same fingerprint ran the same code. Read
+/// from what the file system says of each file, never from its bytes: a large untracked file
+/// costs a `stat`, not a hash.
 pub fn sources_fingerprint(cassette_dir: &Path) -> Option<String> {
     let (repo, workdir, rel) = open(cassette_dir).ok()??;
     let mut hasher = sha2::Sha256::new();
@@ -94,19 +96,27 @@ pub fn sources_fingerprint(cassette_dir: &Path) -> Option<String> {
     let mut options = git2::StatusOptions::new();
     options.include_untracked(true).recurse_untracked_dirs(true);
     let statuses = repo.statuses(Some(&mut options)).ok()?;
-    let mut changed: Vec<(String, Option<git2::Oid>)> = statuses
+    let mut changed: Vec<(String, Option<String>)> = statuses
         .iter()
         .filter_map(|e| e.path().ok().map(str::to_string))
         .filter(|p| !Path::new(p).starts_with(&rel))
         .map(|p| {
-            let oid = git2::Oid::hash_file(git2::ObjectType::Blob, workdir.join(&p)).ok();
-            (p, oid)
+            let stat = std::fs::metadata(workdir.join(&p)).ok().map(|m| {
+                let modified = m
+                    .modified()
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos())
+                    .unwrap_or_default();
+                format!("{}:{modified}", m.len())
+            });
+            (p, stat)
         })
         .collect();
     changed.sort();
-    for (path, oid) in changed {
+    for (path, stat) in changed {
         hasher.update(path.as_bytes());
-        hasher.update(oid.map(|o| o.to_string()).unwrap_or_default().as_bytes());
+        hasher.update(stat.unwrap_or_default().as_bytes());
     }
     Some(hex::encode(hasher.finalize()))
 }

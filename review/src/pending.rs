@@ -307,6 +307,7 @@ mod tests {
             let ordinal = entry.next(&x.key, false).unwrap().ordinal;
             entry.record(ordinal, x).unwrap();
         }
+        entry.flush().unwrap();
     }
 
     /// Two answers changed in one cassette: accepting one stages the index's cassette with

@@ -200,10 +200,10 @@ pub fn read(path: &Path) -> Result<Vec<Event>, ReadError> {
             Err(e) if n + 1 == last && e.is_eof() => break,
             Err(e) => match serde_json::from_slice::<serde_json::Value>(&line) {
                 // A kind added by a later version.
-                Ok(v) if v
-                    .get("event")
-                    .and_then(|k| k.as_str())
-                    .is_some_and(|k| !KINDS.contains(&k)) =>
+                Ok(v)
+                    if v.get("event")
+                        .and_then(|k| k.as_str())
+                        .is_some_and(|k| !KINDS.contains(&k)) =>
                 {
                     continue
                 }

@@ -10,7 +10,7 @@ mod runner;
 pub use fault::{clear_faults, fault, Fault};
 pub use runner::{
     daemon_env, run, Capture, CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV,
-    PLACEHOLDER_KEY, PROXY_SECRET_ENV, RAN_FILE_ENV, SETTLE_ENV, RUNNER_FAILED,
+    PLACEHOLDER_KEY, PROXY_SECRET_ENV, RAN_FILE_ENV, RUNNER_FAILED, SETTLE_ENV,
 };
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};

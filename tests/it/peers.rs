@@ -97,6 +97,7 @@ async fn serve_files_connections_under_the_test_their_process_names() {
     };
     assert!(ask("tests/test_chat.py::test_hello (call)", "Hello").contains("You said: Hello"));
     assert!(ask("tests/test_chat.py::test_bye (call)", "Bye").contains("You said: Bye"));
+    serve.flush().await;
     let mut found: Vec<(String, String)> = Vec::new();
     for folder in std::fs::read_dir(dir.path().join("c")).unwrap() {
         let file = folder.unwrap().path().join("openai.json");

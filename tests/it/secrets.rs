@@ -129,8 +129,7 @@ impl TokenEndpoint {
             .collect();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let out = run_sdk_script_with(&self.python, "body_secrets.py", args, &env);
-        let _ = serve.kill();
-        let _ = serve.wait();
+        crate::support::terminate(&mut serve);
         (serde_json::from_str(&out).unwrap(), lines)
     }
 }

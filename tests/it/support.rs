@@ -873,6 +873,18 @@ impl Serve {
         get_json(&format!("{}/__llmreplay/{route}", self.base)).await
     }
 
+    /// Asks the daemon to write its tests' recordings to their cassettes now, as it does when
+    /// it stops; panics unless it did.
+    pub async fn flush(&self) {
+        let r = http()
+            .post(format!("{}/__llmreplay/flush", self.base))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        assert_eq!(status, 200, "{}", r.text().await.unwrap());
+    }
+
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("running").id()
@@ -917,6 +929,16 @@ impl Drop for Serve {
             let _ = c.wait();
         }
     }
+}
+
+/// Stops a daemon as a user does (SIGTERM): it writes its tests' recordings, then exits.
+pub fn terminate(child: &mut Child) {
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    let _ = child.wait();
 }
 
 /// Every file below `dir`, with its text: for "no secret anywhere" assertions.

@@ -208,6 +208,10 @@ impl Report {
             Some(read) => read?,
             None => changes_against_head(inputs.cassette_dir)?,
         };
+        // Only a miss is ever compared with another run's (to tell volatile values).
+        let sources = (!missing.is_empty() || !escaped.is_empty())
+            .then(|| review::git::sources_fingerprint(inputs.cassette_dir))
+            .flatten();
         Ok(Report {
             llmreplay_report: 1,
             mode: inputs.mode,
@@ -231,7 +235,7 @@ impl Report {
             faults: inputs.journal.faults(),
             live_differs: inputs.journal.live_differences(),
             git: changes.is_some(),
-            sources: review::git::sources_fingerprint(inputs.cassette_dir),
+            sources,
             changed: changes.unwrap_or_default(),
             suite,
             folders,

@@ -7,8 +7,7 @@ use crate::error::{Error, Result};
 use crate::render;
 use daemon::Daemon;
 use runner_plugin::{
-    CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV,
-    SETTLE_ENV,
+    CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV, RAN_FILE_ENV, SETTLE_ENV,
 };
 use std::path::PathBuf;
 

@@ -297,7 +297,8 @@ fn two_runs_rerecording_at_once_leave_the_last_ones_set() {
         for (run, name) in [(&a, "A"), (&b, "B")] {
             let e = run.entry(&t, &p).unwrap();
             for n in 0..3 {
-                e.record(0, interaction(&format!("{name}{n}"), "1")).unwrap();
+                e.record(0, interaction(&format!("{name}{n}"), "1"))
+                    .unwrap();
             }
         }
         let (first, last, last_name) = if a_ends_first {
@@ -323,7 +324,8 @@ fn two_runs_rerecording_at_once_leave_the_last_ones_set() {
 }
 
 /// Until its test ends, a recording is in the run's spool alone: a run that dies leaves it
-/// there, and applying the spool adds what ended tests recorded, removing nothing.
+/// there, and applying the spool adds every whole recording, removing nothing, and names the
+/// tests that never ended.
 #[test]
 fn a_spool_left_by_a_dead_run_is_applied_for_ended_tests() {
     let dir = tempfile::tempdir().unwrap();
@@ -357,7 +359,10 @@ fn a_spool_left_by_a_dead_run_is_applied_for_ended_tests() {
     let left = crate::spool::unapplied_spools(&dir.path().join("runs")).unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
     let applied = crate::spool::apply(&left[0]).unwrap();
-    assert_eq!(applied.applied, vec![(t.clone(), 1)]);
+    assert_eq!(
+        applied.applied,
+        vec![(unfinished.clone(), 1), (t.clone(), 1)]
+    );
     assert_eq!(applied.unfinished, vec![unfinished.clone()]);
     let path = Store::new(&cassettes).entry(&t, &p).unwrap().path.clone();
     let file = crate::read_cassette_with_blobs(&path).unwrap();
@@ -481,7 +486,10 @@ fn blobs_live_and_go_with_their_recordings() {
     assert!(blobs.join(&first_sha).is_file());
     let (second, second_sha, second_bytes) = audio(2);
     let key = second.key.clone();
-    assert_eq!(entry.record_now(0, second).unwrap(), RecordOutcome::Replaced);
+    assert_eq!(
+        entry.record_now(0, second).unwrap(),
+        RecordOutcome::Replaced
+    );
     assert!(
         !blobs.join(&first_sha).exists(),
         "the replaced answer's blob"
