@@ -34,7 +34,7 @@ pub struct RecoverArgs {
 pub fn run(args: RecoverArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
     let runs = daemon::settle::runs_dir(&resolved.target_dir());
-    let left = cassettes::spool::unapplied_spools(&runs)?;
+    let left = cassettes::spool::unapplied_spools(&runs, resolved.cassette_dir())?;
     if left.is_empty() {
         stderr("cargo-llmreplay: no run left recordings to apply\n");
         return Ok(Outcome::Success);
@@ -61,11 +61,11 @@ pub fn run(args: RecoverArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// Applies every spool under the project's runs that no live run holds, saying so: a run
-/// begins with what an earlier one left.
-pub fn apply_left(target_dir: &Path) -> Result<()> {
+/// Applies every spool of `cassette_dir` under the project's runs that no live run holds,
+/// saying so: a run begins with what an earlier one left.
+pub fn apply_left(target_dir: &Path, cassette_dir: &Path) -> Result<()> {
     let runs = daemon::settle::runs_dir(target_dir);
-    for spool in cassettes::spool::unapplied_spools(&runs)? {
+    for spool in cassettes::spool::unapplied_spools(&runs, cassette_dir)? {
         apply(&spool)?;
     }
     Ok(())

@@ -59,7 +59,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let mut settings = resolved.settings;
     // A miss tells the test's own output how to record it: with this very command.
     settings.record_hint = Some(rerun_command(&args.command, "--record-missing", None));
-    crate::recover::apply_left(&target_dir)?;
+    crate::recover::apply_left(&target_dir, &settings.cassette_dir)?;
     settings.run_dir = Some(daemon::settle::new_run_dir(&target_dir));
     let mode = settings.mode;
     let cassette_dir = settings.cassette_dir.clone();

@@ -67,7 +67,7 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
     let resolved = Resolved::daemon(root, args.config.as_deref(), &args.daemon)?;
     let target_dir = resolved.target_dir();
     let mut settings = resolved.settings;
-    crate::recover::apply_left(&target_dir)?;
+    crate::recover::apply_left(&target_dir, &settings.cassette_dir)?;
     settings.run_dir = Some(daemon::settle::new_run_dir(&target_dir));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

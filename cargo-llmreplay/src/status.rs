@@ -132,18 +132,20 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
         orphans = orphan_folders(&suite, &folders);
         listed = true;
     }
-    let spools =
-        cassettes::spool::unapplied_spools(&daemon::settle::runs_dir(&resolved.target_dir()))?
+    let spools = cassettes::spool::unapplied_spools(
+        &daemon::settle::runs_dir(&resolved.target_dir()),
+        cassette_dir,
+    )?
+    .into_iter()
+    .map(|s| LeftSpool {
+        tests: s
+            .to_apply()
             .into_iter()
-            .map(|s| LeftSpool {
-                tests: s
-                    .to_apply()
-                    .into_iter()
-                    .map(|t| (t.to_string(), s.recorded[t].len()))
-                    .collect(),
-                run_dir: s.run_dir,
-            })
-            .collect();
+            .map(|t| (t.to_string(), s.recorded[t].len()))
+            .collect(),
+        run_dir: s.run_dir,
+    })
+    .collect();
     let status = Status {
         spools,
         git: changed.is_some(),

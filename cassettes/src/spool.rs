@@ -273,8 +273,13 @@ pub fn read_unapplied(run_dir: &Path) -> Result<Option<Unapplied>, Error> {
 }
 
 /// Every run folder under `runs_dir` whose spool no live run holds and that has recordings
-/// not yet in their cassettes, oldest first.
-pub fn unapplied_spools(runs_dir: &Path) -> Result<Vec<Unapplied>, Error> {
+/// not yet in the cassettes under `cassette_dir`, oldest first. Projects that share a target
+/// dir (`CARGO_TARGET_DIR`) each see their own.
+pub fn unapplied_spools(runs_dir: &Path, cassette_dir: &Path) -> Result<Vec<Unapplied>, Error> {
+    let ours = |dir: &Path| {
+        dir == cassette_dir
+            || std::fs::canonicalize(dir).ok() == std::fs::canonicalize(cassette_dir).ok()
+    };
     let read = match std::fs::read_dir(runs_dir) {
         Ok(read) => read,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -289,7 +294,7 @@ pub fn unapplied_spools(runs_dir: &Path) -> Result<Vec<Unapplied>, Error> {
     let mut out = Vec::new();
     for dir in dirs {
         if let Some(spool) = read_unapplied(&dir)? {
-            if !spool.recorded.is_empty() {
+            if !spool.recorded.is_empty() && ours(&spool.cassette_dir) {
                 out.push(spool);
             }
         }

@@ -588,6 +588,9 @@ impl Journal {
 
     /// Notes what a test's end wrote to its cassettes.
     pub fn settled(&self, changes: cassettes::TestChanges) {
+        if changes.is_empty() {
+            return;
+        }
         if let Some(run_log) = &self.run_log {
             run_log.emit(runlog::Event::TestSettled {
                 test: changes.test.to_string(),
@@ -598,11 +601,9 @@ impl Journal {
                 at_ms: run_log.now_ms(),
             });
         }
-        if !changes.is_empty() {
-            let mut settled = self.settled.lock().expect("journal lock");
-            if settled.len() < MAX_KEPT_OTHERS {
-                settled.push(changes);
-            }
+        let mut settled = self.settled.lock().expect("journal lock");
+        if settled.len() < MAX_KEPT_OTHERS {
+            settled.push(changes);
         }
     }
 

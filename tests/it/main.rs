@@ -19,6 +19,7 @@ mod network;
 mod peers;
 mod rerun;
 mod review;
+mod runlog;
 mod runners;
 mod sdk;
 mod secrets;

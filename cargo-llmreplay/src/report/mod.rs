@@ -125,6 +125,9 @@ pub struct Report {
     /// The daemon's log of this run, a line per request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
+    /// This run's event log (README, "The run log").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_log: Option<String>,
     /// The first request that failed on its way (upstream unreachable, say), and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_failure: Option<daemon::journal::Failure>,
@@ -241,6 +244,10 @@ impl Report {
             folders,
             merged: Vec::new(),
             log: inputs.log.map(|p| p.display().to_string()),
+            run_log: inputs
+                .journal
+                .run_log()
+                .map(|r| r.dir().join(runlog::EVENTS_FILE).display().to_string()),
             first_failure: inputs.journal.first_failure(),
         })
     }

@@ -113,7 +113,7 @@ pub(super) fn launch(
         }
     };
     let mut settings = resolved.settings;
-    crate::recover::apply_left(&target_dir)?;
+    crate::recover::apply_left(&target_dir, &settings.cassette_dir)?;
     settings.run_dir = Some(daemon::settle::new_run_dir(&target_dir));
     let proxy_secret = settings.proxy_secret.clone();
     let mode = plan.mode;

@@ -356,7 +356,7 @@ fn a_spool_left_by_a_dead_run_is_applied_for_ended_tests() {
         drop(run);
     }
     // The run's process is gone: its lock with it (here, the file closed by hand).
-    let left = crate::spool::unapplied_spools(&dir.path().join("runs")).unwrap();
+    let left = crate::spool::unapplied_spools(&dir.path().join("runs"), &cassettes).unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
     let applied = crate::spool::apply(&left[0]).unwrap();
     assert_eq!(
@@ -374,9 +374,17 @@ fn a_spool_left_by_a_dead_run_is_applied_for_ended_tests() {
     assert_eq!(prompts, ["old", "new"], "added, nothing removed");
     assert!(file.interactions[1].recorded_at.is_some());
     assert!(!run_dir.join(crate::spool::SPOOL_FILE).exists());
-    assert!(crate::spool::unapplied_spools(&dir.path().join("runs"))
-        .unwrap()
-        .is_empty());
+    assert!(
+        crate::spool::unapplied_spools(&dir.path().join("runs"), &cassettes)
+            .unwrap()
+            .is_empty()
+    );
+    // Another project's cassettes see none of it.
+    assert!(
+        crate::spool::unapplied_spools(&dir.path().join("runs"), dir.path())
+            .unwrap()
+            .is_empty()
+    );
 }
 
 /// A recording served only through a fault (a cut answer) is used: a trim keeps it, and it

@@ -1,0 +1,563 @@
+//! Every exchange ends once, and cassettes are made from the run: a streamed answer whose
+//! client stops reading at `[DONE]` is recorded before its test's cassettes are written, under
+//! load and at every repeat; two recording runs at once leave one run's complete set; an
+//! interrupted `test --record` or `run --record -- pytest`, and a daemon killed mid-run, remove
+//! nothing; and the run log is read by an outside reader. Real nextest, pytest and git, the
+//! real binary, fake providers on loopback.
+
+use crate::support::{
+    binary, prompts, read_json, refs, sdk_python, upstream_args, without_provider_env,
+    FakeProvider, Output, Sample,
+};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// An OpenAI stand-in that sends a whole streamed answer in one write, with its length: the
+/// client has `[DONE]` at once and ends its test, while the daemon is still saving the stream.
+struct OneWrite {
+    url: String,
+}
+
+impl OneWrite {
+    async fn start() -> OneWrite {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(answer_streams(socket));
+            }
+        });
+        OneWrite { url }
+    }
+}
+
+async fn answer_streams(mut socket: tokio::net::TcpStream) {
+    let mut buf = Vec::new();
+    loop {
+        // One request: its head, then its body by Content-Length.
+        let head_end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            match socket.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buf.len() < head_end + length {
+            let mut chunk = [0u8; 4096];
+            match socket.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body: Value =
+            serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null);
+        buf.drain(..head_end + length);
+        let said = body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let chunk = |delta: Value, finish: Value| {
+            serde_json::json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                "model": "gpt-4o-mini", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let events = format!(
+            "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+            chunk(
+                serde_json::json!({"role": "assistant", "content": "You said: "}),
+                Value::Null
+            ),
+            chunk(serde_json::json!({"content": said}), Value::Null),
+            chunk(serde_json::json!({}), serde_json::json!("stop")),
+        );
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{events}",
+            events.len()
+        );
+        if socket.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Two threads that keep both cores busy until dropped: the load under which a stream's
+/// recording used to lose its race with the test's end.
+struct Busy(Arc<AtomicBool>, Vec<std::thread::JoinHandle<()>>);
+
+impl Busy {
+    fn start() -> Busy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        Busy(stop, threads)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+        for t in self.1.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn runlog_sample(version: &str) -> Sample {
+    let sample = Sample::new();
+    sample.own_build(version);
+    sample.add_test("runlog.rs");
+    sample
+}
+
+/// Files of a folder whose names end in `.tmp`: what a write left behind.
+fn temp_files(folder: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(folder)
+        .into_iter()
+        .flatten()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+        .collect()
+}
+
+/// The newest run's event log of a project whose target dir is `target`.
+fn newest_events(target: &Path) -> PathBuf {
+    let runs = target.join("llmreplay/runs");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&runs)
+        .unwrap_or_else(|e| panic!("{}: {e}", runs.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    dirs.last().unwrap().join("events.ndjson")
+}
+
+/// What the outside reader (tests/sdk/read_run_log.py, Python's standard library alone) made
+/// of a run log.
+fn read_by_python(events: &Path) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sdk/read_run_log.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(events)
+        .output()
+        .expect("python3 runs the outside reader");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A streamed answer the client stops reading at `[DONE]`, from a stand-in that sends it in
+/// one write, with both cores busy: a hundred repeats in one run (nextest's stress count), each
+/// a new prompt, and then re-records in runs of their own. Each recording reaches the cassette
+/// before the test's end writes it: the stress run's cassette holds all hundred, each
+/// re-record's exactly its one, the summary says what was recorded, no temporary file is left,
+/// and the run log, read by an outside reader, has every exchange recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_recording_is_never_lost_under_load() {
+    let fake = OneWrite::start().await;
+    let sample = runlog_sample("0.1.1-stream");
+    let upstream = format!("openai={}", fake.url);
+    let path = sample.cassette("sample--runlog--streams_a_reply", "openai");
+    let folder = path.parent().unwrap().to_path_buf();
+    // Built before the load, which is for the runs alone.
+    let warm = sample.run(
+        &[
+            "--record",
+            "--upstream",
+            &upstream,
+            "-E",
+            "test(=streams_a_reply)",
+        ],
+        &[("SAMPLE_PROMPT", "warm")],
+    );
+    assert_eq!(warm.code, Some(0), "{}", warm.stderr);
+    let _busy = Busy::start();
+
+    let stress = sample.run(
+        &[
+            "--record",
+            "--upstream",
+            &upstream,
+            "-E",
+            "test(=streams_a_reply)",
+            "--stress-count",
+            "100",
+        ],
+        &[("SAMPLE_PROMPT", "stressed")],
+    );
+    assert_eq!(stress.code, Some(0), "{}", stress.stderr);
+    // One run in which the test ran a hundred times: all hundred of its recordings, in order.
+    let want: Vec<String> = (0..100).map(|n| format!("stressed {n}")).collect();
+    assert_eq!(prompts(&read_json(&path)), want, "{}", stress.stderr);
+    let counts = &stress.report["counts"];
+    assert_eq!(counts["recorded"], 100, "{}", stress.report);
+    assert!(
+        stress.stderr.contains("100 requests: 100 recorded"),
+        "{}",
+        stress.stderr
+    );
+    assert!(temp_files(&folder).is_empty(), "{:?}", temp_files(&folder));
+    let read = read_by_python(Path::new(stress.report["run_log"].as_str().unwrap()));
+    let test = "sample::runlog$streams_a_reply";
+    assert_eq!(read["version"], 1, "{read}");
+    assert_eq!(read["mode"], "record");
+    assert_eq!(read["outcomes"][test], "passed");
+    assert_eq!(read["ended"], true);
+    let exchanges = read["exchanges"][test].as_array().unwrap();
+    assert_eq!(exchanges.len(), 100, "{read}");
+    // Each exchange is the test's next step in the run, whichever repeat made it.
+    for (step, x) in exchanges.iter().enumerate() {
+        assert_eq!(
+            x,
+            &serde_json::json!([step, "http", "recorded", 200, "gpt-4o-mini"])
+        );
+    }
+    // The warm-up run's recording went at the first repeat's end.
+    assert_eq!(
+        read["settled"][test],
+        serde_json::json!([100, 0, 1]),
+        "{read}"
+    );
+
+    for i in 0..5 {
+        let prompt = format!("run {i}");
+        let run = sample.run(
+            &[
+                "--record",
+                "--upstream",
+                &upstream,
+                "-E",
+                "test(=streams_a_reply)",
+            ],
+            &[("SAMPLE_PROMPT", &prompt)],
+        );
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+        assert_eq!(
+            prompts(&read_json(&path)),
+            [format!("{prompt} 0")],
+            "{}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("no requests"), "{}", run.stderr);
+        assert_eq!(run.report["counts"]["recorded"], 1, "{}", run.report);
+        let recorded = run.report["recorded"].as_array().unwrap();
+        assert_eq!(recorded.len(), 1, "{}", run.report);
+        assert_eq!(recorded[0]["test"], test);
+        assert_eq!(recorded[0]["added"], 1, "{}", run.report);
+        // The run before left a hundred recordings (the stress run) or one.
+        let before = if i == 0 { 100 } else { 1 };
+        assert_eq!(recorded[0]["removed"], before, "{}", run.report);
+        assert!(temp_files(&folder).is_empty());
+    }
+    let status = sample.llmreplay(&["status", "--no-list"]);
+    assert!(!status.stderr.contains("killed run"), "{}", status.stderr);
+    assert!(
+        !status.stderr.contains("not yet in the cassettes"),
+        "{}",
+        status.stderr
+    );
+}
+
+/// Two `--record -j 4` runs of the same 16 tests of 10 calls each, with prompts of their own,
+/// at once: every cassette ends holding exactly one run's ten recordings, never a mix; each
+/// set replays whole; and no run says another's recordings superseded its own where the file
+/// holds its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_recording_runs_at_once_leave_one_complete_set() {
+    let fake = FakeProvider::start().await;
+    let sample = runlog_sample("0.1.1-two-runs");
+    let mut args: Vec<String> = ["--record", "-j", "4", "-E", "test(/^many_/)"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(upstream_args(&fake));
+    let warm = sample.run(&refs(&args), &[("SAMPLE_TAG", "warm")]);
+    assert_eq!(warm.code, Some(0), "{}", warm.stderr);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| sample.run(&refs(&args), &[("SAMPLE_TAG", "A")]));
+        let b = s.spawn(|| sample.run(&refs(&args), &[("SAMPLE_TAG", "B")]));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert_eq!(a.code, Some(0), "{}", a.stderr);
+    assert_eq!(b.code, Some(0), "{}", b.stderr);
+    let mut winners = std::collections::BTreeMap::new();
+    for i in 0..16 {
+        let name = format!("many_{i:02}");
+        let path = sample.cassette(&format!("sample--runlog--{name}"), "openai");
+        let got = prompts(&read_json(&path));
+        let tag = got[0].split(' ').next().unwrap().to_string();
+        let want: Vec<String> = (0..10).map(|n| format!("{tag} {name} {n}")).collect();
+        assert_eq!(got, want, "{}: one run's complete set", path.display());
+        assert!(tag == "A" || tag == "B", "{tag}");
+        winners.insert(format!("sample::runlog${name}"), tag);
+    }
+    for (run, tag) in [(&a, "A"), (&b, "B")] {
+        for changes in run.report["recorded"].as_array().unwrap() {
+            let test = changes["test"].as_str().unwrap();
+            if winners.get(test).map(String::as_str) == Some(tag) {
+                assert!(changes["superseded"].is_null(), "{test}: {changes}");
+            }
+        }
+    }
+    // Each run's set replays whole: the tests it won, with its own prompts.
+    for tag in ["A", "B"] {
+        let won: Vec<&String> = winners
+            .iter()
+            .filter(|(_, t)| t.as_str() == tag)
+            .map(|(test, _)| test)
+            .collect();
+        if won.is_empty() {
+            continue;
+        }
+        let filter = won
+            .iter()
+            .map(|t| format!("test(={})", t.split('$').nth(1).unwrap()))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let replay = sample.run(&["-E", &filter], &[("SAMPLE_TAG", tag), ("CI", "true")]);
+        assert_eq!(replay.code, Some(0), "{}", replay.stderr);
+        assert_eq!(replay.report["counts"]["hits"], won.len() * 10);
+    }
+}
+
+/// `cargo llmreplay test ARGS` in the sample in a process group of its own, with `env`.
+fn spawn_test(sample: &Sample, args: &[&str], env: &[(&str, &str)]) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = sample.command(binary());
+    cmd.args(["llmreplay", "test"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    cmd.spawn().unwrap()
+}
+
+/// Waits for the file a test writes once it made its call.
+fn wait_for(marker: &Path, child: &mut Child) {
+    for _ in 0..6000 {
+        if marker.exists() {
+            return;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            panic!("the run ended ({status}) before its test called:\n{err}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{} never appeared", marker.display());
+}
+
+/// Sends `signal` to the process group `child` leads, as a terminal's Ctrl-C does (SIGINT)
+/// or as a machine going down might (SIGKILL); returns what it printed.
+fn signal_group(child: &mut Child, signal: &str) -> String {
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), "--", &format!("-{}", child.id())])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    child.wait().unwrap();
+    err
+}
+
+/// Ctrl-C during `cargo llmreplay test --record` while a re-recorded test waits after its new
+/// call: its old recording stays and the new one is added, as `--record-missing` adds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_test_record_removes_nothing() {
+    let fake = FakeProvider::start().await;
+    let sample = runlog_sample("0.1.1-sigint");
+    let mut args: Vec<String> = ["--record", "-E", "test(=waits_after_a_call)"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(upstream_args(&fake));
+    let first = sample.run(&refs(&args), &[("SAMPLE_PROMPT", "old")]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
+    assert_eq!(prompts(&read_json(&path)), ["old"]);
+
+    let marker = sample.scratch().join("called");
+    let marker_env = marker.display().to_string();
+    let mut child = spawn_test(
+        &sample,
+        &refs(&args),
+        &[("SAMPLE_PROMPT", "new"), ("SAMPLE_MARKER", &marker_env)],
+    );
+    wait_for(&marker, &mut child);
+    let said = signal_group(&mut child, "INT");
+    assert_eq!(prompts(&read_json(&path)), ["old", "new"], "{said}");
+    let status = sample.llmreplay(&["status", "--no-list"]);
+    assert!(
+        !status.stderr.contains("not yet in the cassettes"),
+        "{}",
+        status.stderr
+    );
+}
+
+/// A daemon killed with SIGKILL mid-run (the whole run's process group) leaves its spool:
+/// `status` names it and fails `--check`, `recover` adds its recording and names the test that
+/// never ended, and then nothing is left to apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_run_leaves_its_spool_and_recover_applies_it() {
+    let fake = FakeProvider::start().await;
+    let sample = runlog_sample("0.1.1-sigkill");
+    let mut args: Vec<String> = ["--record-missing", "-E", "test(=waits_after_a_call)"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(upstream_args(&fake));
+    let warm = sample.run(&refs(&args), &[("SAMPLE_PROMPT", "warm")]);
+    assert_eq!(warm.code, Some(0), "{}", warm.stderr);
+    let marker = sample.scratch().join("called");
+    let marker_env = marker.display().to_string();
+    let mut child = spawn_test(
+        &sample,
+        &refs(&args),
+        &[("SAMPLE_PROMPT", "killed"), ("SAMPLE_MARKER", &marker_env)],
+    );
+    wait_for(&marker, &mut child);
+    signal_group(&mut child, "KILL");
+    let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
+    assert_eq!(
+        prompts(&read_json(&path)),
+        ["warm"],
+        "the test never ended: its cassette is not written yet"
+    );
+
+    let status = sample.llmreplay(&["status", "--no-list", "--check"]);
+    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    assert!(
+        status
+            .stderr
+            .contains("not yet in the cassettes: 1 recording")
+            && status.stderr.contains("sample::runlog$waits_after_a_call")
+            && status.stderr.contains("cargo llmreplay recover"),
+        "{}",
+        status.stderr
+    );
+    let recovered = sample.llmreplay(&["recover"]);
+    assert_eq!(recovered.code, Some(0), "{}", recovered.stderr);
+    assert!(
+        recovered
+            .stderr
+            .contains("added 1 recording of 1 test to their cassettes, removing nothing")
+            && recovered
+                .stderr
+                .contains("never ended: sample::runlog$waits_after_a_call"),
+        "{}",
+        recovered.stderr
+    );
+    assert_eq!(prompts(&read_json(&path)), ["warm", "killed"]);
+    let after = sample.llmreplay(&["status", "--no-list"]);
+    assert!(
+        !after.stderr.contains("not yet in the cassettes"),
+        "{}",
+        after.stderr
+    );
+    let again = sample.llmreplay(&["recover"]);
+    assert!(
+        again.stderr.contains("no run left recordings to apply"),
+        "{}",
+        again.stderr
+    );
+}
+
+/// Ctrl-C during `cargo llmreplay run --record -- pytest` while a re-recorded test waits after
+/// its new call: the plugin says the test was interrupted, not passed, and nothing is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_pytest_run_removes_nothing() {
+    let Some(python) = sdk_python("pytest_llmreplay") else {
+        return;
+    };
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sdk/pytest_interrupt");
+    std::fs::copy(
+        suite.join("test_interrupted.py"),
+        dir.path().join("test_interrupted.py"),
+    )
+    .unwrap();
+    let upstream = format!("openai={}", fake.url());
+    let run = |env: &[(&str, &str)], group: bool| {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(dir.path())
+            .args([
+                "llmreplay",
+                "run",
+                "--record",
+                "--upstream",
+                &upstream,
+                "--",
+            ])
+            .arg(&python)
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for k in ["CI", "LLMREPLAY_MODE", "PYTEST_ADDOPTS"] {
+            cmd.env_remove(k);
+        }
+        without_provider_env(&mut cmd);
+        if group {
+            cmd.process_group(0);
+        }
+        cmd
+    };
+    let first = Output::of(&mut run(&[("SAMPLE_PROMPT", "old")], false));
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let folder = cassettes::Slug::from_test_id(&cassettes::TestId::new(
+        "test_interrupted.py::test_waits_after_a_call",
+    ));
+    let path = dir
+        .path()
+        .join("tests/cassettes")
+        .join(folder.as_str())
+        .join("openai.json");
+    assert_eq!(prompts(&read_json(&path)), ["old"], "{}", first.stderr);
+
+    let marker = dir.path().join("called");
+    let marker_env = marker.display().to_string();
+    let mut child = run(
+        &[("SAMPLE_PROMPT", "new"), ("SAMPLE_MARKER", &marker_env)],
+        true,
+    )
+    .spawn()
+    .unwrap();
+    wait_for(&marker, &mut child);
+    let said = signal_group(&mut child, "INT");
+    assert_eq!(prompts(&read_json(&path)), ["old", "new"], "{said}");
+    let read = read_by_python(&newest_events(&dir.path().join("target")));
+    assert_eq!(
+        read["outcomes"]["test_interrupted.py::test_waits_after_a_call"], "interrupted",
+        "{read}"
+    );
+}
