@@ -1,7 +1,9 @@
 //! One test's cassette for one provider: the recordings it holds, prepared for replay, this
 //! run's sequence over them, and a new recording merged into the file under its folder's lock.
 
-use crate::format::{ordinals, Cassette, Interaction, Prepared, RecordingId, Summary};
+use crate::format::{
+    ordinals, Cassette, Interaction, Prepared, RecordOutcome, RecordingId, Summary,
+};
 use crate::fs::confined;
 use crate::id::{ProviderName, Slug, TestId};
 use crate::key::{differing_fields, Key, RecordedRequest};
@@ -325,17 +327,6 @@ pub struct Lookup {
     pub ordinal: usize,
     /// The recording it gets, if there is one.
     pub hit: Option<Arc<Prepared>>,
-}
-
-/// What a recording did to the cassette file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecordOutcome {
-    /// A new recording, at the end.
-    Appended,
-    /// A changed answer, in place.
-    Replaced,
-    /// The stored entry differs only in volatile fields, or not at all: the file is untouched.
-    Unchanged,
 }
 
 /// The closest recording to a request that found none.
@@ -751,30 +742,5 @@ impl Entry {
 
     pub(crate) fn folder(&self) -> &Path {
         self.path.parent().expect("cassette paths have a folder")
-    }
-}
-
-/// Puts `new` as the `ordinal`-th recording of its key: in place of the one there (kept as it
-/// is when its answer is the same), else at the end.
-pub(crate) fn put(cassette: &mut Cassette, ordinal: usize, new: Interaction) -> RecordOutcome {
-    let existing = cassette
-        .interactions
-        .iter()
-        .enumerate()
-        .filter(|(_, i)| i.key == new.key)
-        .nth(ordinal)
-        .map(|(i, _)| i);
-    match existing {
-        Some(i) if cassette.interactions[i].response.comparable() == new.response.comparable() => {
-            RecordOutcome::Unchanged
-        }
-        Some(i) => {
-            cassette.interactions[i] = new;
-            RecordOutcome::Replaced
-        }
-        None => {
-            cassette.interactions.push(new);
-            RecordOutcome::Appended
-        }
     }
 }

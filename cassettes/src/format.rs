@@ -34,6 +34,17 @@ pub struct Cassette {
     pub interactions: Vec<Interaction>,
 }
 
+/// What a recording did to the cassette file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordOutcome {
+    /// A new recording, at the end.
+    Appended,
+    /// A changed answer, in place.
+    Replaced,
+    /// The stored entry differs only in volatile fields, or not at all: the file is untouched.
+    Unchanged,
+}
+
 /// One request and its answer; for a WebSocket session, the answer is the session's frames
 /// (`frames` in the file, in place of `response`).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -462,6 +473,31 @@ impl Cassette {
             });
         }
         Ok(cassette)
+    }
+
+    /// Puts `new` as the `ordinal`-th recording of its key: in place of the one there (kept as it
+    /// is when its answer is the same), else at the end.
+    pub(crate) fn put(&mut self, ordinal: usize, new: Interaction) -> RecordOutcome {
+        let existing = self
+            .interactions
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.key == new.key)
+            .nth(ordinal)
+            .map(|(i, _)| i);
+        match existing {
+            Some(i) if self.interactions[i].response.comparable() == new.response.comparable() => {
+                RecordOutcome::Unchanged
+            }
+            Some(i) => {
+                self.interactions[i] = new;
+                RecordOutcome::Replaced
+            }
+            None => {
+                self.interactions.push(new);
+                RecordOutcome::Appended
+            }
+        }
     }
 
     /// Pretty JSON with a final newline: the same cassette always gives the same bytes.

@@ -32,11 +32,11 @@ pub use body::{
     blob_dir, sha256_hex, Blob, Body, Layout, Part, BLOB_DIR, INLINE_LIMIT, MAX_JSON_DEPTH,
 };
 pub use canonical::write_canonical;
-pub use entry::{Closest, Entry, Flight, Lookup, RecordOutcome};
+pub use entry::{Closest, Entry, Flight, Lookup};
 pub use format::{
-    recording_ids, seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordedResponse,
-    RecordingId, ResponseBody, StreamFormat, Summary, Timing, ToolCall, FORMAT_VERSION,
-    OLDEST_FORMAT_VERSION,
+    recording_ids, seal_of, Cassette, Chunk, ChunkContent, Interaction, Prepared, RecordOutcome,
+    RecordedResponse, RecordingId, ResponseBody, StreamFormat, Summary, Timing, ToolCall,
+    FORMAT_VERSION, OLDEST_FORMAT_VERSION,
 };
 pub use fs::{confined, DEFAULT_LOCK_TIMEOUT};
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};

@@ -71,7 +71,7 @@ pub(crate) fn settle_file(
     let before = sealed_ids(&cassette.interactions);
     let mut placed = Vec::with_capacity(pending.len());
     for (ordinal, interaction) in pending {
-        crate::entry::put(&mut cassette, *ordinal, interaction.clone());
+        cassette.put(*ordinal, interaction.clone());
         placed.push(RecordingId {
             key: interaction.key.clone(),
             ordinal: *ordinal,

@@ -87,7 +87,7 @@ pub(crate) async fn control(
                 return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?test=<test id> or an X-Test-Id header".into());
             };
             let t = TestId::new(t);
-            state.mcp_streams.end_test(&t);
+            crate::mcp::end_test(state, &t);
             // Answered once the test's recordings are in its cassettes: the runner's test
             // process then ends with its files written.
             crate::settle::test_ended(state, t.clone(), outcome).await;

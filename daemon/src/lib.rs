@@ -167,8 +167,7 @@ impl Daemon {
             peers: Arc::default(),
             attempts: Default::default(),
             announced: Default::default(),
-            mcp: Default::default(),
-            mcp_streams: Default::default(),
+            transports: Default::default(),
             trees: Arc::default(),
             own_uid: local
                 .ip()

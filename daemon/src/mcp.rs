@@ -463,12 +463,14 @@ pub(crate) async fn control(
             let answer = match begin(state, test, provider, &value).await {
                 Begun::Replay { steps, .. } => json!({"do": "replay", "steps": steps}),
                 Begun::Forward(None) => json!({"do": "forward"}),
-                Begun::Forward(Some(pending)) => match state.mcp.put(pending) {
-                    Ok(ticket) => {
-                        json!({"do": "forward", "ticket": ticket, "t0": started.elapsed().as_micros() as u64})
+                Begun::Forward(Some(pending)) => {
+                    match state.transports.get::<Tickets>().put(pending) {
+                        Ok(ticket) => {
+                            json!({"do": "forward", "ticket": ticket, "t0": started.elapsed().as_micros() as u64})
+                        }
+                        Err(m) => return text(StatusCode::SERVICE_UNAVAILABLE, m),
                     }
-                    Err(m) => return text(StatusCode::SERVICE_UNAVAILABLE, m),
-                },
+                }
                 Begun::Answer(message) => json!({"do": "answer", "message": message}),
                 Begun::Nothing => json!({"do": "nothing"}),
                 Begun::Exit => json!({"do": "exit"}),
@@ -478,7 +480,7 @@ pub(crate) async fn control(
         Some("save") => {
             let Some(pending) = param("ticket")
                 .and_then(|t| t.parse().ok())
-                .and_then(|t| state.mcp.take(t))
+                .and_then(|t| state.transports.get::<Tickets>().take(t))
             else {
                 return text(
                     StatusCode::BAD_REQUEST,
@@ -535,3 +537,8 @@ fn answer(status: StatusCode, content_type: Option<&str>, body: Bytes) -> Respon
 
 pub(crate) mod http_transport;
 pub(crate) mod streams;
+
+/// A test said it ended: its MCP sessions over HTTP end with it.
+pub(crate) fn end_test(state: &State, test: &cassettes::TestId) {
+    state.transports.get::<streams::Streams>().end_test(test);
+}

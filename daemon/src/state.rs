@@ -45,13 +45,39 @@ pub(crate) struct State {
     pub own_uid: Option<u32>,
     /// The test each process said it runs now (`begin?pid=`), until it says it ended.
     pub announced: Announced,
-    /// MCP exchanges the stdio shim forwarded, waiting for their answers.
-    pub mcp: crate::mcp::Tickets,
-    /// Streamable HTTP MCP servers' listening streams, event ids and parked answers.
-    pub mcp_streams: crate::mcp::streams::Streams,
+    /// What each transport keeps across its exchanges (the MCP shim's tickets, MCP listening
+    /// streams), by its type: a transport owns its state, and nothing here names one.
+    pub transports: Transports,
     /// The root process of a command whose process trees name their calls when nothing else
     /// does (`cargo llmreplay run`).
     pub trees: Arc<std::sync::OnceLock<u32>>,
+}
+
+/// A transport's state by its type, made on first use.
+#[derive(Default)]
+pub(crate) struct Transports(
+    std::sync::RwLock<
+        std::collections::HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>,
+    >,
+);
+
+impl Transports {
+    /// The transport state of type `T`, made with its default the first time it is asked for.
+    pub fn get<T: Default + Send + Sync + 'static>(&self) -> Arc<T> {
+        let id = std::any::TypeId::of::<T>();
+        let found = self.0.read().expect("transports lock").get(&id).cloned();
+        let any = match found {
+            Some(any) => any,
+            None => self
+                .0
+                .write()
+                .expect("transports lock")
+                .entry(id)
+                .or_insert_with(|| Arc::new(T::default()))
+                .clone(),
+        };
+        any.downcast().expect("kept under its own type")
+    }
 }
 
 /// The tests processes announced, by pid: a runner's worker runs one test after another on

@@ -1,7 +1,7 @@
 //! The store, its entries and the offline maintenance, on real folders.
 
 use super::*;
-use crate::entry::RecordOutcome;
+use crate::format::RecordOutcome;
 use crate::format::{Interaction, RecordingId};
 use crate::fs::lock_file;
 use crate::maintenance::remove_recordings;

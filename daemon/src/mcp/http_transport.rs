@@ -119,7 +119,10 @@ async fn serve(
         Method::GET if live => return pass_on(state, route, parts, body).await,
         Method::GET => return listen(state, route, parts, replays).await,
         Method::DELETE => {
-            state.mcp_streams.end(&route.test, &route.provider.name);
+            state
+                .transports
+                .get::<super::streams::Streams>()
+                .end(&route.test, &route.provider.name);
             if replays {
                 return answer(StatusCode::OK, None, Bytes::new());
             }
@@ -136,7 +139,10 @@ async fn serve(
             )
         }
     };
-    let session = state.mcp_streams.session(&route.test, &route.provider.name);
+    let session = state
+        .transports
+        .get::<super::streams::Streams>()
+        .session(&route.test, &route.provider.name);
     let method = cassettes::mcp::method(&message);
     if cassettes::mcp::kind(&message) == Some(Message::Request) && method != Some("ping") {
         // A listening stream's messages are replayed after as many requests as they came
@@ -379,7 +385,11 @@ fn relay(
                 steps,
                 started,
             };
-            if let Some(evicted) = state.mcp_streams.park(&test, &provider, last, parked) {
+            if let Some(evicted) = state
+                .transports
+                .get::<super::streams::Streams>()
+                .park(&test, &provider, last, parked)
+            {
                 save_as_it_stands(&state, evicted).await;
             }
             return;
@@ -425,7 +435,11 @@ async fn save_as_it_stands(state: &State, parked: Parked) {
 /// Saves the answers still parked when the daemon stops: their client never resumed them,
 /// and what they hold is all there is.
 pub(crate) async fn save_parked(state: &State) {
-    for parked in state.mcp_streams.take_parked() {
+    for parked in state
+        .transports
+        .get::<super::streams::Streams>()
+        .take_parked()
+    {
         save_as_it_stands(state, parked).await;
     }
 }
@@ -446,7 +460,7 @@ async fn listen(
     if let Some(last) = last_id {
         // An answer this daemon parked while recording, then one it replayed (its own ids);
         // else, while the server runs, a stream of the server's own.
-        let streams = &state.mcp_streams;
+        let streams = state.transports.get::<super::streams::Streams>();
         if let Some(parked) = streams.unpark(&route.test, &route.provider.name, &last) {
             return resume_recorded(state, route, parts, parked).await;
         }
@@ -504,7 +518,10 @@ async fn listen(
 /// A recorded listening stream: each message sent once the client has made as many requests
 /// as came before it in the recording; the stream stays open until the client leaves.
 fn replay_listening(state: &Arc<State>, route: &Route, steps: Vec<Value>) -> Response<Body> {
-    let session = state.mcp_streams.session(&route.test, &route.provider.name);
+    let session = state
+        .transports
+        .get::<super::streams::Streams>()
+        .session(&route.test, &route.provider.name);
     let stream = session.open(true);
     let (tx, rx) = mpsc::unbounded_channel();
     session.attach(stream, tx);
@@ -585,7 +602,10 @@ async fn record_listening(
     }
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
     let state = state.clone();
-    let session = state.mcp_streams.session(&route.test, &route.provider.name);
+    let session = state
+        .transports
+        .get::<super::streams::Streams>()
+        .session(&route.test, &route.provider.name);
     tokio::spawn(async move {
         let _open = state.sessions.enter();
         let mut stop = state.stop.subscribe();
