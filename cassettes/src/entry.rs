@@ -194,6 +194,10 @@ impl Used {
 /// A recording not yet in its cassette file: which recording of its key, and the interaction.
 pub(crate) type Pending = (usize, Interaction);
 
+/// Past this many bytes of recordings not yet in the file, an entry writes them (see
+/// [`Entry::record`]).
+pub(crate) const MAX_PENDING_BYTES: usize = 64 << 20;
+
 /// Recordings an attempt may name for its trim; past this, the test keeps everything (a
 /// long-lived daemon recording one test without end must not grow without bound).
 pub(crate) const MAX_ACCOUNTED: usize = 100_000;
@@ -214,6 +218,8 @@ pub(crate) struct RunAccount {
     /// Recordings made and not yet in the cassette file, in the order made, across attempts:
     /// they reach the file when the test ends.
     pub(crate) pending: Vec<Pending>,
+    /// What the pending recordings took in the spool.
+    pub(crate) pending_bytes: usize,
     /// What each recording of the file answered when this run first recorded for it, as
     /// compared on a re-record: whether a new recording replaces an answer or repeats it.
     pub(crate) baseline: Option<HashMap<RecordingId, serde_json::Value>>,
@@ -548,11 +554,13 @@ impl Entry {
             None
         };
         let comparable = interaction.response.comparable();
+        let mut size = 0;
         if let Some(spool) = &self.spool {
-            interaction = spool.recorded(&self.test, &self.provider, ordinal, interaction)?;
+            (interaction, size) =
+                spool.recorded(&self.test, &self.provider, ordinal, interaction)?;
         }
-        let mut state = self.state.lock().expect("entry lock");
-        let state = &mut *state;
+        let mut guard = self.state.lock().expect("entry lock");
+        let state = &mut *guard;
         if state.run.baseline.is_none() {
             state.run.baseline = Some(baseline.unwrap_or_default());
         }
@@ -580,6 +588,14 @@ impl Entry {
             self.held.store(loaded.bytes, Ordering::Relaxed);
         }
         state.run.pending.push((ordinal, interaction));
+        state.run.pending_bytes += size;
+        // A test that records without end (a long `serve`) writes what it holds past a bound,
+        // adding and removing nothing: its memory stays bounded, its spool already has it all.
+        let full = state.run.pending_bytes > MAX_PENDING_BYTES;
+        drop(guard);
+        if full {
+            self.flush()?;
+        }
         Ok(outcome)
     }
 
@@ -615,6 +631,7 @@ impl Entry {
         let mut state = self.state.lock().expect("entry lock");
         let done = pending.len().min(state.run.pending.len());
         state.run.pending.drain(..done);
+        state.run.pending_bytes = 0;
         Ok(())
     }
 

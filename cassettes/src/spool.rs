@@ -94,18 +94,24 @@ impl Spool {
     }
 
     /// Appends a recording; its blobs first, so a line never names a blob not yet written.
+    /// Returns it, and the bytes its line and blobs took.
     pub(crate) fn recorded(
         &self,
         test: &TestId,
         provider: &ProviderName,
         ordinal: usize,
         interaction: Interaction,
-    ) -> Result<Interaction, Error> {
+    ) -> Result<(Interaction, usize), Error> {
         let one = Cassette {
             interactions: vec![interaction],
             ..Cassette::new(test, provider)
         };
         write_blobs(&self.dir, &one, &self.dir)?;
+        let blobs: usize = one
+            .blobs()
+            .iter()
+            .filter_map(|b| b.bytes.as_ref().map(|b| b.len()))
+            .sum();
         let interaction = one
             .interactions
             .into_iter()
@@ -117,11 +123,11 @@ impl Spool {
             ordinal,
             interaction: Box::new(interaction),
         };
-        self.append(&line)?;
+        let size = self.append(&line)? + blobs;
         let SpoolLine::Recorded { interaction, .. } = line else {
             unreachable!("built above")
         };
-        Ok(*interaction)
+        Ok((*interaction, size))
     }
 
     /// Notes how a test ended.
@@ -130,11 +136,13 @@ impl Spool {
             test: test.clone(),
             outcome: outcome.to_string(),
         })
+        .map(drop)
     }
 
     /// Notes that a test's recordings so far are in its cassettes.
     pub(crate) fn settled(&self, test: &TestId) -> Result<(), Error> {
         self.append(&SpoolLine::Settled { test: test.clone() })
+            .map(drop)
     }
 
     /// Flushes what was appended to the disk itself, not only to the system's cache.
@@ -155,14 +163,16 @@ impl Spool {
         Ok(())
     }
 
-    fn append(&self, line: &SpoolLine) -> Result<(), Error> {
+    /// Appends a line; returns its length.
+    fn append(&self, line: &SpoolLine) -> Result<usize, Error> {
         let mut text = serde_json::to_vec(line).expect("spool lines serialise");
         text.push(b'\n');
         let mut file = self.file.lock().expect("spool lock");
         // One write of the whole line: a daemon killed mid-way leaves at most a torn last line,
         // which a reader passes over.
         file.write_all(&text)
-            .map_err(|e| Error::io(&self.dir.join(SPOOL_FILE), e))
+            .map_err(|e| Error::io(&self.dir.join(SPOOL_FILE), e))?;
+        Ok(text.len())
     }
 }
 

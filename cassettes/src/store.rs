@@ -343,8 +343,16 @@ impl Store {
                 trim = false;
             }
         }
-        let pending: Vec<(Arc<Entry>, Vec<crate::entry::Pending>)> =
-            entries.iter().map(|e| (e.clone(), e.pending())).collect();
+        // In the order the test made its calls (a stream's recording may be saved after the
+        // call that followed it), which is the order its cassettes keep.
+        let pending: Vec<(Arc<Entry>, Vec<crate::entry::Pending>)> = entries
+            .iter()
+            .map(|e| {
+                let mut pending = e.pending();
+                pending.sort_by_key(|(_, x)| x.step.unwrap_or(u64::MAX));
+                (e.clone(), pending)
+            })
+            .collect();
         // Nothing recorded and nothing to trim: nothing changed, and no file need be read.
         if !trim && pending.iter().all(|(_, p)| p.is_empty()) {
             return Ok(changes);
@@ -365,15 +373,22 @@ impl Store {
             };
             let found = pending.iter().find(|(e, _)| e.provider == provider);
             let keep: Option<Vec<RecordingId>> = trim.then(|| match found {
-                Some((e, _)) => {
-                    let state = e.state.lock().expect("entry lock");
-                    state
-                        .run
-                        .recorded
+                Some((e, pending)) => {
+                    let step: HashMap<RecordingId, u64> = pending
                         .iter()
-                        .chain(&state.run.served)
-                        .cloned()
-                        .collect()
+                        .filter_map(|(ordinal, x)| {
+                            let id = RecordingId {
+                                key: x.key.clone(),
+                                ordinal: *ordinal,
+                            };
+                            Some((id, x.step?))
+                        })
+                        .collect();
+                    let state = e.state.lock().expect("entry lock");
+                    let mut recorded = state.run.recorded.clone();
+                    recorded.sort_by_key(|id| step.get(id).copied().unwrap_or(u64::MAX));
+                    recorded.extend(state.run.served.iter().cloned());
+                    recorded
                 }
                 None => Vec::new(),
             });
@@ -395,6 +410,7 @@ impl Store {
                 // Recordings made since they were taken wait for the next end.
                 let done = taken.len().min(state.run.pending.len());
                 state.run.pending.drain(..done);
+                state.run.pending_bytes = 0;
                 // Read afresh if anything asks for it again.
                 e.release(&mut state.loaded);
             }

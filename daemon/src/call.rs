@@ -1,6 +1,9 @@
-//! One request as the journal and the log file know it: its cassette, method, path, key and
-//! place in its sequence, from the moment the daemon begins on it until its outcome is logged.
+//! One exchange, from the moment the daemon knows its test until it ends: its cassette,
+//! method, path, key and place in its sequence. It ends once, in [`Call::end`], which hands its
+//! outcome to the journal (and through it the request log and the run log); an exchange
+//! dropped before it ended (its client left while the daemon waited) ends as `broken`.
 
+use crate::journal::{Detail, Journal, Outcome};
 use cassettes::{Entry, Key};
 use std::sync::Arc;
 
@@ -28,4 +31,82 @@ pub struct Call {
     pub flight: Option<cassettes::Flight>,
     /// What a recorded answer said of its model and usage, for the run log.
     pub answer: Option<Box<(Option<String>, Option<serde_json::Value>)>>,
+    /// Where its end goes; none once it ended (and for a call a test makes up).
+    pub(crate) sink: Option<Arc<Journal>>,
+}
+
+impl Call {
+    /// A new exchange of `entry`'s test, under way until it ends.
+    pub(crate) fn begin(
+        journal: &Arc<Journal>,
+        entry: Arc<Entry>,
+        method: http::Method,
+        path: String,
+        key: Key,
+        session: bool,
+    ) -> Call {
+        Call {
+            flight: Some(entry.begin_exchange()),
+            answer: None,
+            sink: Some(journal.clone()),
+            entry,
+            method,
+            path,
+            key,
+            ordinal: 0,
+            started: std::time::Instant::now(),
+            bytes: None,
+            session,
+        }
+    }
+
+    /// Ends the exchange with its outcome: the one place every transport's exchange ends.
+    pub fn end(mut self, outcome: Outcome, status: u16, detail: Option<Detail>) {
+        if !outcome.saved_or_replayed() {
+            // Its test then keeps its old recordings when it ends: they may be all it has.
+            self.entry.note_unsaved();
+        }
+        if let Some(sink) = self.sink.take() {
+            sink.log(self, outcome, status, detail);
+        }
+    }
+}
+
+impl Call {
+    /// Ends an exchange that needed nothing of a recording and is not counted: an MCP
+    /// notification or ping with none, a listening stream that stays quiet.
+    pub(crate) fn unasked(mut self) {
+        self.sink = None;
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        let Some(sink) = self.sink.take() else {
+            return;
+        };
+        // Never ended: the task serving it was dropped (its client left mid-way). It ends as
+        // broken, so the journal, the run log and a test's end waiting on it all hear of it.
+        let call = Call {
+            entry: self.entry.clone(),
+            method: self.method.clone(),
+            path: std::mem::take(&mut self.path),
+            key: self.key.clone(),
+            ordinal: self.ordinal,
+            started: self.started,
+            bytes: self.bytes,
+            session: self.session,
+            flight: self.flight.take(),
+            answer: None,
+            sink: None,
+        };
+        self.entry.note_unsaved();
+        let message = "cargo-llmreplay: the exchange ended before its answer did (the client left?); nothing saved";
+        sink.log(
+            call,
+            Outcome::Broken,
+            499,
+            Some(Detail::message(message.into())),
+        );
+    }
 }

@@ -131,24 +131,22 @@ pub(crate) async fn http_read(
             };
             let response = crate::respond::fault(kind, fault, recorded.as_deref());
             let status = response.status().as_u16();
-            state.journal.log(call, Outcome::Fault, status, None);
+            call.end(Outcome::Fault, status, None);
             response
         }
         Plan::Replay(prepared) => {
-            let call = Call {
-                bytes: Some(prepared.body.len() as u64),
-                ..call
-            };
+            let mut call = call;
+            call.bytes = Some(prepared.body.len() as u64);
             let outcome = if telemetry {
                 Outcome::Telemetry
             } else {
                 Outcome::Hit
             };
-            state.journal.log(call, outcome, prepared.status, None);
+            call.end(outcome, prepared.status, None);
             crate::respond::replay(prepared, state.settings.realtime).await
         }
         Plan::Acknowledge => {
-            state.journal.log(call, Outcome::Telemetry, 204, None);
+            call.end(Outcome::Telemetry, 204, None);
             Response::builder()
                 .status(StatusCode::NO_CONTENT)
                 .body(crate::respond::empty())
@@ -157,7 +155,7 @@ pub(crate) async fn http_read(
         Plan::Miss => {
             let hint = state.settings.record_hint.as_deref();
             let (message, detail) = crate::explain::miss(&route, &call, &request, hint);
-            state.journal.log(call, Outcome::Miss, 404, Some(detail));
+            call.end(Outcome::Miss, 404, Some(detail));
             provider_error(
                 kind,
                 StatusCode::NOT_FOUND,
@@ -274,8 +272,7 @@ async fn record(
     } = match crate::proxy::forward(state, parts, route, body).await {
         Ok(forwarded) => forwarded,
         Err(failed) => {
-            state.journal.log(
-                recording.call,
+            recording.call.end(
                 Outcome::Error,
                 failed.status.as_u16(),
                 Some(Detail::message(failed.message.clone())),
@@ -388,7 +385,6 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Op
 /// lock) and journals what that did; a recording that could not be saved is journalled as an
 /// error and its message returned, for the caller to fail its client with.
 pub(crate) async fn save(
-    state: &State,
     mut call: Call,
     mut interaction: Interaction,
     status: u16,
@@ -399,15 +395,14 @@ pub(crate) async fn save(
     let failure =
         match tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await {
             Ok(Ok(outcome)) => {
-                state.journal.log(call, outcome.into(), status, None);
+                call.end(outcome.into(), status, None);
                 return Ok(());
             }
             Ok(Err(e)) => format!("cargo-llmreplay: the recording was not saved: {e}"),
             Err(e) => format!("cargo-llmreplay: recording task failed: {e}"),
         };
     crate::request_log::message(tracing::Level::ERROR, &call, &failure);
-    state.journal.log(
-        call,
+    call.end(
         Outcome::Error,
         status,
         Some(Detail::message(failure.clone())),
@@ -463,23 +458,16 @@ impl Tee {
             Ok(captured) => captured,
             Err(e) => {
                 let message = format!("cargo-llmreplay: the upstream answer broke off: {e}; passed on broken and not saved");
-                state.journal.log(
-                    call,
-                    Outcome::Broken,
-                    status,
-                    Some(Detail::message(message)),
-                );
+                call.end(Outcome::Broken, status, Some(Detail::message(message)));
                 let _ = tx.send(Err(e)).await;
                 return;
             }
         };
-        let call = Call {
-            bytes: Some(captured.len()),
-            ..call
-        };
+        let mut call = call;
+        call.bytes = Some(captured.len());
         let (response, timing) = captured.into_response(status, headers, format);
         let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
-        if let Err(failure) = save(&state, call, interaction, status).await {
+        if let Err(failure) = save(call, interaction, status).await {
             // Fail the client's read, so the test cannot pass on an unsaved recording.
             let _ = tx.send(Err(io::Error::other(failure))).await;
         }

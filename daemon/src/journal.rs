@@ -50,6 +50,15 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// False for an exchange that went upstream and whose answer was not saved: its test's
+    /// old recordings may be all it has for that call.
+    pub fn saved_or_replayed(self) -> bool {
+        !matches!(
+            self,
+            Outcome::Passthrough | Outcome::Refused | Outcome::Broken | Outcome::Error
+        )
+    }
+
     /// Its name in the run log and the journal's JSON.
     pub fn key(self) -> &'static str {
         match self {
@@ -389,16 +398,27 @@ impl std::ops::AddAssign<&Stats> for Stats {
 }
 
 impl Journal {
-    /// Logs what became of `call`: a line of the daemon's log (in the request's span, which
-    /// names its test, provider, method and path) and a record for the report.
-    pub fn log(&self, mut call: Call, outcome: Outcome, status: u16, detail: Option<Detail>) {
+    /// What became of `call`, which [`Call::end`] hands here: a line of the daemon's log (in
+    /// the request's span, which names its test, provider, method and path), its event in the
+    /// run log, and a record for the report.
+    pub(crate) fn log(
+        &self,
+        mut call: Call,
+        outcome: Outcome,
+        status: u16,
+        detail: Option<Detail>,
+    ) {
         let ms = call.started.elapsed().as_millis() as u64;
         // The exchange has ended: whoever waits for its test goes on once it is recorded here.
         let _ended = call.flight.take();
         if let Some(run_log) = &self.run_log {
-            let (model, usage) = call.answer.take().map(|a| *a).unwrap_or_default();
-            run_log.emit(runlog::Event::Exchange(Box::new(runlog::Exchange {
-                test: call.entry.test.to_string(),
+            let answer = call.answer.take();
+            let (model, usage) = match answer.as_deref() {
+                Some((model, usage)) => (model.as_deref(), usage.as_ref()),
+                None => (None, None),
+            };
+            run_log.exchange(&runlog::Exchange {
+                test: call.entry.test.as_str().into(),
                 step: _ended.as_ref().map(|f| f.step),
                 transport: if call.session {
                     "session"
@@ -408,19 +428,19 @@ impl Journal {
                     "http"
                 }
                 .into(),
-                provider: call.entry.provider.to_string(),
-                method: call.method.to_string(),
-                path: call.path.clone(),
-                key: call.key.to_string(),
+                provider: call.entry.provider.as_str().into(),
+                method: call.method.as_str().into(),
+                path: call.path.as_str().into(),
+                key: call.key.as_str().into(),
                 ordinal: call.ordinal,
                 outcome: outcome.key().into(),
                 status,
                 started_ms: run_log.ms_at(call.started),
                 ms,
                 bytes: call.bytes,
-                model,
-                usage,
-            })));
+                model: model.map(Into::into),
+                usage: usage.map(std::borrow::Cow::Borrowed),
+            });
         }
         let key = call.key.as_str().get(..12).unwrap_or(call.key.as_str());
         tracing::info!(
@@ -445,12 +465,6 @@ impl Journal {
         );
         if let Some(message) = detail.as_ref().and_then(|d| d.message.as_deref()) {
             crate::request_log::message(tracing::Level::DEBUG, &call, message);
-        }
-        if matches!(
-            outcome,
-            Outcome::Passthrough | Outcome::Refused | Outcome::Broken | Outcome::Error
-        ) {
-            call.entry.note_unsaved();
         }
         let record = Record {
             call,
@@ -786,6 +800,7 @@ mod tests {
                 session: false,
                 flight: None,
                 answer: None,
+                sink: None,
             };
             journal.log(
                 call,

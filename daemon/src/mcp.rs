@@ -148,26 +148,32 @@ pub(crate) async fn begin(
         return Begun::Forward(Some(Box::new(pending)));
     }
     match planned.plan {
-        Plan::Fault(fault) => fault_answer(state, call, fault, message),
+        Plan::Fault(fault) => fault_answer(call, fault, message),
         Plan::Replay(prepared) => {
             let content_type = prepared
                 .headers
                 .iter()
                 .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
                 .map(|(_, v)| v.clone());
-            let steps = replayed_steps(state, call, &prepared);
+            let steps = replayed_steps(call, &prepared);
             Begun::Replay {
                 steps: live_ids(steps, message),
                 content_type,
             }
         }
-        Plan::Miss | Plan::Acknowledge if kind == Message::Notification => Begun::Nothing,
+        Plan::Miss | Plan::Acknowledge if kind == Message::Notification => {
+            call.unasked();
+            Begun::Nothing
+        }
         // A ping says the other end is alive whenever the client likes: answered, never missed.
-        Plan::Miss | Plan::Acknowledge if route.upstream_path == "ping" => Begun::Answer(json!({
-            "jsonrpc": "2.0",
-            "id": id_of(message),
-            "result": {},
-        })),
+        Plan::Miss | Plan::Acknowledge if route.upstream_path == "ping" => {
+            call.unasked();
+            Begun::Answer(json!({
+                "jsonrpc": "2.0",
+                "id": id_of(message),
+                "result": {},
+            }))
+        }
         Plan::Miss | Plan::Acknowledge => {
             let hint = state.settings.record_hint.as_deref();
             let (mut text, detail) = crate::explain::miss(&route, &call, &request, hint);
@@ -181,7 +187,7 @@ pub(crate) async fn begin(
                     1,
                 );
             }
-            state.journal.log(call, Outcome::Miss, 404, Some(detail));
+            call.end(Outcome::Miss, 404, Some(detail));
             Begun::Answer(protocol::miss_error(id_of(message), &text))
         }
         Plan::Forward(Save::Yes) => Begun::Forward(Some(Box::new(Pending {
@@ -191,19 +197,16 @@ pub(crate) async fn begin(
             live: None,
         }))),
         Plan::Forward(Save::PassOn) => {
-            state.journal.log(call, Outcome::Passthrough, 200, None);
+            call.end(Outcome::Passthrough, 200, None);
             Begun::Forward(None)
         }
     }
 }
 
 /// A recording's steps, its replay journalled as a hit.
-fn replayed_steps(state: &State, call: Call, prepared: &cassettes::Prepared) -> Vec<Value> {
-    let call = Call {
-        bytes: Some(prepared.body.len() as u64),
-        ..call
-    };
-    state.journal.log(call, Outcome::Hit, 200, None);
+fn replayed_steps(mut call: Call, prepared: &cassettes::Prepared) -> Vec<Value> {
+    call.bytes = Some(prepared.body.len() as u64);
+    call.end(Outcome::Hit, 200, None);
     match serde_json::from_slice::<Value>(&prepared.body) {
         Ok(Value::Array(steps)) => steps,
         _ => Vec::new(),
@@ -266,7 +269,7 @@ fn live_ids(steps: Vec<Value>, message: &Value) -> Vec<Value> {
 }
 
 /// What a fault does to a message: an MCP error, the server gone, a cut answer.
-fn fault_answer(state: &State, call: Call, fault: FaultKind, message: &Value) -> Begun {
+fn fault_answer(call: Call, fault: FaultKind, message: &Value) -> Begun {
     let begun = match &fault {
         FaultKind::Status { status, body, .. } => {
             let text = body
@@ -292,14 +295,13 @@ fn fault_answer(state: &State, call: Call, fault: FaultKind, message: &Value) ->
             Begun::Exit
         }
     };
-    state.journal.log(call, Outcome::Fault, 200, None);
+    call.end(Outcome::Fault, 200, None);
     begun
 }
 
 /// Saves what the server answered to a forwarded exchange (steps in order); a live exchange
 /// is compared with its recording instead, and a difference journalled.
 pub(crate) async fn save(
-    state: &State,
     pending: Box<Pending>,
     steps: Vec<Value>,
     content_type: Option<&str>,
@@ -321,16 +323,15 @@ pub(crate) async fn save(
         total_ms: ms,
     };
     if let Some(recorded) = live {
-        compare_live(state, call, &request, response, recorded.as_deref(), &test);
+        compare_live(call, &request, response, recorded.as_deref(), &test);
         return Ok(());
     }
     let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
-    crate::exchange::save(state, call, interaction, 200).await
+    crate::exchange::save(call, interaction, 200).await
 }
 
 /// `--live mcp:NAME`: what the server answered now against the recording of the same message.
 fn compare_live(
-    state: &State,
     call: Call,
     request: &RecordedRequest,
     live: cassettes::RecordedResponse,
@@ -366,14 +367,9 @@ fn compare_live(
     match detail {
         Some(message) => {
             tracing::warn!(target: "cargo_llmreplay::daemon", "{message}");
-            state.journal.log(
-                call,
-                Outcome::LiveDiffers,
-                200,
-                Some(Detail::message(message)),
-            );
+            call.end(Outcome::LiveDiffers, 200, Some(Detail::message(message)));
         }
-        None => state.journal.log(call, Outcome::Passthrough, 200, None),
+        None => call.end(Outcome::Passthrough, 200, None),
     }
 }
 
@@ -502,7 +498,7 @@ pub(crate) async fn control(
             };
             let elapsed = param("ms").and_then(|m| m.parse::<u64>().ok()).unwrap_or(0);
             let started = Instant::now() - std::time::Duration::from_millis(elapsed);
-            match save(state, pending, steps, None, started).await {
+            match save(pending, steps, None, started).await {
                 Ok(()) => respond::json(json!({"status": "ok"})),
                 Err(m) => text(StatusCode::INTERNAL_SERVER_ERROR, m),
             }

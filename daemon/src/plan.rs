@@ -13,7 +13,7 @@ use crate::state::State;
 use cassettes::{Key, Prepared};
 use http::{Method, StatusCode};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Which kind of exchange is planned: a session draws no faults, and only a recording with
 /// frames replays it.
@@ -130,18 +130,14 @@ fn call_for(
                 &e.to_string(),
             ))
         })?;
-    Ok(Call {
-        flight: Some(entry.begin_exchange()),
-        answer: None,
+    Ok(Call::begin(
+        &state.journal,
         entry,
         method,
-        path: route.upstream_path.clone(),
+        route.upstream_path.clone(),
         key,
-        ordinal: 0,
-        started: Instant::now(),
-        bytes: None,
-        session: form == Form::Session,
-    })
+        form == Form::Session,
+    ))
 }
 
 /// The recording this call gets, if any, and its place in the test's sequence: replay never
@@ -165,12 +161,7 @@ fn next_in_sequence(
         }
         Err(e) => {
             let message = e.to_string();
-            state.journal.log(
-                call,
-                Outcome::Error,
-                400,
-                Some(Detail::message(message.clone())),
-            );
+            call.end(Outcome::Error, 400, Some(Detail::message(message.clone())));
             Err(Box::new(provider_error(
                 kind,
                 StatusCode::BAD_REQUEST,

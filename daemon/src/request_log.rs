@@ -180,6 +180,7 @@ mod tests {
             session,
             flight: None,
             answer: None,
+            sink: None,
         };
         tracing::subscriber::with_default(subscriber, || {
             let span =

@@ -155,7 +155,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
                     host: route.captured.clone(),
                     ..Detail::message(message.clone())
                 };
-                state.journal.log(call, Outcome::Miss, 101, Some(detail));
+                call.end(Outcome::Miss, 101, Some(detail));
                 if let Some(mut ws) = accept(req).await {
                     refuse(&mut ws, kind, &message).await;
                 }
@@ -263,7 +263,7 @@ async fn replay(
                 });
                 let _ = ws.send(Message::Close(frame)).await;
                 finish(&mut ws).await;
-                state.journal.log(call, Outcome::Hit, 101, None);
+                call.end(Outcome::Hit, 101, None);
                 return;
             }
             if let Some(m) = message_of(f) {
@@ -277,7 +277,7 @@ async fn replay(
             next += 1;
         }
         if gone || ws.flush().await.is_err() {
-            state.journal.log(call, Outcome::Hit, 101, None);
+            call.end(Outcome::Hit, 101, None);
             return;
         }
         let got = loop {
@@ -293,7 +293,7 @@ async fn replay(
         let Some((binary, payload)) = got else {
             // The client is done: a session replayed as far as it went. Its close is
             // answered, as a server does, so it sees a normal closure.
-            state.journal.log(call, Outcome::Hit, 101, None);
+            call.end(Outcome::Hit, 101, None);
             finish(&mut ws).await;
             return;
         };
@@ -313,7 +313,7 @@ async fn replay(
                     host: route.captured.clone(),
                     ..Detail::default()
                 };
-                state.journal.log(call, Outcome::Miss, 101, Some(detail));
+                call.end(Outcome::Miss, 101, Some(detail));
                 refuse(&mut ws, route.provider.kind, &message).await;
                 return;
             }
@@ -370,12 +370,7 @@ async fn record(
         Ok(uri) => uri,
         Err(e) => {
             let message = e.to_string();
-            state.journal.log(
-                call,
-                Outcome::Error,
-                502,
-                Some(Detail::message(message.clone())),
-            );
+            call.end(Outcome::Error, 502, Some(Detail::message(message.clone())));
             return crate::respond::provider_error(
                 kind,
                 StatusCode::BAD_GATEWAY,
@@ -385,9 +380,8 @@ async fn record(
         }
     };
     let url = uri.to_string();
-    let failed = |state: &State, call: Call, status: StatusCode, message: String| {
-        state.journal.log(
-            call,
+    let failed = |call: Call, status: StatusCode, message: String| {
+        call.end(
             Outcome::Error,
             status.as_u16(),
             Some(Detail::message(message.clone())),
@@ -412,7 +406,6 @@ async fn record(
             Ok(r) => r,
             Err(e) => {
                 return failed(
-                    &state,
                     call,
                     StatusCode::BAD_GATEWAY,
                     format!("cargo-llmreplay: bad upstream URL {shown}: {e}"),
@@ -451,7 +444,7 @@ async fn record(
         Ok(Err(why)) => {
             let why = providers::redact::text(&why).into_owned();
             let message = format!("cargo-llmreplay: could not open the {} session at {shown}: {why}; nothing was saved", route.provider.name);
-            return failed(&state, call, StatusCode::BAD_GATEWAY, message);
+            return failed(call, StatusCode::BAD_GATEWAY, message);
         }
         Err(_) => {
             let message = format!(
@@ -459,7 +452,7 @@ async fn record(
                 route.provider.name,
                 timeout.as_secs_f64()
             );
-            return failed(&state, call, StatusCode::GATEWAY_TIMEOUT, message);
+            return failed(call, StatusCode::GATEWAY_TIMEOUT, message);
         }
     };
     let protocol = answer
@@ -586,7 +579,7 @@ async fn relay<U>(
         return;
     }
     if !save {
-        state.journal.log(call, Outcome::Passthrough, 101, None);
+        call.end(Outcome::Passthrough, 101, None);
         return;
     }
     let response = RecordedResponse::session(frames);
@@ -600,7 +593,7 @@ async fn relay<U>(
     };
     let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
     // The session is over: a failure to save is journalled, and there is no client to tell.
-    let _ = crate::exchange::save(&state, call, interaction, 101).await;
+    let _ = crate::exchange::save(call, interaction, 101).await;
 }
 
 #[cfg(test)]

@@ -62,6 +62,10 @@ pub fn settle(
     }
     let changes = store.finish_test(test, trim)?;
     journal.settled(changes);
+    // A test's end is a quiet moment: what the run log holds so far reaches its file.
+    if let Some(run_log) = journal.run_log() {
+        run_log.flush();
+    }
     Ok(())
 }
 

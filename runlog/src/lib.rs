@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::io::BufRead;
 use std::path::Path;
 
@@ -69,7 +70,7 @@ pub enum Event {
         at_ms: u64,
     },
     /// One exchange ended: a request answered, a session closed, an MCP message answered.
-    Exchange(Box<Exchange>),
+    Exchange(Box<Exchange<'static>>),
     /// The last event: every exchange ended and every test settled.
     RunEnded {
         /// Milliseconds since the run began.
@@ -121,29 +122,30 @@ impl TestOutcome {
     }
 }
 
-/// One exchange as it ended.
+/// One exchange as it ended. Its text borrows where it can, so the daemon writes an event
+/// per request without copying what the request already holds; what [`read`] gives owns it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Exchange {
+pub struct Exchange<'a> {
     /// The test.
-    pub test: String,
+    pub test: Cow<'a, str>,
     /// Its place among the test's exchanges (across providers and transports), from 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<u64>,
     /// `http`, `session` (WebSocket) or `mcp`.
-    pub transport: String,
+    pub transport: Cow<'a, str>,
     /// The provider, as its cassette file is named.
-    pub provider: String,
+    pub provider: Cow<'a, str>,
     /// The method (`POST`, or an MCP method's transport verb).
-    pub method: String,
+    pub method: Cow<'a, str>,
     /// The upstream path.
-    pub path: String,
+    pub path: Cow<'a, str>,
     /// The request's key.
-    pub key: String,
+    pub key: Cow<'a, str>,
     /// Which request with this key in its test: 0 for the first.
     pub ordinal: usize,
     /// `hit`, `miss`, `recorded`, `replaced`, `unchanged`, `passthrough`, `refused`, `broken`,
     /// `error`, `fault`, `telemetry` or `live_differs`.
-    pub outcome: String,
+    pub outcome: Cow<'a, str>,
     /// The status the client got (101 for a session).
     pub status: u16,
     /// When it began, in milliseconds since the run began.
@@ -155,10 +157,33 @@ pub struct Exchange {
     pub bytes: Option<u64>,
     /// The model the answer names, where it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
+    pub model: Option<Cow<'a, str>>,
     /// The answer's usage block, as the provider sent it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<serde_json::Value>,
+    pub usage: Option<Cow<'a, serde_json::Value>>,
+}
+
+/// [`Event::Exchange`], borrowed: what a writer serialises without building an [`Event`].
+#[derive(Serialize)]
+struct ExchangeLine<'e, 'a> {
+    event: &'static str,
+    #[serde(flatten)]
+    exchange: &'e Exchange<'a>,
+}
+
+/// An exchange as its line, without the newline, written into `out`.
+pub fn write_exchange(
+    out: &mut impl std::io::Write,
+    exchange: &Exchange<'_>,
+) -> std::io::Result<()> {
+    serde_json::to_writer(
+        out,
+        &ExchangeLine {
+            event: "exchange",
+            exchange,
+        },
+    )
+    .map_err(std::io::Error::other)
 }
 
 /// A run log that could not be read.
@@ -233,6 +258,34 @@ pub fn to_line(event: &Event) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    fn exchange() -> Exchange<'static> {
+        Exchange {
+            test: "app$t\npassed x".into(),
+            step: Some(0),
+            transport: "http".into(),
+            provider: "openai".into(),
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            key: "ab".repeat(32).into(),
+            ordinal: 0,
+            outcome: "recorded".into(),
+            status: 200,
+            started_ms: 2,
+            ms: 30,
+            bytes: Some(120),
+            model: Some("gpt-4o-mini".into()),
+            usage: Some(Cow::Owned(serde_json::json!({"prompt_tokens": 3}))),
+        }
+    }
+
+    /// The borrowed writer and the event's own serialisation give the same line.
+    #[test]
+    fn a_written_exchange_is_the_events_line() {
+        let mut written = Vec::new();
+        write_exchange(&mut written, &exchange()).unwrap();
+        assert_eq!(written, to_line(&Event::Exchange(Box::new(exchange()))));
+    }
+
     fn sample() -> Vec<Event> {
         vec![
             Event::RunBegan {
@@ -247,23 +300,7 @@ mod tests {
                 test: "app$t\npassed x".into(),
                 at_ms: 1,
             },
-            Event::Exchange(Box::new(Exchange {
-                test: "app$t\npassed x".into(),
-                step: Some(0),
-                transport: "http".into(),
-                provider: "openai".into(),
-                method: "POST".into(),
-                path: "/v1/chat/completions".into(),
-                key: "ab".repeat(32),
-                ordinal: 0,
-                outcome: "recorded".into(),
-                status: 200,
-                started_ms: 2,
-                ms: 30,
-                bytes: Some(120),
-                model: Some("gpt-4o-mini".into()),
-                usage: Some(serde_json::json!({"prompt_tokens": 3})),
-            })),
+            Event::Exchange(Box::new(exchange())),
             Event::TestEnded {
                 test: "app$t\npassed x".into(),
                 outcome: TestOutcome::Interrupted,

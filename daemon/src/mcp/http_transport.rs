@@ -390,12 +390,12 @@ fn relay(
                 .get::<super::streams::Streams>()
                 .park(&test, &provider, last, parked)
             {
-                save_as_it_stands(&state, evicted).await;
+                save_as_it_stands(evicted).await;
             }
             return;
         }
         let form = if sse { SSE } else { "application/json" };
-        if let Err(failure) = save(&state, pending, steps, Some(form), started).await {
+        if let Err(failure) = save(pending, steps, Some(form), started).await {
             let _ = tx.send(Err(io::Error::other(failure))).await;
         }
     });
@@ -421,15 +421,8 @@ impl Blocks {
 }
 
 /// Saves what a parked answer holds: it is all there is.
-async fn save_as_it_stands(state: &State, parked: Parked) {
-    let _ = save(
-        state,
-        parked.pending,
-        parked.steps,
-        Some(SSE),
-        parked.started,
-    )
-    .await;
+async fn save_as_it_stands(parked: Parked) {
+    let _ = save(parked.pending, parked.steps, Some(SSE), parked.started).await;
 }
 
 /// Saves the answers still parked when the daemon stops: their client never resumed them,
@@ -440,7 +433,7 @@ pub(crate) async fn save_parked(state: &State) {
         .get::<super::streams::Streams>()
         .take_parked()
     {
-        save_as_it_stands(state, parked).await;
+        save_as_it_stands(parked).await;
     }
 }
 
@@ -493,10 +486,11 @@ async fn listen(
     let call = planned.call;
     match planned.plan {
         Plan::Replay(prepared) => {
-            let steps = replayed_steps(state, call, &prepared);
+            let steps = replayed_steps(call, &prepared);
             replay_listening(state, route, steps)
         }
         Plan::Miss | Plan::Acknowledge | Plan::Fault(_) => {
+            call.unasked();
             replay_listening(state, route, Vec::new())
         }
         Plan::Forward(Save::Yes) => {
@@ -509,7 +503,7 @@ async fn listen(
             record_listening(state, route, parts, pending).await
         }
         Plan::Forward(Save::PassOn) => {
-            state.journal.log(call, Outcome::Passthrough, 200, None);
+            call.end(Outcome::Passthrough, 200, None);
             pass_on(state, route, parts, Bytes::new()).await
         }
     }
@@ -592,12 +586,9 @@ async fn record_listening(
         .is_some_and(|ct| ct.starts_with(SSE));
     if head.status != StatusCode::OK || !is_stream {
         // No listening stream (405, say): nothing to record, and replay needs none.
-        state.journal.log(
-            pending.call,
-            Outcome::Passthrough,
-            head.status.as_u16(),
-            None,
-        );
+        pending
+            .call
+            .end(Outcome::Passthrough, head.status.as_u16(), None);
         return as_it_came(&head, upstream);
     }
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, io::Error>>(64);
@@ -639,7 +630,7 @@ async fn record_listening(
                 .journal
                 .log(pending.call, Outcome::Passthrough, 200, None);
         } else {
-            let _ = save(&state, pending, steps, Some(SSE), started).await;
+            let _ = save(pending, steps, Some(SSE), started).await;
         }
     });
     from_channel(&head, rx)
@@ -660,11 +651,11 @@ async fn resume_recorded(
                 return relay(state, route, head, upstream, parked);
             }
             // Not resumed: what the exchange holds is saved as it stands.
-            save_as_it_stands(state, parked).await;
+            save_as_it_stands(parked).await;
             as_it_came(&head, upstream)
         }
         Err(failed) => {
-            save_as_it_stands(state, parked).await;
+            save_as_it_stands(parked).await;
             text(failed.status, failed.message)
         }
     }
