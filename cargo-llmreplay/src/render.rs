@@ -126,34 +126,6 @@ pub fn stats_sentence(s: &daemon::Stats) -> String {
     format!("{}: {}", plural(s.requests, "request"), said.join(", "))
 }
 
-/// What a run changed in a test's cassettes: `1 added, 2 removed`, and why a re-recorded
-/// test kept what it did not record.
-pub fn test_changes(t: &cassettes::TestChanges) -> String {
-    let mut said: Vec<String> = [
-        (t.added, "added"),
-        (t.replaced, "replaced"),
-        (t.removed, "removed"),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(n, what)| format!("{n} {what}"))
-    .collect();
-    if said.is_empty() {
-        said.push("unchanged".into());
-    }
-    let mut out = said.join(", ");
-    if let Some(why) = &t.kept {
-        out.push_str(&format!("; kept its other recordings, since {}", term(why)));
-    }
-    if let Some(file) = &t.superseded {
-        out = format!(
-            "superseded: another run recorded this test at the same time and ended it later, so {} holds that run's recordings, not these",
-            term(&file.display().to_string())
-        );
-    }
-    out
-}
-
 /// A word diff as text: one copy of the answer, removed words as `[-...-]` and added ones as
 /// `{+...+}` (git's word-diff markers, readable without colour), coloured when `styles` say so.
 /// Unless `full`, only the lines that changed and one line around each are shown. Every
@@ -225,12 +197,12 @@ fn plural_word(n: usize, one: &str) -> String {
 }
 
 /// "2 recordings are error answers (404 on /v1/x, 400 on /v1/y)", each status and path
-/// said once.
+/// said once; not escaped.
 pub fn error_answers_line(answers: &[daemon::ErrorAnswer]) -> String {
     let n = answers.len();
     let mut shown: Vec<String> = Vec::new();
     for e in answers {
-        let said = format!("{} on {}", e.status, term(&e.path));
+        let said = format!("{} on {}", e.status, e.path);
         if !shown.contains(&said) {
             shown.push(said);
         }

@@ -137,7 +137,10 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
         let errors = journal.error_answers();
         if !errors.is_empty() {
-            out.push_str(&format!("  {}\n", render::error_answers_line(&errors)));
+            out.push_str(&format!(
+                "  {}\n",
+                render::term(&render::error_answers_line(&errors))
+            ));
         }
         for miss in journal.misses() {
             let prompt = miss

@@ -3,7 +3,6 @@
 use super::{Deny, Report};
 use crate::args::CassetteDirArg;
 use crate::error::{Outcome, Result};
-use crate::render::Styles;
 use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
@@ -48,10 +47,7 @@ pub fn run(cmd: ReportCommand) -> Result<Outcome> {
                 }
             };
             merged.write(&path)?;
-            crate::render::stderr(&merged.summary(&root, &path, Styles::for_stderr()));
-            let failures = merged.gate_failures(&deny);
-            crate::render::stderr(&Report::gate_text(&failures, Styles::for_stderr()));
-            merged.to_step_summary(&failures);
+            merged.show(&root, &path, &merged.gate_failures(&deny));
             Ok(merged.outcome(None, &deny))
         }
     }

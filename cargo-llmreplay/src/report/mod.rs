@@ -4,6 +4,7 @@
 
 mod command;
 mod scope;
+mod sections;
 mod summary;
 
 pub use command::{run, ReportCommand};
@@ -400,22 +401,19 @@ impl Report {
         status: std::process::ExitStatus,
         deny: &[Deny],
     ) -> Result<Outcome> {
-        use crate::render::{self, Styles};
         // The run before this one: a value that differs between the two with nothing else
         // changed is volatile, whatever its shape.
         if let Ok(before) = Report::read(path) {
             self.learn_volatile(&before);
         }
         self.write(path)?;
-        render::stderr(&self.summary(root, path, Styles::for_stderr()));
         // The command's own failure is its status; the gate's reasons are for a run whose
         // tests passed.
         let failures = match status.success() {
             true => self.gate_failures(deny),
             false => Vec::new(),
         };
-        render::stderr(&Report::gate_text(&failures, Styles::for_stderr()));
-        self.to_step_summary(&failures);
+        self.show(root, path, &failures);
         Ok(self.outcome(Some(status), deny))
     }
 

@@ -1,433 +1,41 @@
 //! The report as people read it: the summary on stderr after a run, and the markdown of a CI
-//! job's summary page. Everything that comes from a cassette or a test name is escaped for its
-//! medium (see `render`).
+//! job's summary page. Both render the same `Sections`, deciding only how it looks: colours and
+//! lines on a terminal, tables and lists on the page, which is shorter (it leaves out what only
+//! the one who ran the tests acts on). Every piece is escaped for its medium (see `render`).
 
-use super::{Report, Unused};
-use crate::render::{self, code, plural, table_code, term, Styles};
+use super::sections::{
+    Advice, Call, ChangedFile, Closest, Item, Section, SectionKind, Sections, Severity,
+};
+use super::Report;
+use crate::render::{self, code, table_code, term, Styles};
 use review::git::ChangeKind;
 use std::fmt::Write as _;
 use std::path::Path;
 
 impl Report {
-    /// One command that records every missing test, when two or more tests missed (a renamed
-    /// test's fix is `mv`, so it is left out): replacing their recordings when every miss is
-    /// the same call changed, else keeping them.
-    fn record_all_command(&self) -> Option<String> {
-        let recordable: Vec<_> = self
-            .missing
-            .iter()
-            .filter(|m| m.renamed_from.is_none())
-            .collect();
-        let tests: Vec<&cassettes::TestId> = recordable.iter().map(|m| &m.miss.test).collect();
-        let replace = recordable.iter().all(|m| m.rerecord.is_some());
-        daemon::record_all_command(&tests, replace)
+    /// Ends a run's output: the summary on stderr (paths relative to `root`, then where the
+    /// report is, at `path`), why the gate fails, and the page added to the CI job's summary.
+    /// The sections are built once and rendered for each.
+    pub fn show(&self, root: &Path, path: &Path, failures: &[String]) {
+        let sections = self.sections(root);
+        render::stderr(&text(&sections, path, Styles::for_stderr()));
+        render::stderr(&Report::gate_text(failures, Styles::for_stderr()));
+        to_step_summary(&sections, failures);
     }
 
-    /// The summary after a run, paths relative to `root`, ending with where the report is.
+    /// The summary after a run, as `show` prints it.
+    #[cfg(test)]
     pub fn summary(&self, root: &Path, path: &Path, styles: Styles) -> String {
-        let rel = |p: &str| {
-            let shown = Path::new(p)
-                .strip_prefix(root)
-                .map(|r| r.display().to_string())
-                .unwrap_or_else(|_| p.to_string());
-            term(&shown).into_owned()
-        };
-        let mut out = format!(
-            "{} {}\n",
-            styles.bold("cargo-llmreplay:"),
-            render::stats_sentence(&self.counts)
-        );
-        if let Some(f) = &self.first_failure {
-            let cause = f.message.lines().next().unwrap_or_default();
-            let line = format!("first failure ({}, {}): {cause}", f.test, f.status);
-            let _ = writeln!(out, "{}", styles.warning(&term(&line)));
-        }
-        if !self.error_answers.is_empty() {
-            let _ = writeln!(
-                out,
-                "{}",
-                styles.warning(&render::error_answers_line(&self.error_answers))
-            );
-        }
-        if !self.recorded.is_empty() {
-            let heading = format!("recorded ({}):", plural(self.recorded.len(), "test"));
-            let _ = writeln!(out, "{}", styles.note(&heading));
-            for t in &self.recorded {
-                let _ = writeln!(out, "  {}  {}", term(&t.test), render::test_changes(t));
-            }
-        }
-        if !self.faults.is_empty() {
-            let _ = writeln!(
-                out,
-                "answered by faults the tests asked for ({}):",
-                self.counts.faults
-            );
-            for (test, n) in &self.faults {
-                let _ = writeln!(out, "  {}  {n}", term(test));
-            }
-        }
-        if !self.live_differs.is_empty() {
-            let heading = format!(
-                "live MCP answers that differ from their recordings ({}):",
-                self.live_differs.len()
-            );
-            let _ = writeln!(out, "{}", styles.error(&heading));
-            for d in &self.live_differs {
-                let said = d.detail.message.as_deref().unwrap_or("");
-                let _ = writeln!(
-                    out,
-                    "  {}  {} {}: {}",
-                    term(&d.test),
-                    term(&d.provider),
-                    term(&d.path),
-                    term(said.rsplit("; ").next().unwrap_or(said))
-                );
-            }
-        }
-        if !self.missing.is_empty() {
-            let heading = format!("missing ({}):", self.missing.len());
-            let _ = writeln!(out, "{}", styles.error(&heading));
-            for m in &self.missing {
-                let d = &m.miss.detail;
-                let _ = write!(
-                    out,
-                    "  {}  {} {} {}",
-                    term(&m.miss.test),
-                    term(&m.miss.provider),
-                    term(&m.miss.method),
-                    term(&m.miss.path)
-                );
-                if let Some(model) = &d.model {
-                    let _ = write!(out, " model {}", term(model));
-                }
-                if let Some(prompt) = &d.prompt {
-                    // Debug quoting shows control characters escaped.
-                    let _ = write!(out, " {:?}", prompt.chars().take(60).collect::<String>());
-                }
-                out.push('\n');
-                if let Some(fields) = d.closest.as_ref().filter(|f| !f.is_empty()) {
-                    if d.values.is_empty() {
-                        let _ = writeln!(
-                            out,
-                            "    closest recording differs at {}",
-                            term(&fields.join(", "))
-                        );
-                    } else {
-                        let _ = writeln!(out, "    closest recording differs (recorded -> now):");
-                        render::field_values(&mut out, &d.values[..d.values.len().min(4)]);
-                        if fields.len() > 4 {
-                            let _ = writeln!(out, "      and {} more", fields.len() - 4);
-                        }
-                    }
-                }
-                match d.class {
-                    Some(cassettes::classify::Class::Volatile) if !d.rules.is_empty() => {
-                        let _ = writeln!(
-                            out,
-                            "    volatile: values that change every run; add the [match] rule, re-key and replay: cargo llmreplay match suggest --apply"
-                        );
-                    }
-                    Some(cassettes::classify::Class::SdkShape) => {
-                        let _ = writeln!(
-                            out,
-                            "    sdk shape: the same call in another shape; keep its answer under the new request: {}",
-                            term(&daemon::rekey_command(&m.miss.test))
-                        );
-                    }
-                    _ => {}
-                }
-                if let Some(old) = &m.renamed_from {
-                    let _ = writeln!(
-                        out,
-                        "    renamed? {} (no longer in the suite) recorded this very request; keep its recordings: {}",
-                        term(&old.test),
-                        term(&old.command)
-                    );
-                }
-                match &m.rerecord {
-                    // The same call with other parameters: the fix for a deliberate change
-                    // replaces the old recording; recording the miss alone keeps both.
-                    Some(rerecord) => {
-                        let _ = writeln!(
-                            out,
-                            "    changed on purpose? record the test again, replacing its old recording: {}",
-                            term(rerecord)
-                        );
-                        let _ = writeln!(
-                            out,
-                            "    or keep both (--record-missing): {}",
-                            term(&m.command)
-                        );
-                    }
-                    None => {
-                        let _ = writeln!(out, "    record it: {}", term(&m.command));
-                    }
-                }
-            }
-            if let Some(all) = self.record_all_command() {
-                let _ = writeln!(out, "  record them all: {}", term(&all));
-            }
-        }
-        if !self.escaped.is_empty() {
-            let heading = format!(
-                "escaped ({}): calls captured on their way to a host with no recording; answered as missing, they never left the machine:",
-                self.escaped.len()
-            );
-            let _ = writeln!(out, "{}", styles.warning(&heading));
-            for m in &self.escaped {
-                let _ = writeln!(
-                    out,
-                    "  {}  {} {} {}",
-                    term(&m.miss.test),
-                    term(m.miss.detail.host.as_deref().unwrap_or_default()),
-                    term(&m.miss.method),
-                    term(&m.miss.path)
-                );
-                let _ = writeln!(out, "    record it: {}", term(&m.command));
-            }
-        }
-        if !self.passed_through.is_empty() {
-            let heading = format!(
-                "passed through ({}): tunnels to [capture] pass hosts, which left the machine unrecorded:",
-                self.passed_through.len()
-            );
-            let _ = writeln!(out, "{heading}");
-            for p in &self.passed_through {
-                let _ = writeln!(
-                    out,
-                    "  {}  {} ({} tunnel{})",
-                    term(&p.test),
-                    term(&p.host),
-                    p.tunnels,
-                    if p.tunnels == 1 { "" } else { "s" }
-                );
-            }
-        }
-        if self.unattributed {
-            let _ = writeln!(
-                out,
-                "{}",
-                styles.warning(
-                    "some calls named no test and were filed under the test `default`: a client that sends no proxy credentials (or a script with no X-Test-Id); the log names them"
-                )
-            );
-        }
-        if self.stopped_early {
-            let _ = writeln!(
-                out,
-                "{}",
-                styles.warning(
-                    "nextest stopped at the first failure: the tests after it did not run, so this report may miss what they would call (pass --no-fail-fast to see everything)"
-                )
-            );
-        }
-        if !self.unused.is_empty() {
-            let heading = format!("unused ({}):", self.unused.len());
-            let _ = writeln!(out, "{}", styles.warning(&heading));
-            for u in &self.unused {
-                match u {
-                    Unused::Recording(r) => {
-                        let _ = write!(
-                            out,
-                            "  {}  recording {} of key {}",
-                            rel(&r.cassette.to_string_lossy()),
-                            r.ordinal + 1,
-                            short_key(r.key.as_str())
-                        );
-                        if let Some(answer) = &r.answer {
-                            let _ = write!(out, " {answer:?}");
-                        }
-                        out.push('\n');
-                    }
-                    Unused::Folder { folder } => {
-                        let _ = writeln!(
-                            out,
-                            "  {}/  no test of the suite has this folder's slug",
-                            rel(folder)
-                        );
-                    }
-                }
-            }
-        }
-        if !self.changed.is_empty() {
-            let heading = format!("changed against HEAD ({}):", self.changed.len());
-            let _ = writeln!(out, "{}", styles.note(&heading));
-            for ch in &self.changed {
-                let shown = term(&ch.path.to_string_lossy()).into_owned();
-                let kind = render::change_kind_column(ch.kind);
-                let what = match ch.kind {
-                    ChangeKind::New => {
-                        format!("{kind}  {shown} ({})", plural(ch.added, "interaction"))
-                    }
-                    ChangeKind::Deleted => {
-                        format!("{kind}  {shown} ({})", plural(ch.removed, "interaction"))
-                    }
-                    ChangeKind::Modified | ChangeKind::Moved => {
-                        let counts: Vec<String> = [
-                            (ch.added, "added"),
-                            (ch.replaced, "replaced"),
-                            (ch.removed, "removed"),
-                            (ch.unchanged, "unchanged"),
-                        ]
-                        .into_iter()
-                        .filter(|(n, _)| *n > 0)
-                        .map(|(n, what)| format!("{n} {what}"))
-                        .collect();
-                        let from = ch
-                            .moved_from
-                            .as_ref()
-                            .map(|f| format!(" (from {})", term(&f.to_string_lossy())))
-                            .unwrap_or_default();
-                        format!("{kind}  {shown}{from}: {}", counts.join(", "))
-                    }
-                };
-                let _ = write!(out, "  {what}");
-                if let Some(e) = &ch.error {
-                    let _ = write!(out, " ({})", term(e));
-                }
-                out.push('\n');
-            }
-        }
-        if self.scope.filtered {
-            out.push_str(
-                "  (a filtered run: cassette folders of tests that did not run are not judged)\n",
-            );
-        } else if self.scope.partition.is_some() {
-            out.push_str("  (one partition of the suite: cassette folders are judged by `cargo llmreplay report merge` over every partition's report)\n");
-        }
-        let _ = writeln!(out, "report: {}", path.display());
-        let c = &self.counts;
-        let went_wrong = !self.tests_passed || c.misses + c.errors + c.refused + c.broken > 0;
-        if let Some(log) = self.log.as_ref().filter(|_| went_wrong) {
-            let _ = writeln!(out, "log: {} (a line per request)", rel(log));
-        }
-        out
+        text(&self.sections(root), path, styles)
     }
 
-    /// The summary as markdown, for a CI job's summary page.
+    /// The page, as `show` adds it to the CI job's summary.
+    #[cfg(test)]
     pub fn markdown(&self) -> String {
-        let mut out = format!(
-            "### cargo-llmreplay\n\n{}.",
-            render::stats_sentence(&self.counts)
-        );
-        for (n, what) in [
-            (self.unused.len(), "unused"),
-            (self.changed.len(), "changed against HEAD"),
-        ] {
-            if n > 0 {
-                let _ = write!(out, " {n} {what}.");
-            }
-        }
-        out.push('\n');
-        if self.stopped_early {
-            out.push_str("\nnextest stopped at the first failure: tests after it did not run, so more may be missing.\n");
-        }
-        if !self.recorded.is_empty() {
-            out.push_str("\n| recorded in test | what changed |\n| --- | --- |\n");
-            for t in &self.recorded {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} |",
-                    table_code(&t.test),
-                    table_code(&render::test_changes(t))
-                );
-            }
-        }
-        if !self.error_answers.is_empty() {
-            let _ = writeln!(
-                out,
-                "\n{}",
-                render::code(&render::error_answers_line(&self.error_answers))
-            );
-        }
-        if !self.escaped.is_empty() {
-            out.push_str(
-                "\n| escaped from test | host and request | record it |\n| --- | --- | --- |\n",
-            );
-            for m in &self.escaped {
-                let request = format!(
-                    "{} {} {}",
-                    m.miss.detail.host.as_deref().unwrap_or_default(),
-                    m.miss.method,
-                    m.miss.path
-                );
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} |",
-                    table_code(&m.miss.test),
-                    table_code(&request),
-                    table_code(&m.command)
-                );
-            }
-        }
-        if !self.passed_through.is_empty() {
-            out.push_str("\n| passed through by test | host | tunnels |\n| --- | --- | --- |\n");
-            for p in &self.passed_through {
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} |",
-                    table_code(&p.test),
-                    table_code(&p.host),
-                    p.tunnels
-                );
-            }
-        }
-        if !self.missing.is_empty() {
-            out.push_str("\n| missing in test | request | record it |\n| --- | --- | --- |\n");
-            for m in &self.missing {
-                let request = format!("{} {} {}", m.miss.provider, m.miss.method, m.miss.path);
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} |",
-                    table_code(&m.miss.test),
-                    table_code(&request),
-                    // A renamed test's recordings are kept by moving them, not by recording.
-                    table_code(m.renamed_from.as_ref().map_or(&m.command, |r| &r.command))
-                );
-            }
-            if let Some(all) = self.record_all_command() {
-                let _ = writeln!(out, "\nRecord them all: {}", render::code(&all));
-            }
-        }
-        if !self.unused.is_empty() {
-            out.push_str(
-                "\n**unused**: run `cargo llmreplay prune` after a full run to remove:\n\n",
-            );
-            for u in &self.unused {
-                match u {
-                    Unused::Recording(r) => {
-                        let _ = writeln!(
-                            out,
-                            "- recording {} of key {} in {}",
-                            r.ordinal + 1,
-                            code(short_key(r.key.as_str())),
-                            code(&r.test)
-                        );
-                    }
-                    Unused::Folder { folder } => {
-                        let name = Path::new(folder)
-                            .file_name()
-                            .map_or(folder.clone(), |f| f.to_string_lossy().into_owned());
-                        let _ = writeln!(out, "- folder {} (no test has its slug)", code(&name));
-                    }
-                }
-            }
-        }
-        if !self.changed.is_empty() {
-            out.push_str("\n**changed against HEAD**:\n\n");
-            for ch in &self.changed {
-                let _ = writeln!(
-                    out,
-                    "- {} ({})",
-                    code(&ch.path.to_string_lossy()),
-                    render::change_kind(ch.kind)
-                );
-            }
-        }
-        out
+        // The page names no file by its place on this machine: no root to be relative to.
+        markdown(&self.sections(Path::new("")))
     }
 
-    /// Appends the markdown summary to `$GITHUB_STEP_SUMMARY` when GitHub Actions sets it.
     /// Why the run fails its gate, for the terminal: one line each, with its fix.
     pub fn gate_text(failures: &[String], styles: Styles) -> String {
         if failures.is_empty() {
@@ -439,35 +47,312 @@ impl Report {
         }
         out
     }
+}
 
-    /// Appends the markdown to `$GITHUB_STEP_SUMMARY`, with why the gate failed.
-    pub fn to_step_summary(&self, failures: &[String]) {
-        let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") else {
-            return;
-        };
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| {
-                let mut text = self.markdown();
-                if !failures.is_empty() {
-                    text.push_str("\n**The run fails its gate:**\n\n");
-                    for why in failures {
-                        let _ = writeln!(text, "- {why}");
-                    }
+/// Appends the page to `$GITHUB_STEP_SUMMARY` when GitHub Actions sets it, with why the gate
+/// failed.
+fn to_step_summary(sections: &Sections, failures: &[String]) {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY") else {
+        return;
+    };
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| {
+            let mut text = markdown(sections);
+            if !failures.is_empty() {
+                text.push_str("\n**The run fails its gate:**\n\n");
+                for why in failures {
+                    let _ = writeln!(text, "- {why}");
                 }
-                std::io::Write::write_all(&mut f, text.as_bytes())
-            });
-        if let Err(e) = written {
-            render::stderr(&format!(
-                "cargo-llmreplay: warning: cannot write GITHUB_STEP_SUMMARY: {e}\n"
-            ));
-        }
+            }
+            std::io::Write::write_all(&mut f, text.as_bytes())
+        });
+    if let Err(e) = written {
+        render::stderr(&format!(
+            "cargo-llmreplay: warning: cannot write GITHUB_STEP_SUMMARY: {e}\n"
+        ));
     }
 }
 
-/// The first 12 hex digits of a key, which name it in lists.
-fn short_key(key: &str) -> &str {
-    key.get(..12).unwrap_or(key)
+/// The summary for a terminal: a line per notice and per item, headings coloured by severity.
+fn text(s: &Sections, report: &Path, styles: Styles) -> String {
+    let mut out = format!("{} {}\n", styles.bold("cargo-llmreplay:"), s.headline.stats);
+    for section in &s.sections {
+        let heading = term(&section.heading);
+        if section.items.is_empty() {
+            let _ = writeln!(out, "{}", paint(styles, section.severity, &heading));
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "{}",
+            paint(styles, section.severity, &format!("{heading}:"))
+        );
+        for item in &section.items {
+            text_item(&mut out, item);
+        }
+        if let Some(all) = &section.all {
+            let _ = writeln!(out, "  {}", advice(all));
+        }
+    }
+    if let Some(scope) = &s.footer.scope {
+        let _ = writeln!(out, "  ({})", term(scope));
+    }
+    // The path the user gave, or ours: not a stranger's.
+    let _ = writeln!(out, "report: {}", report.display());
+    if let Some(log) = &s.footer.log {
+        let _ = writeln!(out, "log: {} (a line per request)", term(log));
+    }
+    out
+}
+
+/// A heading in its severity's colour; plain for what is only said.
+fn paint(styles: Styles, severity: Severity, text: &str) -> String {
+    match severity {
+        Severity::Error => styles.error(text),
+        Severity::Warning => styles.warning(text),
+        Severity::Note => styles.note(text),
+        Severity::Info => text.to_string(),
+    }
+}
+
+fn text_item(out: &mut String, item: &Item) {
+    match item {
+        Item::Test { test, what } => {
+            let _ = writeln!(out, "  {}  {}", term(test), term(what));
+        }
+        Item::Call(call) => text_call(out, call),
+        Item::Passed {
+            test,
+            host,
+            counted,
+            ..
+        } => {
+            let _ = writeln!(out, "  {}  {} ({counted})", term(test), term(host));
+        }
+        Item::Recording {
+            cassette,
+            number,
+            key,
+            answer,
+            ..
+        } => {
+            let _ = write!(
+                out,
+                "  {}  recording {number} of key {}",
+                term(cassette),
+                term(key)
+            );
+            if let Some(answer) = answer {
+                // Debug quoting shows control characters escaped.
+                let _ = write!(out, " {answer:?}");
+            }
+            out.push('\n');
+        }
+        Item::Folder { folder, .. } => {
+            let _ = writeln!(
+                out,
+                "  {}/  no test of the suite has this folder's slug",
+                term(folder)
+            );
+        }
+        Item::Changed(ch) => text_changed(out, ch),
+    }
+}
+
+fn text_call(out: &mut String, call: &Call) {
+    let _ = write!(out, "  {}  {}", term(&call.test), term(&call.request));
+    if let Some(model) = &call.model {
+        let _ = write!(out, " model {}", term(model));
+    }
+    if let Some(prompt) = &call.prompt {
+        // Debug quoting shows control characters escaped.
+        let _ = write!(out, " {prompt:?}");
+    }
+    out.push('\n');
+    match &call.closest {
+        Some(Closest::Fields(fields)) => {
+            let _ = writeln!(
+                out,
+                "    closest recording differs at {}",
+                term(&fields.join(", "))
+            );
+        }
+        Some(Closest::Values { values, more }) => {
+            let _ = writeln!(out, "    closest recording differs (recorded -> now):");
+            render::field_values(out, values);
+            if *more > 0 {
+                let _ = writeln!(out, "      and {more} more");
+            }
+        }
+        None => {}
+    }
+    for a in &call.advice {
+        let _ = writeln!(out, "    {}", advice(a));
+    }
+}
+
+fn advice(a: &Advice) -> String {
+    format!("{}: {}", term(&a.said), term(&a.command))
+}
+
+fn text_changed(out: &mut String, ch: &ChangedFile) {
+    let kind = render::change_kind_column(ch.kind);
+    let path = term(&ch.path);
+    let recordings = term(&ch.recordings);
+    let _ = match ch.kind {
+        ChangeKind::New | ChangeKind::Deleted => write!(out, "  {kind}  {path} ({recordings})"),
+        ChangeKind::Modified | ChangeKind::Moved => {
+            let from = ch
+                .moved_from
+                .as_ref()
+                .map(|f| format!(" (from {})", term(f)))
+                .unwrap_or_default();
+            write!(out, "  {kind}  {path}{from}: {recordings}")
+        }
+    };
+    if let Some(e) = &ch.error {
+        let _ = write!(out, " ({})", term(e));
+    }
+    out.push('\n');
+}
+
+/// How the page lays out a section.
+enum Layout {
+    /// A sentence of its own, shorter than the terminal's.
+    Sentence(&'static str),
+    /// The heading as a code span: it names paths from the cassettes.
+    Code,
+    /// A row per test, under these columns.
+    Table(&'static [&'static str]),
+    /// A bullet per file, under this line.
+    List(&'static str),
+}
+
+/// What the page shows, in its order: that it may be incomplete first, then what the run
+/// changed, then what fails it. What only the one who ran the tests acts on is left out.
+const PAGE: [(SectionKind, Layout); 8] = [
+    (
+        SectionKind::StoppedEarly,
+        Layout::Sentence(
+            "nextest stopped at the first failure: tests after it did not run, so more may be missing.",
+        ),
+    ),
+    (
+        SectionKind::Recorded,
+        Layout::Table(&["recorded in test", "what changed"]),
+    ),
+    (SectionKind::ErrorAnswers, Layout::Code),
+    (
+        SectionKind::Escaped,
+        Layout::Table(&["escaped from test", "host and request", "record it"]),
+    ),
+    (
+        SectionKind::PassedThrough,
+        Layout::Table(&["passed through by test", "host", "tunnels"]),
+    ),
+    (
+        SectionKind::Missing,
+        Layout::Table(&["missing in test", "request", "record it"]),
+    ),
+    (
+        SectionKind::Unused,
+        Layout::List("**unused**: run `cargo llmreplay prune` after a full run to remove:"),
+    ),
+    (
+        SectionKind::Changed,
+        Layout::List("**changed against HEAD**:"),
+    ),
+];
+
+/// The summary for a CI job's page: tables of tests with the command that fixes each, lists of
+/// files.
+fn markdown(s: &Sections) -> String {
+    let mut out = format!("### cargo-llmreplay\n\n{}.", s.headline.stats);
+    for tally in &s.headline.tallies {
+        let _ = write!(out, " {tally}.");
+    }
+    out.push('\n');
+    for (kind, layout) in &PAGE {
+        let Some(section) = s.sections.iter().find(|s| s.kind == *kind) else {
+            continue;
+        };
+        match layout {
+            Layout::Sentence(said) => {
+                let _ = writeln!(out, "\n{said}");
+            }
+            Layout::Code => {
+                let _ = writeln!(out, "\n{}", code(&section.heading));
+            }
+            Layout::Table(columns) => table(&mut out, columns, section),
+            Layout::List(intro) => list(&mut out, intro, section),
+        }
+        if let Some(all) = &section.all {
+            let _ = writeln!(out, "\n{}: {}", capitalised(&all.said), code(&all.command));
+        }
+    }
+    out
+}
+
+/// A table of a section's items, a row each: the test, then what the item says of it.
+fn table(out: &mut String, columns: &[&str], section: &Section) {
+    let _ = writeln!(out, "\n| {} |", columns.join(" | "));
+    let _ = writeln!(out, "|{}", " --- |".repeat(columns.len()));
+    for item in &section.items {
+        let row = match item {
+            Item::Test { test, what } => [table_code(test), table_code(what)].join(" | "),
+            Item::Call(call) => [
+                table_code(&call.test),
+                table_code(&call.request),
+                table_code(&call.fix),
+            ]
+            .join(" | "),
+            Item::Passed {
+                test,
+                host,
+                tunnels,
+                ..
+            } => format!("{} | {} | {tunnels}", table_code(test), table_code(host)),
+            _ => continue,
+        };
+        let _ = writeln!(out, "| {row} |");
+    }
+}
+
+/// A section's files, a bullet each, under `intro`.
+fn list(out: &mut String, intro: &str, section: &Section) {
+    let _ = writeln!(out, "\n{intro}\n");
+    for item in &section.items {
+        let _ = match item {
+            Item::Recording {
+                test, number, key, ..
+            } => writeln!(
+                out,
+                "- recording {number} of key {} in {}",
+                code(key),
+                code(test)
+            ),
+            Item::Folder { name, .. } => {
+                writeln!(out, "- folder {} (no test has its slug)", code(name))
+            }
+            Item::Changed(ch) => writeln!(
+                out,
+                "- {} ({})",
+                code(&ch.path),
+                render::change_kind(ch.kind)
+            ),
+            _ => continue,
+        };
+    }
+}
+
+/// A phrase as a sentence of its own.
+fn capitalised(phrase: &str) -> String {
+    let mut chars = phrase.chars();
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
