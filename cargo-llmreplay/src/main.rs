@@ -19,6 +19,7 @@ mod report;
 mod rerun;
 mod review_cmd;
 mod run_cmd;
+mod run_core;
 mod serve;
 mod source;
 mod status;

@@ -8,8 +8,8 @@
 
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
-use crate::render;
 use crate::report::{self, RunScope};
+use crate::run_core::{Known, Naming, Paths, Prepared};
 use clap::Args;
 use std::ffi::OsString;
 
@@ -47,129 +47,55 @@ pub struct RunArgs {
 pub fn run(args: RunArgs) -> Result<Outcome> {
     args.daemon.check_ci()?;
     let root = crate::locate::project_root()?;
-    let resolved = Resolved::daemon(root.clone(), None, &args.daemon)?;
-    let report_path = args
+    let mut resolved = Resolved::daemon(root, None, &args.daemon)?;
+    let report = args
         .gates
         .report
         .clone()
         .unwrap_or_else(|| resolved.default_report());
-    let log = report_path.with_extension("log");
-    crate::log::init(0, Some(&log))?;
-    let target_dir = resolved.target_dir();
-    let mut settings = resolved.settings;
+    let log = report.with_extension("log");
     // A miss tells the test's own output how to record it: with this very command.
-    settings.record_hint = Some(rerun_command(&args.command, "--record-missing", None));
-    crate::recover::apply_left(&target_dir, &settings.cassette_dir)?;
-    settings.run_dir = Some(daemon::settle::new_run_dir(&target_dir));
-    let mode = settings.mode;
-    let cassette_dir = settings.cassette_dir.clone();
-    let gateways = settings.gateways();
-    let secret = settings.proxy_secret.clone();
-    let capture = settings.capture.enabled;
-    if mode.goes_upstream() {
-        render::stderr(&format!(
-            "cargo-llmreplay: {mode} mode; upstreams:\n{}",
-            settings.upstream_report()
-        ));
-    }
-    let (listener, url) = crate::capture::loopback()?;
-    let (runtime, daemon) = crate::test_cmd::launch::start_daemon(settings, listener, None)?;
-    // The CA's files, the run's own, removed when it ends.
-    let (run_dir, ca_files) = match (capture, daemon.ca_pem()) {
-        (true, Some(pem)) => {
-            let (dir, files) = crate::capture::write_run_ca(&target_dir, &pem)?;
-            (Some(dir), Some(files))
-        }
-        _ => (None, None),
-    };
-    let names = ca_files
-        .as_ref()
-        .map(|(ca, bundle)| (ca.to_string_lossy(), bundle.to_string_lossy()));
-    let env = runner_plugin::daemon_env(
-        &url,
-        None,
-        Some(&gateways),
-        mode == daemon::Mode::Replay,
-        names.as_ref().map(|(ca, bundle)| runner_plugin::Capture {
-            ca,
-            bundle,
-            secret: &secret,
-        }),
-    );
-    let (journal, store, peers, trees) = (
-        daemon.journal(),
-        daemon.store(),
-        daemon.peers(),
-        daemon.trees(),
-    );
-    let interrupted = daemon.interrupted();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = runtime.spawn(daemon.run(async {
-        let _ = stopped.await;
-    }));
+    resolved.settings.record_hint = Some(rerun_command(&args.command, "--record-missing", None));
+    let mut prepared = Prepared::new(resolved, None, Paths { report, log })?;
+    let env = prepared.env(true);
+    let mode = prepared.run.mode;
+    prepared.ca_files_written()?;
+    // Unlike `test`, the daemon is made before the command starts: a daemon that cannot start
+    // leaves no command half run.
+    let ready = prepared.start_daemon()?;
     let (program, rest) = args.command.split_first().expect("clap requires a command");
-    let mut child = std::process::Command::new(program);
-    child
+    let child = std::process::Command::new(program)
         .args(rest)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("LLMREPLAY_MODE", mode.as_str());
-    let mut child = match child.spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let _ = stop.send(());
-            let _ = runtime.block_on(served);
-            return Err(Error::Precondition(format!(
-                "cannot run {}: {e}",
-                program.to_string_lossy()
-            )));
-        }
-    };
+        .env("LLMREPLAY_MODE", mode.as_str())
+        .spawn()
+        .map_err(|e| {
+            Error::Precondition(format!("cannot run {}: {e}", program.to_string_lossy()))
+        })?;
     // Processes of the command's tree name their test in their environment, or announce it.
-    let _ = peers.set(daemon::peer::Peers::new(
-        Some(child.id()),
-        daemon::peer::IdVars::Named("LLMREPLAY_TEST_ID".into()),
-    ));
-    let _ = trees.set(child.id());
-    let status = child
-        .wait()
-        .map_err(|e| Error::io(format!("waiting for {}", program.to_string_lossy()), e))?;
-    let _ = stop.send(());
-    let stats = runtime
-        .block_on(served)
-        .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
-    let recorded = crate::test_cmd::finish::finish_tests(&journal, &store)?;
+    let mut serving = ready.serve(
+        child,
+        Naming::Tree(daemon::peer::IdVars::Named("LLMREPLAY_TEST_ID".into())),
+    );
+    let status = serving.wait(&format!("waiting for {}", program.to_string_lossy()))?;
     // Only the tests that ran are known: folders of the others are not judged.
     let mut scope = RunScope::default();
     scope.filtered = true;
-    let mut report = report::Report::build(report::Inputs {
-        mode,
-        stats,
-        journal: &journal,
-        store: &store,
-        cassette_dir: &cassette_dir,
+    let mut reported = serving.stop(status)?.report(Known {
         scope: &scope,
         listed: None,
-        tests_passed: status.success(),
         stopped_early: false,
-        recorded,
-        log: Some(&log),
         changes: None,
     })?;
     // The commands that record, for this command: pytest selects one test by its node id.
     let pytest = is_pytest(&args.command);
-    for m in &mut report.missing {
+    for m in &mut reported.report.missing {
         m.command = rerun_command(&args.command, "--record-missing", None);
         m.rerecord = (m.miss.detail.same_call && pytest)
             .then(|| rerun_command(&args.command, "--record", Some(m.miss.test.as_str())));
     }
-    let outcome = report.conclude(&report_path, &root, status, &args.gates.deny)?;
-    daemon::settle::finish_run(
-        &store,
-        &journal,
-        interrupted.load(std::sync::atomic::Ordering::SeqCst),
-    );
-    runtime.shutdown_background();
-    drop(run_dir);
+    let outcome = reported.conclude(&args.gates.deny)?;
+    reported.end();
     Ok(outcome)
 }
 

@@ -1,21 +1,23 @@
 //! `cargo llmreplay test`: starts the daemon in this process, runs `cargo nextest run` with the
 //! target runner that points every test at it, then reports what is missing, unused and changed.
-//! In three steps: `plan` (what the run will do, from its arguments and settings alone),
-//! `launch` (nextest spawned, the daemon serving, the cassettes read beside them) and `finish`
-//! (the report and review); `flags` splits the command line between this command and nextest.
+//! In three steps around `run_core`, which it shares with `run`: `plan` (what the run will do,
+//! from its arguments and settings alone), `launch` (nextest spawned and wired to the daemon,
+//! the cassettes read beside them) and `finish` (the suite listed, the report and review);
+//! `flags` splits the command line between this command and nextest.
 
-pub(crate) mod finish;
+mod finish;
 mod flags;
-pub(crate) mod launch;
+mod launch;
 mod misses;
 mod plan;
 
 use flags::{check_typos, split_args};
-use launch::{launch, CaThread};
+use launch::launch;
 use plan::{Facts, RunPlan};
 
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
+use crate::run_core::CaThread;
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -108,7 +110,6 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         target_dir: resolved.target_dir(),
     };
     let plan = RunPlan::new(&args, nextest_args, facts);
-    crate::log::init(0, Some(&plan.log))?;
     let launched = launch(&plan, resolved, ca, runner_key, chain)?;
     finish::finish(&plan, &args.gates.deny, launched)
 }
