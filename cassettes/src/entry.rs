@@ -96,6 +96,8 @@ pub struct Entry {
 /// way, which a test's end waits for, and how many began, which numbers its steps.
 #[derive(Debug, Default)]
 pub struct TestShared {
+    /// Whether any exchange of the test began in this run.
+    pub(crate) began: std::sync::atomic::AtomicBool,
     pub(crate) in_flight: AtomicUsize,
     pub(crate) steps: AtomicU64,
     pub(crate) flights: Arc<Flights>,
@@ -496,6 +498,12 @@ impl Entry {
             key: loaded.cassette.interactions[index].key.clone(),
             recorded,
         })
+    }
+
+    /// True for the first exchange of this entry's test in the run (any provider), once.
+    pub fn first_exchange(&self) -> bool {
+        let began = &self.shared.began;
+        !began.load(Ordering::Relaxed) && !began.swap(true, Ordering::Relaxed)
     }
 
     /// Begins an exchange of this entry's test: the test's end, and the run's, wait for it

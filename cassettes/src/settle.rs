@@ -13,6 +13,13 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::time::Duration;
 
+/// What a trim keeps of a file: this run's recordings, and the recordings faults served it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Keep<'a> {
+    pub recorded: &'a [RecordingId],
+    pub served: &'a [RecordingId],
+}
+
 /// What settling one file did.
 #[derive(Debug, Default)]
 pub(crate) struct Settled {
@@ -25,17 +32,18 @@ pub(crate) struct Settled {
     pub ours: Sealed,
 }
 
-/// Puts `pending` (ordinal, interaction; in the order recorded) into the cassette at `path`
-/// and, with `keep`, removes every recording not named in it and orders the rest as `keep`
-/// names them (a re-recorded test's calls in the order it made them); one write, under the
-/// folder's lock. A file that ends empty is removed.
+/// Puts `pending` (ordinal, interaction) into the cassette at `path` and, with `keep`
+/// (what the test recorded in this run, and what a fault served it), removes every recording
+/// not named there; the recordings of this run then come first, in the order the test made its
+/// calls (their steps), then those faults served. One write, under the folder's lock. A file
+/// that ends empty is removed.
 pub(crate) fn settle_file(
     path: &Path,
     root: &Path,
     test: &TestId,
     lock_timeout: Duration,
     pending: &[(usize, Interaction)],
-    keep: Option<&[RecordingId]>,
+    keep: Option<Keep<'_>>,
 ) -> Result<Settled, Error> {
     let dir = path.parent().expect("cassette paths have a folder");
     let _lock = if pending.is_empty() {
@@ -78,17 +86,42 @@ pub(crate) fn settle_file(
         });
     }
     if let Some(keep) = keep {
-        let mut rank: std::collections::HashMap<&RecordingId, usize> = Default::default();
-        for (i, id) in keep.iter().enumerate() {
-            rank.entry(id).or_insert(i);
+        // A recording's step: as this end puts it, else as an earlier end of the run wrote it.
+        let mut step: std::collections::HashMap<&RecordingId, u64> = Default::default();
+        for (id, (_, x)) in placed.iter().zip(pending) {
+            if let Some(s) = x.step {
+                step.insert(id, s);
+            }
         }
         let ids = recording_ids(&cassette.interactions);
-        let mut ranked: Vec<(usize, Interaction)> = std::mem::take(&mut cassette.interactions)
-            .into_iter()
-            .zip(&ids)
-            .filter_map(|(x, id)| Some((*rank.get(id)?, x)))
+        let recorded: std::collections::HashMap<&RecordingId, usize> = keep
+            .recorded
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id, i))
             .collect();
-        ranked.sort_by_key(|(r, _)| *r);
+        let served: std::collections::HashMap<&RecordingId, usize> = keep
+            .served
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id, i))
+            .collect();
+        let mut ranked: Vec<((u8, u64, usize), Interaction)> =
+            std::mem::take(&mut cassette.interactions)
+                .into_iter()
+                .zip(&ids)
+                .filter_map(|(x, id)| {
+                    // Made in this run: by step, else in the order saved.
+                    let rank = if let Some(&saved) = recorded.get(id) {
+                        let s = step.get(id).copied().or(x.step).unwrap_or(u64::MAX);
+                        (0, s, saved)
+                    } else {
+                        (1, 0, *served.get(id)?)
+                    };
+                    Some((rank, x))
+                })
+                .collect();
+        ranked.sort_by_key(|(rank, _)| *rank);
         cassette.interactions = ranked.into_iter().map(|(_, x)| x).collect();
     }
     let after = sealed_ids(&cassette.interactions);

@@ -14,7 +14,7 @@ use crate::maintenance::{
     TestChanges,
 };
 use crate::secrets::Guard;
-use crate::settle::{settle_file, still_holds};
+use crate::settle::{settle_file, still_holds, Keep};
 use crate::spool::Spool;
 use crate::Error;
 use std::collections::HashMap;
@@ -372,39 +372,23 @@ impl Store {
                 continue;
             };
             let found = pending.iter().find(|(e, _)| e.provider == provider);
-            let keep: Option<Vec<RecordingId>> = trim.then(|| match found {
-                Some((e, pending)) => {
-                    let step: HashMap<RecordingId, u64> = pending
-                        .iter()
-                        .filter_map(|(ordinal, x)| {
-                            let id = RecordingId {
-                                key: x.key.clone(),
-                                ordinal: *ordinal,
-                            };
-                            Some((id, x.step?))
-                        })
-                        .collect();
+            let (kept, served): (Vec<RecordingId>, Vec<RecordingId>) = match found {
+                Some((e, _)) if trim => {
                     let state = e.state.lock().expect("entry lock");
-                    let mut recorded = state.run.recorded.clone();
-                    recorded.sort_by_key(|id| step.get(id).copied().unwrap_or(u64::MAX));
-                    recorded.extend(state.run.served.iter().cloned());
-                    recorded
+                    (state.run.recorded.clone(), state.run.served.clone())
                 }
-                None => Vec::new(),
+                _ => Default::default(),
+            };
+            let keep = trim.then_some(Keep {
+                recorded: &kept,
+                served: &served,
             });
             let recorded: &[(usize, crate::Interaction)] =
                 found.map(|(_, p)| p.as_slice()).unwrap_or_default();
             if recorded.is_empty() && keep.is_none() {
                 continue;
             }
-            let settled = settle_file(
-                &path,
-                &self.dir,
-                test,
-                self.lock_timeout,
-                recorded,
-                keep.as_deref(),
-            )?;
+            let settled = settle_file(&path, &self.dir, test, self.lock_timeout, recorded, keep)?;
             if let Some((e, taken)) = found {
                 let mut state = e.state.lock().expect("entry lock");
                 // Recordings made since they were taken wait for the next end.

@@ -45,6 +45,9 @@ impl Call {
         key: Key,
         session: bool,
     ) -> Call {
+        if entry.first_exchange() {
+            journal.ran(&entry.test);
+        }
         Call {
             flight: Some(entry.begin_exchange()),
             answer: None,

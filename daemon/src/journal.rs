@@ -628,16 +628,34 @@ impl Journal {
 
     /// Notes that a test started (the runner says so before it execs the test).
     pub fn begin(&self, test: &TestId) {
+        self.began
+            .lock()
+            .expect("journal lock")
+            .insert(test.clone());
+        self.began_event(test);
+    }
+
+    /// Notes that a test ran, where nothing said when it began (a first attempt under the
+    /// target runner, which says nothing to spare its test a round trip): the run log has it
+    /// begin at its first exchange, or now if it made none.
+    pub fn ran(&self, test: &TestId) {
+        let new = self
+            .began
+            .lock()
+            .expect("journal lock")
+            .insert(test.clone());
+        if new {
+            self.began_event(test);
+        }
+    }
+
+    fn began_event(&self, test: &TestId) {
         if let Some(run_log) = &self.run_log {
             run_log.emit(runlog::Event::TestBegan {
                 test: test.to_string(),
                 at_ms: run_log.now_ms(),
             });
         }
-        self.began
-            .lock()
-            .expect("journal lock")
-            .insert(test.clone());
     }
 
     /// Notes the tests a test binary holds (`<binary id>$<name>` each).

@@ -282,12 +282,12 @@ async fn a_streamed_recording_is_never_lost_under_load() {
     );
 }
 
-/// Two `--record -j 4` runs of the same 16 tests of 10 calls each, with prompts of their own,
-/// at once: every cassette ends holding exactly one run's ten recordings, never a mix; each
-/// set replays whole; and no run says another's recordings superseded its own where the file
-/// holds its own.
+/// Three `--record -j 4` runs of the same 16 tests of 10 calls each, with prompts of their
+/// own, at once, twice over: every cassette ends holding exactly one run's ten recordings, never
+/// a mix; each run's set replays whole; and no run says another's recordings superseded its own
+/// where the file holds its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_recording_runs_at_once_leave_one_complete_set() {
+async fn recording_runs_at_once_leave_one_complete_set() {
     let fake = FakeProvider::start().await;
     let sample = runlog_sample("0.1.1-two-runs");
     let mut args: Vec<String> = ["--record", "-j", "4", "-E", "test(/^many_/)"]
@@ -297,50 +297,59 @@ async fn two_recording_runs_at_once_leave_one_complete_set() {
     args.extend(upstream_args(&fake));
     let warm = sample.run(&refs(&args), &[("SAMPLE_TAG", "warm")]);
     assert_eq!(warm.code, Some(0), "{}", warm.stderr);
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| sample.run(&refs(&args), &[("SAMPLE_TAG", "A")]));
-        let b = s.spawn(|| sample.run(&refs(&args), &[("SAMPLE_TAG", "B")]));
-        (a.join().unwrap(), b.join().unwrap())
-    });
-    assert_eq!(a.code, Some(0), "{}", a.stderr);
-    assert_eq!(b.code, Some(0), "{}", b.stderr);
-    let mut winners = std::collections::BTreeMap::new();
-    for i in 0..16 {
-        let name = format!("many_{i:02}");
-        let path = sample.cassette(&format!("sample--runlog--{name}"), "openai");
-        let got = prompts(&read_json(&path));
-        let tag = got[0].split(' ').next().unwrap().to_string();
-        let want: Vec<String> = (0..10).map(|n| format!("{tag} {name} {n}")).collect();
-        assert_eq!(got, want, "{}: one run's complete set", path.display());
-        assert!(tag == "A" || tag == "B", "{tag}");
-        winners.insert(format!("sample::runlog${name}"), tag);
-    }
-    for (run, tag) in [(&a, "A"), (&b, "B")] {
-        for changes in run.report["recorded"].as_array().unwrap() {
-            let test = changes["test"].as_str().unwrap();
-            if winners.get(test).map(String::as_str) == Some(tag) {
-                assert!(changes["superseded"].is_null(), "{test}: {changes}");
+    for round in 0..2 {
+        let tags: Vec<String> = ["A", "B", "C"]
+            .iter()
+            .map(|t| format!("{t}{round}"))
+            .collect();
+        let runs: Vec<crate::support::Run> = std::thread::scope(|s| {
+            let handles: Vec<_> = tags
+                .iter()
+                .map(|tag| s.spawn(|| sample.run(&refs(&args), &[("SAMPLE_TAG", tag.as_str())])))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for run in &runs {
+            assert_eq!(run.code, Some(0), "{}", run.stderr);
+        }
+        let mut winners = std::collections::BTreeMap::new();
+        for i in 0..16 {
+            let name = format!("many_{i:02}");
+            let path = sample.cassette(&format!("sample--runlog--{name}"), "openai");
+            let got = prompts(&read_json(&path));
+            let tag = got[0].split(' ').next().unwrap().to_string();
+            let want: Vec<String> = (0..10).map(|n| format!("{tag} {name} {n}")).collect();
+            assert_eq!(got, want, "{}: one run's complete set", path.display());
+            assert!(tags.contains(&tag), "{tag}");
+            winners.insert(format!("sample::runlog${name}"), tag);
+        }
+        for (run, tag) in runs.iter().zip(&tags) {
+            for changes in run.report["recorded"].as_array().unwrap() {
+                let test = changes["test"].as_str().unwrap();
+                if winners.get(test) == Some(tag) {
+                    assert!(changes["superseded"].is_null(), "{test}: {changes}");
+                }
             }
         }
-    }
-    // Each run's set replays whole: the tests it won, with its own prompts.
-    for tag in ["A", "B"] {
-        let won: Vec<&String> = winners
-            .iter()
-            .filter(|(_, t)| t.as_str() == tag)
-            .map(|(test, _)| test)
-            .collect();
-        if won.is_empty() {
-            continue;
+        // Each run's set replays whole: the tests it won, with its own prompts.
+        for tag in &tags {
+            let won: Vec<&String> = winners
+                .iter()
+                .filter(|(_, t)| *t == tag)
+                .map(|(test, _)| test)
+                .collect();
+            if won.is_empty() {
+                continue;
+            }
+            let filter = won
+                .iter()
+                .map(|t| format!("test(={})", t.split('$').nth(1).unwrap()))
+                .collect::<Vec<_>>()
+                .join(" or ");
+            let replay = sample.run(&["-E", &filter], &[("SAMPLE_TAG", tag), ("CI", "true")]);
+            assert_eq!(replay.code, Some(0), "{}", replay.stderr);
+            assert_eq!(replay.report["counts"]["hits"], won.len() * 10);
         }
-        let filter = won
-            .iter()
-            .map(|t| format!("test(={})", t.split('$').nth(1).unwrap()))
-            .collect::<Vec<_>>()
-            .join(" or ");
-        let replay = sample.run(&["-E", &filter], &[("SAMPLE_TAG", tag), ("CI", "true")]);
-        assert_eq!(replay.code, Some(0), "{}", replay.stderr);
-        assert_eq!(replay.report["counts"]["hits"], won.len() * 10);
     }
 }
 

@@ -53,7 +53,7 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
                 journal.listed_all(suite);
                 // A run that stopped early did not run every selected test.
                 for test in selected.iter().filter(|_| !stopped_early) {
-                    journal.begin(test);
+                    journal.ran(test);
                 }
                 judged = true;
             }
@@ -68,7 +68,7 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
             .unwrap_or_default()
             .lines()
         {
-            journal.begin(&cassettes::TestId::new(test));
+            journal.ran(&cassettes::TestId::new(test));
         }
     }
     let stopped = serving.stop(status)?;
