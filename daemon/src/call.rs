@@ -3,7 +3,7 @@
 //! outcome to the journal (and through it the request log and the run log); an exchange
 //! dropped before it ended (its client left while the daemon waited) ends as `broken`.
 
-use crate::journal::{Detail, Journal, Outcome};
+use crate::outcome::{Detail, Outcome};
 use cassettes::{Entry, Key};
 use std::sync::Arc;
 
@@ -32,13 +32,25 @@ pub struct Call {
     /// What a recorded answer said of its model and usage, for the run log.
     pub answer: Option<Box<(Option<String>, Option<serde_json::Value>)>>,
     /// Where its end goes; none once it ended (and for a call a test makes up).
-    pub(crate) sink: Option<Arc<Journal>>,
+    pub(crate) sink: Option<Arc<dyn Sink>>,
+}
+
+/// What hears that a test made its first exchange of the run.
+pub trait Began {
+    /// `test` made its first exchange.
+    fn ran(&self, test: &cassettes::TestId);
+}
+
+/// Where exchanges end: the journal, which tells the request log and the run log.
+pub trait Sink: Send + Sync {
+    /// `call` ended with `outcome`.
+    fn ended(&self, call: Call, outcome: Outcome, status: u16, detail: Option<Detail>);
 }
 
 impl Call {
     /// A new exchange of `entry`'s test, under way until it ends.
-    pub(crate) fn begin(
-        journal: &Arc<Journal>,
+    pub(crate) fn begin<J: Sink + Began + 'static>(
+        journal: &Arc<J>,
         entry: Arc<Entry>,
         method: http::Method,
         path: String,
@@ -51,7 +63,7 @@ impl Call {
         Call {
             flight: Some(entry.begin_exchange()),
             answer: None,
-            sink: Some(journal.clone()),
+            sink: Some(journal.clone() as Arc<dyn Sink>),
             entry,
             method,
             path,
@@ -70,7 +82,7 @@ impl Call {
             self.entry.note_unsaved();
         }
         if let Some(sink) = self.sink.take() {
-            sink.log(self, outcome, status, detail);
+            sink.ended(self, outcome, status, detail);
         }
     }
 }
@@ -105,7 +117,7 @@ impl Drop for Call {
         };
         self.entry.note_unsaved();
         let message = "cargo-llmreplay: the exchange ended before its answer did (the client left?); nothing saved";
-        sink.log(
+        sink.ended(
             call,
             Outcome::Broken,
             499,

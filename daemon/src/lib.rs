@@ -24,6 +24,7 @@ mod hints;
 mod identity;
 pub mod journal;
 mod mcp;
+pub mod outcome;
 pub mod peer;
 mod plan;
 pub mod provider;
