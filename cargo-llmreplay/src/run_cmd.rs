@@ -9,7 +9,7 @@
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render;
-use crate::report::{self, RunScope};
+use crate::report::{self, ReportExt, RunScope};
 use clap::Args;
 use std::ffi::OsString;
 
@@ -139,8 +139,10 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
     let recorded = crate::test_cmd::finish::finish_tests(&journal, &store)?;
     // Only the tests that ran are known: folders of the others are not judged.
-    let mut scope = RunScope::default();
-    scope.filtered = true;
+    let scope = RunScope {
+        filtered: true,
+        ..RunScope::default()
+    };
     let mut report = report::Report::build(report::Inputs {
         mode,
         stats,

@@ -5,7 +5,7 @@ use super::launch::Launched;
 use super::plan::{RunPlan, Wiring};
 use crate::error::{Error, Outcome, Result};
 use crate::render;
-use crate::report::{self, Deny};
+use crate::report::{self, Deny, ReportExt};
 
 /// The status cargo-nextest (through clap) exits with when its arguments are wrong.
 const USAGE_REFUSED: i32 = 2;
