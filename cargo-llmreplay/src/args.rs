@@ -74,7 +74,7 @@ fn parse_live(s: &str) -> std::result::Result<String, String> {
     }
 }
 
-fn parse_mode(s: &str) -> std::result::Result<Mode, daemon::ConfigError> {
+fn parse_mode(s: &str) -> std::result::Result<Mode, runlog::report::UnknownMode> {
     s.parse()
 }
 

@@ -6,7 +6,7 @@
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{plural, stderr, term};
-use crate::report::{Missing, Report};
+use crate::report::{Missing, Report, ReportExt};
 use cassettes::classify::{match_table, Class, Rule};
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};

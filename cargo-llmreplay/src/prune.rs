@@ -6,7 +6,7 @@
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{plural, stderr, term};
-use crate::report::{Report, Unused};
+use crate::report::{Report, ReportExt, Unused};
 use cassettes::RecordingId;
 use clap::Args;
 use std::collections::BTreeMap;

@@ -8,7 +8,7 @@
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{plural, stderr, term};
-use crate::report::{Missing, Report};
+use crate::report::{Missing, Report, ReportExt};
 use cassettes::classify::Class;
 use cassettes::{Body, Key, RecordedRequest};
 use clap::Args;

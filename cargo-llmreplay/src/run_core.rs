@@ -7,7 +7,7 @@
 use crate::args::Resolved;
 use crate::error::{Error, Outcome, Result};
 use crate::render;
-use crate::report::{self, Deny, Report, RunScope};
+use crate::report::{self, Deny, Report, ReportExt, RunScope};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};

@@ -3,7 +3,7 @@
 //! Taken before the render module was written, so that refactoring shows no unintended change.
 
 use crate::render::Styles;
-use crate::report::Report;
+use crate::report::{Report, ReportExt};
 use review::git::Diff;
 use serde_json::json;
 use std::path::Path;

@@ -4,78 +4,15 @@
 
 use crate::provider::{Kind, Provider, UpstreamSource};
 use cassettes::{Normalizer, ProviderName, ReplaceRule};
+pub use runlog::report::Mode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// The file name looked for at the workspace root.
 pub const CONFIG_FILE: &str = "llmreplay.toml";
-
-/// How requests are answered (README, "Modes"); written in reports as `replay`,
-/// `record-missing`, `record` or `passthrough`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    /// Answers from cassettes only; a request with no recording is a miss.
-    #[default]
-    Replay,
-    /// Replays what is recorded, records what is not.
-    #[serde(alias = "record_missing")]
-    RecordMissing,
-    /// Records every request again.
-    Record,
-    /// Forwards everything, writes nothing.
-    Passthrough,
-}
-
-impl Mode {
-    /// The mode as flags and reports spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Replay => "replay",
-            Mode::RecordMissing => "record-missing",
-            Mode::Record => "record",
-            Mode::Passthrough => "passthrough",
-        }
-    }
-
-    /// Whether this mode reaches the network (and so is refused under `CI` unless forced).
-    pub fn goes_upstream(self) -> bool {
-        self != Mode::Replay
-    }
-
-    /// True for the modes that write cassettes.
-    pub fn writes(self) -> bool {
-        matches!(self, Mode::Record | Mode::RecordMissing)
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Mode {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Ok(match s {
-            "replay" => Mode::Replay,
-            "record-missing" | "record_missing" => Mode::RecordMissing,
-            "record" => Mode::Record,
-            "passthrough" => Mode::Passthrough,
-            other => {
-                return Err(ConfigError::Invalid(format!(
-                    "unknown mode {other:?}: use replay, record-missing, record or passthrough"
-                )))
-            }
-        })
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 /// What is wrong with the configuration; exit 2.

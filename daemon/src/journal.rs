@@ -4,7 +4,8 @@
 
 use crate::call::Call;
 use cassettes::TestId;
-use serde::{Deserialize, Serialize};
+pub use runlog::report::{Detail, ErrorAnswer, Failure, FieldValues, Miss, Passed, Stats};
+use serde::Serialize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -17,7 +18,7 @@ pub const MAX_KEPT_HITS: usize = 100_000;
 /// the first ones and counts all.
 pub const MAX_KEPT_OTHERS: usize = 10_000;
 
-pub use crate::outcome::{short_json, Detail, FieldValues, Outcome};
+pub use crate::outcome::{short_json, Outcome};
 
 struct Record {
     call: Call,
@@ -86,147 +87,21 @@ struct Overflow {
     tests: std::collections::BTreeSet<TestId>,
 }
 
-/// The first request of a run that failed on its way (upstream unreachable, an answer broken
-/// off or refused, a recording not saved), with what it said: the cause a summary names.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Failure {
-    /// The test.
-    pub test: TestId,
-    /// The status the client got.
-    pub status: u16,
-    /// What the daemon said.
-    pub message: String,
-}
-
-/// Tunnels a test opened to a `[capture] pass` host: nothing recorded, nothing replayed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Passed {
-    /// The test.
-    pub test: TestId,
-    /// The host and port.
-    pub host: String,
-    /// How many tunnels.
-    pub tunnels: usize,
-}
-
-/// A request that found no recording.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Miss {
-    /// The test.
-    pub test: cassettes::TestId,
-    /// The provider.
-    pub provider: cassettes::ProviderName,
-    /// The method.
-    pub method: String,
-    /// The upstream path.
-    pub path: String,
-    /// The cassette file it was looked up in.
-    pub cassette: String,
-    /// The request's key.
-    pub key: String,
-    /// Which request with this key in its test: 0 for the first.
-    pub ordinal: usize,
-    #[serde(flatten)]
-    /// Why it missed.
-    pub detail: Detail,
-}
-
-/// A recording whose answer is an error (a 4xx): saved, since error-handling tests need
-/// them, and listed, since a wrong request recorded by mistake looks the same.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ErrorAnswer {
-    /// The test.
-    pub test: cassettes::TestId,
-    /// The provider.
-    pub provider: cassettes::ProviderName,
-    /// The method.
-    pub method: String,
-    /// The upstream path.
-    pub path: String,
-    /// The status recorded.
-    pub status: u16,
-    /// The cassette file.
-    pub cassette: String,
-    /// Which recording with its key: 0 for the first.
-    pub ordinal: usize,
-    /// Recorded in this run, or replayed.
-    pub recorded: bool,
-}
-
-impl Stats {
-    fn count_of(&mut self, outcome: Outcome) -> &mut usize {
-        match outcome {
-            Outcome::Hit => &mut self.hits,
-            Outcome::Miss => &mut self.misses,
-            Outcome::Recorded => &mut self.recorded,
-            Outcome::Replaced => &mut self.replaced,
-            Outcome::Unchanged => &mut self.unchanged,
-            Outcome::Passthrough => &mut self.passthrough,
-            Outcome::Refused => &mut self.refused,
-            Outcome::Broken => &mut self.broken,
-            Outcome::Error => &mut self.errors,
-            Outcome::Fault => &mut self.faults,
-            Outcome::Telemetry => &mut self.telemetry,
-            Outcome::LiveDiffers => &mut self.live_differs,
-        }
-    }
-}
-
-/// Counts by outcome.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Stats {
-    /// Every request and session.
-    pub requests: usize,
-    /// Replayed.
-    pub hits: usize,
-    /// With no recording.
-    pub misses: usize,
-    /// Recorded anew.
-    pub recorded: usize,
-    /// Recorded again, answer changed.
-    pub replaced: usize,
-    /// Recorded again, answer the same.
-    pub unchanged: usize,
-    /// Forwarded, not saved.
-    pub passthrough: usize,
-    /// Forwarded, not saved: the answer refused the request itself (a key, a wrong path).
-    #[serde(default)]
-    pub refused: usize,
-    /// Broken off upstream, not saved.
-    pub broken: usize,
-    /// Failed (upstream, file or refusal).
-    pub errors: usize,
-    /// Requests answered by a fault the test asked for.
-    #[serde(default)]
-    pub faults: usize,
-    /// Telemetry (traces) answered here in replay, whatever its body.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub telemetry: usize,
-    /// Messages to an MCP server run live whose answers differ from their recordings.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub live_differs: usize,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-/// Adds the counts of another run: a sharded suite's reports are merged this way.
-impl std::ops::AddAssign<&Stats> for Stats {
-    fn add_assign(&mut self, o: &Stats) {
-        self.requests += o.requests;
-        self.hits += o.hits;
-        self.misses += o.misses;
-        self.recorded += o.recorded;
-        self.replaced += o.replaced;
-        self.unchanged += o.unchanged;
-        self.passthrough += o.passthrough;
-        self.refused += o.refused;
-        self.broken += o.broken;
-        self.errors += o.errors;
-        self.faults += o.faults;
-        self.telemetry += o.telemetry;
-        self.live_differs += o.live_differs;
+/// The count of `outcome` among `stats`.
+fn count_of(stats: &mut Stats, outcome: Outcome) -> &mut usize {
+    match outcome {
+        Outcome::Hit => &mut stats.hits,
+        Outcome::Miss => &mut stats.misses,
+        Outcome::Recorded => &mut stats.recorded,
+        Outcome::Replaced => &mut stats.replaced,
+        Outcome::Unchanged => &mut stats.unchanged,
+        Outcome::Passthrough => &mut stats.passthrough,
+        Outcome::Refused => &mut stats.refused,
+        Outcome::Broken => &mut stats.broken,
+        Outcome::Error => &mut stats.errors,
+        Outcome::Fault => &mut stats.faults,
+        Outcome::Telemetry => &mut stats.telemetry,
+        Outcome::LiveDiffers => &mut stats.live_differs,
     }
 }
 
@@ -336,7 +211,7 @@ impl Journal {
         {
             let mut overflow = self.overflow.lock().expect("journal lock");
             overflow.stats.requests += 1;
-            *overflow.stats.count_of(record.outcome) += 1;
+            *count_of(&mut overflow.stats, record.outcome) += 1;
             if !overflow.tests.contains(record.call.entry.test.as_str()) {
                 overflow.tests.insert(record.call.entry.test.clone());
             }
@@ -355,7 +230,7 @@ impl Journal {
             ..Stats::default()
         };
         for r in records.iter() {
-            *s.count_of(r.outcome) += 1;
+            *count_of(&mut s, r.outcome) += 1;
         }
         s += &self.overflow.lock().expect("journal lock").stats;
         s

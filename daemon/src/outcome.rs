@@ -2,7 +2,8 @@
 //! what to say about it. A leaf module: the exchange's end and the journal both name it, and it
 //! names neither.
 
-use serde::{Deserialize, Serialize};
+pub use runlog::report::Detail;
+use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -91,45 +92,6 @@ impl Outcome {
     }
 }
 
-/// Why a request missed or failed, for the report.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Detail {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// The model it asked for.
-    pub model: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// The start of its last user message.
-    pub prompt: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// The fields that differ from the closest recording.
-    pub closest: Option<Vec<String>>,
-    /// For each differing field (up to 8; every one, up to 64, for a miss of SDK shape, so that
-    /// `rekey` can rebuild the request), what the closest recording holds and what this request
-    /// sent.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<FieldValues>,
-    /// The class of the miss: the most meaningful of its fields' classes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class: Option<cassettes::classify::Class>,
-    /// The `[match]` rules that would key its volatile fields the same.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub rules: Vec<cassettes::classify::Rule>,
-    /// The closest recording: its position in the cassette, from 0, and its key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub closest_at: Option<(usize, String)>,
-    /// The closest recording is the same call (method and path) with other parameters:
-    /// re-recording the test replaces it.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub same_call: bool,
-    /// The host of a call captured as the test's proxy (a hard-coded URL, a tool's API):
-    /// one that, missed in replay, would have left the machine.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    /// The message sent to the client.
-    pub message: Option<String>,
-}
-
 /// A field's value on one line: compact JSON cut at `max_chars`, `(absent)` for none, as a
 /// miss message and the summary show a differing field.
 pub fn short_json(value: Option<&serde_json::Value>, max_chars: usize) -> String {
@@ -142,33 +104,4 @@ pub fn short_json(value: Option<&serde_json::Value>, max_chars: usize) -> String
         short.push('…');
     }
     short
-}
-
-/// A request field that differs from the closest recording.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct FieldValues {
-    /// Its JSON pointer.
-    pub field: String,
-    /// The recorded value; absent when the recording has no such field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recorded: Option<serde_json::Value>,
-    /// This request's value; absent when it has no such field.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub now: Option<serde_json::Value>,
-    /// What kind of difference it is.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub class: Option<cassettes::classify::Class>,
-    /// The evidence for its class, in a few words.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub why: Option<String>,
-}
-
-impl Detail {
-    /// A detail that is only a message.
-    pub fn message(message: String) -> Self {
-        Detail {
-            message: Some(message),
-            ..Detail::default()
-        }
-    }
 }

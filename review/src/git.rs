@@ -6,51 +6,10 @@ use crate::review::{paired_diffs, InteractionDiff};
 use crate::Error;
 use cassettes::BLOB_DIR;
 use cassettes::{recording_ids, Cassette, Interaction, RecordingId};
+pub use runlog::report::{Change, ChangeKind};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-/// How a cassette file changed against the base.
-pub enum ChangeKind {
-    /// Not in the base.
-    New,
-    /// In both, different.
-    Modified,
-    /// In the base only.
-    Deleted,
-    /// In the base under another path (its test renamed), in the work tree here.
-    Moved,
-}
-
-/// One cassette file that differs from HEAD.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Change {
-    /// Relative to the repository's root.
-    #[serde(with = "cassettes::lossy_path")]
-    pub path: PathBuf,
-    /// How the file changed.
-    pub kind: ChangeKind,
-    /// Recordings new in it.
-    pub added: usize,
-    /// Recordings whose answer changed.
-    pub replaced: usize,
-    /// Recordings gone from it.
-    pub removed: usize,
-    /// Recordings as they were.
-    pub unchanged: usize,
-    /// Set when one side does not parse.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// Where a moved file was in HEAD (its test renamed, `cargo llmreplay mv`).
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        with = "cassettes::lossy_path::option"
-    )]
-    pub moved_from: Option<PathBuf>,
-}
 
 /// The repository holding `cassette_dir`, its work tree, and the cassette folder relative to
 /// it; `None` outside a repository.

@@ -4,8 +4,11 @@
 //! exchange ended with its outcome, and the run ended. The report, the summary and later views
 //! are readers of it; so can any other tool be, with only serde (as nextest-metadata serves
 //! nextest's data). Readers skip events of kinds they do not know, and a log whose `run_began`
-//! names a newer [`VERSION`] than theirs may hold fields they do not know.
+//! names a newer [`VERSION`] than theirs may hold fields they do not know. The report a run
+//! writes at its end, `target/llmreplay/report.json`, is [`report::Report`].
 #![warn(missing_docs)]
+
+pub mod report;
 
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;

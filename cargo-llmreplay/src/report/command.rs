@@ -1,6 +1,6 @@
 //! `cargo llmreplay report merge`: one report out of the reports of a partitioned suite.
 
-use super::{Deny, Report};
+use super::{Deny, Report, ReportExt};
 use crate::args::CassetteDirArg;
 use crate::error::{Outcome, Result};
 use std::path::PathBuf;

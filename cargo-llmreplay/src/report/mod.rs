@@ -1,6 +1,8 @@
 //! The report after a run: requests that found no recording (from the daemon's journal),
 //! recordings and cassette folders nothing used (journal, store and `cargo nextest list`), and
-//! cassette files changed against git HEAD. Printed on stderr, written as JSON.
+//! cassette files changed against git HEAD. Printed on stderr, written as JSON. Its types are
+//! `runlog::report`'s, for any tool to read; building, judging and printing it are this module's
+//! (`ReportExt`).
 
 mod command;
 mod scope;
@@ -8,15 +10,16 @@ mod sections;
 mod summary;
 
 pub use command::{run, ReportCommand};
-pub use scope::{list_tests, read_list, spawn_list, RunScope};
+pub use runlog::report::{Missing, RenamedFrom, Report, RunScope, Unused};
+pub use scope::{list_tests, read_list, scope_of, spawn_list};
 
 use crate::error::{exit, Error, Outcome, Result};
-use crate::render::plural;
+use crate::render::{plural, term, Styles};
 use cassettes::{Slug, Store, TestId};
-use daemon::{ErrorAnswer, Journal, Miss, Mode, Stats};
+use daemon::{Journal, Mode, Stats};
 use review::git::{changes_against_head, Change};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
@@ -30,108 +33,6 @@ pub enum Deny {
     /// missing; they never left the machine). These fail a run as anything missing does;
     /// the value is kept so that gates written for it still parse.
     Escaped,
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct Missing {
-    #[serde(flatten)]
-    pub miss: Miss,
-    /// The command that records it.
-    pub command: String,
-    /// When the closest recording is the same call with other parameters: the command that
-    /// records the test again, replacing it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerecord: Option<String>,
-    /// A test that no longer exists recorded this very request: the test was renamed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub renamed_from: Option<RenamedFrom>,
-}
-
-/// The old name of a renamed test, and the command that keeps its recordings.
-#[derive(Serialize, Deserialize)]
-pub struct RenamedFrom {
-    pub test: String,
-    pub command: String,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Unused {
-    /// A recording that no request of a test that ran replayed.
-    Recording(cassettes::Unused),
-    /// A cassette folder whose slug matches no test of the suite.
-    Folder { folder: String },
-}
-
-#[derive(Serialize, Deserialize)]
-pub struct Report {
-    pub llmreplay_report: u32,
-    pub mode: Mode,
-    pub scope: RunScope,
-    /// When the report was written, in milliseconds since the Unix epoch: `prune` refuses a
-    /// report older than the cassettes.
-    pub generated_at_ms: u64,
-    /// False when a test failed: it may have stopped before making the calls it recorded.
-    pub tests_passed: bool,
-    /// nextest stopped at a failure (fail-fast) with tests left unrun: `missing` may be
-    /// incomplete.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub stopped_early: bool,
-    /// Some calls named no test (a client that sent no proxy credentials, or no `X-Test-Id`)
-    /// and were filed under the test `default`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub unattributed: bool,
-    /// Per test, what a recording run added, replaced and removed in its cassettes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recorded: Vec<cassettes::TestChanges>,
-    #[serde(with = "cassettes::lossy_path")]
-    pub cassette_dir: PathBuf,
-    pub counts: Stats,
-    pub missing: Vec<Missing>,
-    /// Calls the proxy captured, in replay, to hosts with no recording: answered as missing,
-    /// never sent. They fail the run as anything missing does.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub escaped: Vec<Missing>,
-    /// Tunnels to `[capture] pass` hosts (package registries, and what the file adds): they
-    /// left the machine unrecorded.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub passed_through: Vec<daemon::journal::Passed>,
-    /// Recordings (made or replayed in this run) whose answer is a 4xx.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub error_answers: Vec<ErrorAnswer>,
-    pub unused: Vec<Unused>,
-    /// Messages to MCP servers run live (`--live mcp:NAME`) whose answers differ from their
-    /// recordings.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub live_differs: Vec<Miss>,
-    /// Requests a fault answered, per test that asked for faults.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub faults: BTreeMap<String, usize>,
-    pub changed: Vec<Change>,
-    /// False when the cassettes are not in a git repository (so `changed` says nothing).
-    pub git: bool,
-    /// The code the run ran, as a hash of the commit and the changed files outside the
-    /// cassettes: two runs of the same code that missed on different values saw volatile ones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sources: Option<String>,
-    /// For a partition of the suite, what `report merge` needs to judge cassette folders once
-    /// every partition is in: the suite's test ids and the cassette folders present.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub suite: Option<BTreeSet<TestId>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub folders: Option<BTreeSet<String>>,
-    /// The partitions a merged report was made of.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub merged: Vec<String>,
-    /// The daemon's log of this run, a line per request.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub log: Option<String>,
-    /// This run's event log (README, "The run log").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run_log: Option<String>,
-    /// The first request that failed on its way (upstream unreachable, say), and why.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub first_failure: Option<daemon::journal::Failure>,
 }
 
 /// Where a run's report goes and what fails its gate: the flags `test` and `run` share.
@@ -168,8 +69,90 @@ pub struct Inputs<'a> {
     pub changes: Option<Result<Option<Vec<Change>>, review::Error>>,
 }
 
-impl Report {
-    pub fn build(inputs: Inputs) -> Result<Report, review::Error> {
+/// What the CLI does with a report: builds it from a run, reads, merges and writes it, judges its
+/// gate and prints it. The report's type is `runlog`'s, for any tool to read; this is the part
+/// that needs the daemon, git and the terminal.
+pub trait ReportExt {
+    /// The report of a run, from what the daemon's journal, the store and git say.
+    fn build(inputs: Inputs) -> Result<Report, review::Error>;
+
+    /// A cassette file (`depth` 2) or folder (1) the report names, on this machine: rebased on
+    /// `cassette_dir` (the report may come from another machine; `<slug>/<provider>.json` is
+    /// kept when its prefix differs), and refused unless it is one of `cassette_dir`'s, links
+    /// resolved: an edited report never makes a command (`doing`: "prune removes") touch
+    /// anything else.
+    fn cassette_on_this_machine(
+        &self,
+        cassette_dir: &Path,
+        named: &Path,
+        depth: usize,
+        doing: &str,
+    ) -> Result<PathBuf>;
+
+    /// The report at `given`, else the last run's in the workspace's target dir, with its path.
+    fn last_run(
+        resolved: &crate::args::Resolved,
+        given: Option<&Path>,
+    ) -> Result<(PathBuf, Report)>;
+
+    /// The report written at `path`.
+    fn read(path: &Path) -> Result<Report>;
+
+    /// Combines the reports of a suite's partitions. Cassette folders are judged only here,
+    /// once every partition of `M/N` is in, against every partition's list of the suite.
+    fn merge(reports: Vec<Report>) -> Result<Report>;
+
+    /// Ends a run whose command exited with `status`: learns from the report it replaces at
+    /// `path`, writes this one there, prints its summary (paths relative to `root`) and why the
+    /// gate fails, writes the CI step summary, and says how the run ends.
+    fn conclude(
+        &mut self,
+        path: &Path,
+        root: &Path,
+        status: std::process::ExitStatus,
+        deny: &[Deny],
+    ) -> Result<Outcome>;
+
+    /// Takes as volatile a field the run `before` also missed on, against the same recording,
+    /// with another value, when nothing else that differs changed between the two runs: two
+    /// runs of one test that send different values there, unasked.
+    fn learn_volatile(&mut self, before: &Report);
+
+    /// Writes the report at `path`, replacing what was there at once.
+    fn write(&self, path: &Path) -> Result<()>;
+
+    /// nextest's own status when tests failed; else 1 when any request was answered as
+    /// missing (a captured call to a host with no recording too, though the test swallowed
+    /// the error), or unused or changed under `--deny`; else 0. A merged report has no
+    /// nextest status of its own.
+    fn outcome(&self, nextest: Option<ExitStatus>, deny: &[Deny]) -> Outcome;
+
+    /// Why the run fails its gate, each with what fixes it; empty when it passes. Said on the
+    /// terminal and in the step summary alike.
+    fn gate_failures(&self, deny: &[Deny]) -> Vec<String>;
+
+    /// What the summary and the page say, decided once as data (paths relative to `root`).
+    fn sections(&self, root: &Path) -> sections::Sections;
+
+    /// Ends a run's output: the summary on stderr (paths relative to `root`, then where the
+    /// report is, at `path`), why the gate fails, and the page added to the CI job's summary.
+    /// The sections are built once and rendered for each.
+    fn show(&self, root: &Path, path: &Path, failures: &[String]);
+
+    /// Why the run fails its gate, for the terminal: one line each, with its fix.
+    fn gate_text(failures: &[String], styles: Styles) -> String;
+
+    /// The summary after a run, as `show` prints it.
+    #[cfg(test)]
+    fn summary(&self, root: &Path, path: &Path, styles: Styles) -> String;
+
+    /// The page, as `show` adds it to the CI job's summary.
+    #[cfg(test)]
+    fn markdown(&self) -> String;
+}
+
+impl ReportExt for Report {
+    fn build(inputs: Inputs) -> Result<Report, review::Error> {
         // A retried test asks again for what it missed the first time: report it once.
         let mut seen = BTreeSet::new();
         let mut missing: Vec<Missing> = inputs
@@ -253,12 +236,7 @@ impl Report {
         })
     }
 
-    /// A cassette file (`depth` 2) or folder (1) the report names, on this machine: rebased on
-    /// `cassette_dir` (the report may come from another machine; `<slug>/<provider>.json` is
-    /// kept when its prefix differs), and refused unless it is one of `cassette_dir`'s, links
-    /// resolved: an edited report never makes a command (`doing`: "prune removes") touch
-    /// anything else.
-    pub fn cassette_on_this_machine(
+    fn cassette_on_this_machine(
         &self,
         cassette_dir: &Path,
         named: &Path,
@@ -297,8 +275,7 @@ impl Report {
         Ok(path)
     }
 
-    /// The report at `given`, else the last run's in the workspace's target dir, with its path.
-    pub fn last_run(
+    fn last_run(
         resolved: &crate::args::Resolved,
         given: Option<&Path>,
     ) -> Result<(PathBuf, Report)> {
@@ -309,7 +286,7 @@ impl Report {
         Ok((path, report))
     }
 
-    pub fn read(path: &Path) -> Result<Report> {
+    fn read(path: &Path) -> Result<Report> {
         let text = std::fs::read(path).map_err(|source| Error::ReportUnreadable {
             path: path.to_path_buf(),
             source,
@@ -320,9 +297,7 @@ impl Report {
         })
     }
 
-    /// Combines the reports of a suite's partitions. Cassette folders are judged only here,
-    /// once every partition of `M/N` is in, against every partition's list of the suite.
-    pub fn merge(reports: Vec<Report>) -> Result<Report> {
+    fn merge(reports: Vec<Report>) -> Result<Report> {
         let mut it = reports.into_iter();
         let Some(mut out) = it.next() else {
             return Err(Error::Usage(
@@ -391,10 +366,7 @@ impl Report {
         Ok(out)
     }
 
-    /// Ends a run whose command exited with `status`: learns from the report it replaces at
-    /// `path`, writes this one there, prints its summary (paths relative to `root`) and why the
-    /// gate fails, writes the CI step summary, and says how the run ends.
-    pub fn conclude(
+    fn conclude(
         &mut self,
         path: &Path,
         root: &Path,
@@ -417,10 +389,7 @@ impl Report {
         Ok(self.outcome(Some(status), deny))
     }
 
-    /// Takes as volatile a field the run `before` also missed on, against the same recording,
-    /// with another value, when nothing else that differs changed between the two runs: two
-    /// runs of one test that send different values there, unasked.
-    pub fn learn_volatile(&mut self, before: &Report) {
+    fn learn_volatile(&mut self, before: &Report) {
         use cassettes::classify::{Class, Rule};
         // Another version of the code may send another prompt on purpose.
         if self.sources.is_none() || self.sources != before.sources {
@@ -477,7 +446,7 @@ impl Report {
         }
     }
 
-    pub fn write(&self, path: &Path) -> Result<()> {
+    fn write(&self, path: &Path) -> Result<()> {
         let failed = |e| Error::io(format!("cannot write the report {}", path.display()), e);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(failed)?;
@@ -489,11 +458,7 @@ impl Report {
         crate::files::replace_atomically(path, json).map_err(failed)
     }
 
-    /// nextest's own status when tests failed; else 1 when any request was answered as
-    /// missing (a captured call to a host with no recording too, though the test swallowed
-    /// the error), or unused or changed under `--deny`; else 0. A merged report has no
-    /// nextest status of its own.
-    pub fn outcome(&self, nextest: Option<ExitStatus>, deny: &[Deny]) -> Outcome {
+    fn outcome(&self, nextest: Option<ExitStatus>, deny: &[Deny]) -> Outcome {
         if let Some(status) = nextest.filter(|s| !s.success()) {
             return Outcome::Nextest(nextest_code(status));
         }
@@ -503,9 +468,7 @@ impl Report {
         Outcome::gate(!self.gate_failures(deny).is_empty())
     }
 
-    /// Why the run fails its gate, each with what fixes it; empty when it passes. Said on the
-    /// terminal and in the step summary alike.
-    pub fn gate_failures(&self, deny: &[Deny]) -> Vec<String> {
+    fn gate_failures(&self, deny: &[Deny]) -> Vec<String> {
         let mut why = Vec::new();
         if !self.missing.is_empty() {
             why.push(format!(
@@ -545,6 +508,36 @@ impl Report {
             ));
         }
         why
+    }
+
+    fn sections(&self, root: &Path) -> sections::Sections {
+        sections::sections(self, root)
+    }
+
+    fn show(&self, root: &Path, path: &Path, failures: &[String]) {
+        summary::show(self, root, path, failures)
+    }
+
+    fn gate_text(failures: &[String], styles: Styles) -> String {
+        if failures.is_empty() {
+            return String::new();
+        }
+        let mut out = format!("{}\n", styles.error("the run fails its gate:"));
+        for why in failures {
+            let _ = writeln!(out, "  - {}", term(why));
+        }
+        out
+    }
+
+    #[cfg(test)]
+    fn summary(&self, root: &Path, path: &Path, styles: Styles) -> String {
+        summary::text(&self.sections(root), path, styles)
+    }
+
+    #[cfg(test)]
+    fn markdown(&self) -> String {
+        // The page names no file by its place on this machine: no root to be relative to.
+        summary::markdown(&self.sections(Path::new("")))
     }
 }
 

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use cassettes::TestId;
-use serde::{Deserialize, Serialize};
+use runlog::report::RunScope;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 
@@ -40,51 +40,28 @@ const NEUTRAL_WITH_VALUE: &[&str] = &[
     "--cargo-profile",
 ];
 
-/// Which tests a run covered, as far as its nextest arguments tell.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct RunScope {
-    /// Any argument that may select fewer tests than the whole suite (`-E`, `-p`, a name, ...).
-    pub filtered: bool,
-    pub partition: Option<String>,
-    #[serde(skip)]
-    pub(super) workspace: bool,
-}
-
-impl RunScope {
-    pub fn of(args: &[OsString]) -> Self {
-        let mut scope = RunScope::default();
-        let mut it = args.iter().map(|a| a.to_string_lossy());
-        while let Some(arg) = it.next() {
-            let (flag, inline) = match arg.split_once('=') {
-                Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
-                _ => (arg.to_string(), None),
-            };
-            if flag == "--partition" {
-                scope.partition = inline.or_else(|| it.next().map(|v| v.to_string()));
-            } else if NEUTRAL_WITH_VALUE.contains(&flag.as_str()) {
-                if inline.is_none() {
-                    it.next();
-                }
-            } else if NEUTRAL.contains(&flag.as_str()) {
-                scope.workspace |= flag == "--workspace" || flag == "--all";
-            } else {
-                scope.filtered = true;
+/// Which tests a run with these nextest arguments covers.
+pub fn scope_of(args: &[OsString]) -> RunScope {
+    let mut scope = RunScope::default();
+    let mut it = args.iter().map(|a| a.to_string_lossy());
+    while let Some(arg) = it.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
+            _ => (arg.to_string(), None),
+        };
+        if flag == "--partition" {
+            scope.partition = inline.or_else(|| it.next().map(|v| v.to_string()));
+        } else if NEUTRAL_WITH_VALUE.contains(&flag.as_str()) {
+            if inline.is_none() {
+                it.next();
             }
-        }
-        scope
-    }
-
-    /// Every package of the workspace, nothing filtered: what `status` lists.
-    pub fn whole_workspace() -> Self {
-        RunScope {
-            workspace: true,
-            ..RunScope::default()
+        } else if NEUTRAL.contains(&flag.as_str()) {
+            scope.workspace |= flag == "--workspace" || flag == "--all";
+        } else {
+            scope.filtered = true;
         }
     }
-
-    pub fn whole_suite(&self) -> bool {
-        !self.filtered && self.partition.is_none()
-    }
+    scope
 }
 
 /// Options of `cargo nextest run` that `list` does not take (they say how tests run, not
@@ -205,7 +182,7 @@ mod tests {
     use super::*;
 
     fn scope(args: &[&str]) -> RunScope {
-        RunScope::of(&args.iter().map(OsString::from).collect::<Vec<_>>())
+        scope_of(&args.iter().map(OsString::from).collect::<Vec<_>>())
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! What a run's report says, as data: its sections in order, each with its severity, heading
-//! and items, every command to suggest and every count already worded. `Report::sections`
-//! decides all of it once; the terminal summary and the markdown page (`summary`) only render
-//! it. Text here is raw, as it came from the journal and the cassettes: a renderer escapes each
-//! piece for its medium.
+//! and items, every command to suggest and every count already worded. `sections` decides all
+//! of it once; the terminal summary and the markdown page (`summary`) only render it. Text here
+//! is raw, as it came from the journal and the cassettes: a renderer escapes each piece for its
+//! medium.
 
 use super::{Report, Unused};
 use crate::render::{error_answers_line, plural, stats_sentence};
@@ -197,172 +197,170 @@ impl Section {
     }
 }
 
-impl Report {
-    /// What the report says, in the order the summary reads it, paths shown relative to
-    /// `root`.
-    pub fn sections(&self, root: &Path) -> Sections {
-        use SectionKind as K;
-        use Severity::{Error, Info, Note, Warning};
-        let rel = |p: &str| {
-            Path::new(p)
-                .strip_prefix(root)
-                .map_or_else(|_| p.to_string(), |r| r.display().to_string())
-        };
-        let sections = [
-            self.first_failure.as_ref().map(|f| {
-                let cause = f.message.lines().next().unwrap_or_default();
-                let said = format!("first failure ({}, {}): {cause}", f.test, f.status);
-                Section::notice(K::FirstFailure, Warning, said)
+/// What the report says, in the order the summary reads it, paths shown relative to
+/// `root`.
+pub(super) fn sections(report: &Report, root: &Path) -> Sections {
+    use SectionKind as K;
+    use Severity::{Error, Info, Note, Warning};
+    let rel = |p: &str| {
+        Path::new(p)
+            .strip_prefix(root)
+            .map_or_else(|_| p.to_string(), |r| r.display().to_string())
+    };
+    let sections = [
+        report.first_failure.as_ref().map(|f| {
+            let cause = f.message.lines().next().unwrap_or_default();
+            let said = format!("first failure ({}, {}): {cause}", f.test, f.status);
+            Section::notice(K::FirstFailure, Warning, said)
+        }),
+        (!report.error_answers.is_empty()).then(|| {
+            let said = error_answers_line(&report.error_answers);
+            Section::notice(K::ErrorAnswers, Warning, said)
+        }),
+        Section::list(
+            K::Recorded,
+            Note,
+            format!("recorded ({})", plural(report.recorded.len(), "test")),
+            report.recorded
+                .iter()
+                .map(|t| Item::Test {
+                    test: t.test.to_string(),
+                    what: test_changes(t),
+                })
+                .collect(),
+        ),
+        Section::list(
+            K::Faults,
+            Info,
+            format!(
+                "answered by faults the tests asked for ({})",
+                report.counts.faults
+            ),
+            report.faults
+                .iter()
+                .map(|(test, n)| Item::Test {
+                    test: test.clone(),
+                    what: n.to_string(),
+                })
+                .collect(),
+        ),
+        Section::list(
+            K::LiveDiffers,
+            Error,
+            format!(
+                "live MCP answers that differ from their recordings ({})",
+                report.live_differs.len()
+            ),
+            report.live_differs.iter().map(live_difference).collect(),
+        ),
+        Section::list(
+            K::Missing,
+            Error,
+            format!("missing ({})", report.missing.len()),
+            report.missing.iter().map(missing_call).collect(),
+        )
+        .map(|s| Section {
+            all: record_all_command(report).map(|command| Advice {
+                said: "record them all".into(),
+                command,
             }),
-            (!self.error_answers.is_empty()).then(|| {
-                let said = error_answers_line(&self.error_answers);
-                Section::notice(K::ErrorAnswers, Warning, said)
-            }),
-            Section::list(
-                K::Recorded,
-                Note,
-                format!("recorded ({})", plural(self.recorded.len(), "test")),
-                self.recorded
-                    .iter()
-                    .map(|t| Item::Test {
-                        test: t.test.to_string(),
-                        what: test_changes(t),
-                    })
-                    .collect(),
+            ..s
+        }),
+        Section::list(
+            K::Escaped,
+            Warning,
+            format!(
+                "escaped ({}): calls captured on their way to a host with no recording; answered as missing, they never left the machine",
+                report.escaped.len()
             ),
-            Section::list(
-                K::Faults,
-                Info,
-                format!(
-                    "answered by faults the tests asked for ({})",
-                    self.counts.faults
-                ),
-                self.faults
-                    .iter()
-                    .map(|(test, n)| Item::Test {
-                        test: test.clone(),
-                        what: n.to_string(),
-                    })
-                    .collect(),
+            report.escaped.iter().map(escaped_call).collect(),
+        ),
+        Section::list(
+            K::PassedThrough,
+            Info,
+            format!(
+                "passed through ({}): tunnels to [capture] pass hosts, which left the machine unrecorded",
+                report.passed_through.len()
             ),
-            Section::list(
-                K::LiveDiffers,
-                Error,
-                format!(
-                    "live MCP answers that differ from their recordings ({})",
-                    self.live_differs.len()
-                ),
-                self.live_differs.iter().map(live_difference).collect(),
-            ),
-            Section::list(
-                K::Missing,
-                Error,
-                format!("missing ({})", self.missing.len()),
-                self.missing.iter().map(missing_call).collect(),
+            report.passed_through
+                .iter()
+                .map(|p| Item::Passed {
+                    test: p.test.to_string(),
+                    host: p.host.clone(),
+                    tunnels: p.tunnels,
+                    counted: plural(p.tunnels, "tunnel"),
+                })
+                .collect(),
+        ),
+        report.unattributed.then(|| {
+            Section::notice(
+                K::Unattributed,
+                Warning,
+                "some calls named no test and were filed under the test `default`: a client that sends no proxy credentials (or a script with no X-Test-Id); the log names them".into(),
             )
-            .map(|s| Section {
-                all: self.record_all_command().map(|command| Advice {
-                    said: "record them all".into(),
-                    command,
-                }),
-                ..s
-            }),
-            Section::list(
-                K::Escaped,
+        }),
+        report.stopped_early.then(|| {
+            Section::notice(
+                K::StoppedEarly,
                 Warning,
-                format!(
-                    "escaped ({}): calls captured on their way to a host with no recording; answered as missing, they never left the machine",
-                    self.escaped.len()
-                ),
-                self.escaped.iter().map(escaped_call).collect(),
-            ),
-            Section::list(
-                K::PassedThrough,
-                Info,
-                format!(
-                    "passed through ({}): tunnels to [capture] pass hosts, which left the machine unrecorded",
-                    self.passed_through.len()
-                ),
-                self.passed_through
-                    .iter()
-                    .map(|p| Item::Passed {
-                        test: p.test.to_string(),
-                        host: p.host.clone(),
-                        tunnels: p.tunnels,
-                        counted: plural(p.tunnels, "tunnel"),
-                    })
-                    .collect(),
-            ),
-            self.unattributed.then(|| {
-                Section::notice(
-                    K::Unattributed,
-                    Warning,
-                    "some calls named no test and were filed under the test `default`: a client that sends no proxy credentials (or a script with no X-Test-Id); the log names them".into(),
-                )
-            }),
-            self.stopped_early.then(|| {
-                Section::notice(
-                    K::StoppedEarly,
-                    Warning,
-                    "nextest stopped at the first failure: the tests after it did not run, so this report may miss what they would call (pass --no-fail-fast to see everything)".into(),
-                )
-            }),
-            Section::list(
-                K::Unused,
-                Warning,
-                format!("unused ({})", self.unused.len()),
-                self.unused.iter().map(|u| unused_item(u, rel)).collect(),
-            ),
-            Section::list(
-                K::Changed,
-                Note,
-                format!("changed against HEAD ({})", self.changed.len()),
-                self.changed.iter().map(changed_file).collect(),
-            ),
-        ];
-        let tallies = [
-            (self.unused.len(), "unused"),
-            (self.changed.len(), "changed against HEAD"),
-        ]
-        .into_iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, what)| format!("{n} {what}"))
-        .collect();
-        let scope = if self.scope.filtered {
-            Some("a filtered run: cassette folders of tests that did not run are not judged")
-        } else if self.scope.partition.is_some() {
-            Some("one partition of the suite: cassette folders are judged by `cargo llmreplay report merge` over every partition's report")
-        } else {
-            None
-        };
-        let c = &self.counts;
-        let went_wrong = !self.tests_passed || c.misses + c.errors + c.refused + c.broken > 0;
-        Sections {
-            headline: Headline {
-                stats: stats_sentence(&self.counts),
-                tallies,
-            },
-            sections: sections.into_iter().flatten().collect(),
-            footer: Footer {
-                scope: scope.map(String::from),
-                log: self.log.as_deref().filter(|_| went_wrong).map(rel),
-            },
-        }
+                "nextest stopped at the first failure: the tests after it did not run, so this report may miss what they would call (pass --no-fail-fast to see everything)".into(),
+            )
+        }),
+        Section::list(
+            K::Unused,
+            Warning,
+            format!("unused ({})", report.unused.len()),
+            report.unused.iter().map(|u| unused_item(u, rel)).collect(),
+        ),
+        Section::list(
+            K::Changed,
+            Note,
+            format!("changed against HEAD ({})", report.changed.len()),
+            report.changed.iter().map(changed_file).collect(),
+        ),
+    ];
+    let tallies = [
+        (report.unused.len(), "unused"),
+        (report.changed.len(), "changed against HEAD"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    let scope = if report.scope.filtered {
+        Some("a filtered run: cassette folders of tests that did not run are not judged")
+    } else if report.scope.partition.is_some() {
+        Some("one partition of the suite: cassette folders are judged by `cargo llmreplay report merge` over every partition's report")
+    } else {
+        None
+    };
+    let c = &report.counts;
+    let went_wrong = !report.tests_passed || c.misses + c.errors + c.refused + c.broken > 0;
+    Sections {
+        headline: Headline {
+            stats: stats_sentence(&report.counts),
+            tallies,
+        },
+        sections: sections.into_iter().flatten().collect(),
+        footer: Footer {
+            scope: scope.map(String::from),
+            log: report.log.as_deref().filter(|_| went_wrong).map(rel),
+        },
     }
+}
 
-    /// One command that records every missing test, when two or more tests missed (a renamed
-    /// test's fix is `mv`, so it is left out): replacing their recordings when every miss is
-    /// the same call changed, else keeping them.
-    fn record_all_command(&self) -> Option<String> {
-        let recordable: Vec<_> = self
-            .missing
-            .iter()
-            .filter(|m| m.renamed_from.is_none())
-            .collect();
-        let tests: Vec<&cassettes::TestId> = recordable.iter().map(|m| &m.miss.test).collect();
-        let replace = recordable.iter().all(|m| m.rerecord.is_some());
-        daemon::record_all_command(&tests, replace)
-    }
+/// One command that records every missing test, when two or more tests missed (a renamed
+/// test's fix is `mv`, so it is left out): replacing their recordings when every miss is
+/// the same call changed, else keeping them.
+fn record_all_command(report: &Report) -> Option<String> {
+    let recordable: Vec<_> = report
+        .missing
+        .iter()
+        .filter(|m| m.renamed_from.is_none())
+        .collect();
+    let tests: Vec<&cassettes::TestId> = recordable.iter().map(|m| &m.miss.test).collect();
+    let replace = recordable.iter().all(|m| m.rerecord.is_some());
+    daemon::record_all_command(&tests, replace)
 }
 
 /// A message to an MCP server run live whose answer differs from its recording.
@@ -557,7 +555,7 @@ mod tests {
     /// changed call's fixes (replace, then keep both) and a renamed test's `mv` as its fix.
     #[test]
     fn sections_are_decided_once_as_data() {
-        let s = crate::snapshots::report().sections(Path::new("/ws"));
+        let s = sections(&crate::snapshots::report(), Path::new("/ws"));
         let kinds: Vec<SectionKind> = s.sections.iter().map(|s| s.kind).collect();
         use SectionKind as K;
         assert_eq!(

@@ -6,47 +6,19 @@
 use super::sections::{
     Advice, Call, ChangedFile, Closest, Item, Section, SectionKind, Sections, Severity,
 };
-use super::Report;
+use super::{Report, ReportExt};
 use crate::render::{self, code, table_code, term, Styles};
 use review::git::ChangeKind;
 use std::fmt::Write as _;
 use std::path::Path;
 
-impl Report {
-    /// Ends a run's output: the summary on stderr (paths relative to `root`, then where the
-    /// report is, at `path`), why the gate fails, and the page added to the CI job's summary.
-    /// The sections are built once and rendered for each.
-    pub fn show(&self, root: &Path, path: &Path, failures: &[String]) {
-        let sections = self.sections(root);
-        render::stderr(&text(&sections, path, Styles::for_stderr()));
-        render::stderr(&Report::gate_text(failures, Styles::for_stderr()));
-        to_step_summary(&sections, failures);
-    }
-
-    /// The summary after a run, as `show` prints it.
-    #[cfg(test)]
-    pub fn summary(&self, root: &Path, path: &Path, styles: Styles) -> String {
-        text(&self.sections(root), path, styles)
-    }
-
-    /// The page, as `show` adds it to the CI job's summary.
-    #[cfg(test)]
-    pub fn markdown(&self) -> String {
-        // The page names no file by its place on this machine: no root to be relative to.
-        markdown(&self.sections(Path::new("")))
-    }
-
-    /// Why the run fails its gate, for the terminal: one line each, with its fix.
-    pub fn gate_text(failures: &[String], styles: Styles) -> String {
-        if failures.is_empty() {
-            return String::new();
-        }
-        let mut out = format!("{}\n", styles.error("the run fails its gate:"));
-        for why in failures {
-            let _ = writeln!(out, "  - {}", term(why));
-        }
-        out
-    }
+/// Ends a run's output: the summary on stderr, why the gate fails, and the page added to the CI
+/// job's summary (`ReportExt::show`).
+pub(super) fn show(report: &Report, root: &Path, path: &Path, failures: &[String]) {
+    let sections = report.sections(root);
+    render::stderr(&text(&sections, path, Styles::for_stderr()));
+    render::stderr(&Report::gate_text(failures, Styles::for_stderr()));
+    to_step_summary(&sections, failures);
 }
 
 /// Appends the page to `$GITHUB_STEP_SUMMARY` when GitHub Actions sets it, with why the gate
@@ -77,7 +49,7 @@ fn to_step_summary(sections: &Sections, failures: &[String]) {
 }
 
 /// The summary for a terminal: a line per notice and per item, headings coloured by severity.
-fn text(s: &Sections, report: &Path, styles: Styles) -> String {
+pub(super) fn text(s: &Sections, report: &Path, styles: Styles) -> String {
     let mut out = format!("{} {}\n", styles.bold("cargo-llmreplay:"), s.headline.stats);
     for section in &s.sections {
         let heading = term(&section.heading);
@@ -269,7 +241,7 @@ const PAGE: [(SectionKind, Layout); 8] = [
 
 /// The summary for a CI job's page: tables of tests with the command that fixes each, lists of
 /// files.
-fn markdown(s: &Sections) -> String {
+pub(super) fn markdown(s: &Sections) -> String {
     let mut out = format!("### cargo-llmreplay\n\n{}.", s.headline.stats);
     for tally in &s.headline.tallies {
         let _ = write!(out, " {tally}.");

@@ -4,7 +4,7 @@
 
 use super::flags::fail_fast_option;
 use super::{RunnerChoice, TestArgs};
-use crate::report::RunScope;
+use crate::report::{self, RunScope};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -85,7 +85,7 @@ impl RunPlan {
             true => Wiring::Environment,
             false => Wiring::Runner,
         };
-        let scope = RunScope::of(&nextest_args);
+        let scope = report::scope_of(&nextest_args);
         let user_fail_fast = fail_fast_option(&nextest_args);
         // A replay reports every missing recording, not only those before the first failure;
         // a recording run records what it can.
