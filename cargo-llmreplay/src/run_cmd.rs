@@ -79,8 +79,10 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     );
     let status = serving.wait(&format!("waiting for {}", program.to_string_lossy()))?;
     // Only the tests that ran are known: folders of the others are not judged.
-    let mut scope = RunScope::default();
-    scope.filtered = true;
+    let scope = RunScope {
+        filtered: true,
+        ..RunScope::default()
+    };
     let mut reported = serving.stop(status)?.report(Known {
         scope: &scope,
         listed: None,
