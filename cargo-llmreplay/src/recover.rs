@@ -62,17 +62,37 @@ pub fn run(args: RecoverArgs) -> Result<Outcome> {
 }
 
 /// Applies every spool of `cassette_dir` under the project's runs that no live run holds,
-/// saying so: a run begins with what an earlier one left.
+/// saying so: a run begins with what an earlier one left. One that cannot be applied is said
+/// and left for `recover`; the run goes on.
 pub fn apply_left(target_dir: &Path, cassette_dir: &Path) -> Result<()> {
     let runs = daemon::settle::runs_dir(target_dir);
-    for spool in cassettes::spool::unapplied_spools(&runs, cassette_dir)? {
-        apply(&spool)?;
+    let left = match cassettes::spool::unapplied_spools(&runs, cassette_dir) {
+        Ok(left) => left,
+        Err(e) => {
+            stderr(&format!(
+                "cargo-llmreplay: warning: cannot read what earlier runs left: {}\n",
+                term(&e.to_string())
+            ));
+            return Ok(());
+        }
+    };
+    for spool in left {
+        if let Err(e) = apply(&spool) {
+            stderr(&format!(
+                "cargo-llmreplay: warning: a run that did not end left recordings in {}, which could not be added: {}; `cargo llmreplay recover` tries again\n",
+                term(&spool.run_dir.display().to_string()),
+                term(&e.to_string())
+            ));
+        }
     }
     Ok(())
 }
 
 fn apply(spool: &cassettes::spool::Unapplied) -> Result<()> {
-    let applied = cassettes::spool::apply(spool)?;
+    // Another process is applying it: it says what it added.
+    let Some(applied) = cassettes::spool::apply(spool)? else {
+        return Ok(());
+    };
     let recordings: usize = applied.applied.iter().map(|(_, n)| n).sum();
     stderr(&format!(
         "cargo-llmreplay: a run that did not end ({}) left recordings: added {} of {} to their cassettes, removing nothing{}\n",
@@ -81,8 +101,22 @@ fn apply(spool: &cassettes::spool::Unapplied) -> Result<()> {
         plural(applied.applied.len(), "test"),
         unfinished_note(applied.unfinished.len()),
     ));
+    if applied.newer > 0 {
+        stderr(&format!(
+            "  kept {} made since in {} place, by a run that ended its test\n",
+            plural(applied.newer, "recording"),
+            if applied.newer == 1 { "its" } else { "their" },
+        ));
+    }
     for test in &applied.unfinished {
         stderr(&format!("  never ended: {}\n", term(test.as_str())));
+    }
+    if let Some((kept, n)) = &applied.damaged {
+        stderr(&format!(
+            "  {} of it could not be read or no longer match their seal (edited or damaged), so were not added; the spool is kept at {}\n",
+            plural(*n, "line"),
+            term(&kept.display().to_string()),
+        ));
     }
     Ok(())
 }

@@ -329,12 +329,13 @@ impl Serving {
             .runtime
             .block_on(self.served)
             .map_err(|e| Error::io("the daemon failed", std::io::Error::other(e)))?;
-        let recorded = finish_tests(&self.handles.journal, &self.handles.store)?;
+        let (recorded, unwritten) = finish_tests(&self.handles.journal, &self.handles.store)?;
         Ok(Stopped {
             run: self.run,
             status,
             stats,
             recorded,
+            unwritten,
             handles: self.handles,
         })
     }
@@ -353,6 +354,8 @@ pub(crate) struct Stopped {
     status: ExitStatus,
     stats: daemon::Stats,
     recorded: Vec<cassettes::TestChanges>,
+    /// Tests whose recordings could not be written to their cassettes (kept in the spool).
+    unwritten: usize,
     handles: Handles,
 }
 
@@ -388,6 +391,7 @@ impl Stopped {
             run: self.run,
             status: self.status,
             report,
+            unwritten: self.unwritten,
             handles: self.handles,
         })
     }
@@ -398,14 +402,21 @@ pub(crate) struct Reported {
     pub(crate) run: Run,
     pub(crate) status: ExitStatus,
     pub(crate) report: Report,
+    unwritten: usize,
     handles: Handles,
 }
 
 impl Reported {
     /// Writes the report, prints its summary and the gate's verdict, and says how the run ends.
     pub(crate) fn conclude(&mut self, deny: &[Deny]) -> Result<Outcome> {
-        self.report
-            .conclude(&self.run.paths.report, &self.run.root, self.status, deny)
+        let outcome =
+            self.report
+                .conclude(&self.run.paths.report, &self.run.root, self.status, deny)?;
+        // Recordings that could not reach their cassettes fail the run, whatever else passed.
+        if self.unwritten > 0 && outcome == Outcome::Success {
+            return Ok(Outcome::GateFailed);
+        }
+        Ok(outcome)
     }
 
     /// Ends the run: its run log closed, its spool removed once all of it settled, its CA's
@@ -428,8 +439,15 @@ impl Reported {
 fn finish_tests(
     journal: &daemon::Journal,
     store: &cassettes::Store,
-) -> Result<Vec<cassettes::TestChanges>> {
-    daemon::settle::settle_rest(store, journal)?;
+) -> Result<(Vec<cassettes::TestChanges>, usize)> {
+    let unwritten = daemon::settle::settle_rest(store, journal);
+    for (test, e) in &unwritten {
+        crate::render::stderr(&format!(
+            "cargo-llmreplay: error: the recordings of {} were not written to its cassettes: {}. They are kept in the run's spool: fix that, then `cargo llmreplay recover` adds them\n",
+            crate::render::term(test.as_str()),
+            crate::render::term_lines(&e.to_string())
+        ));
+    }
     // A test settles at each attempt's end: one line a test, its counts added up.
     let mut out: Vec<cassettes::TestChanges> = Vec::new();
     for changes in journal.changes() {
@@ -456,5 +474,5 @@ fn finish_tests(
             }),
         }
     }
-    Ok(out)
+    Ok((out, unwritten.len()))
 }

@@ -133,8 +133,14 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         })
         .await
         .map_err(|e| Error::io("settling the recordings", std::io::Error::other(e)))?;
-        settled?;
         let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
+        for (test, e) in &settled {
+            out.push_str(&format!(
+                "  error: the recordings of {} were not written to its cassettes: {}; they are kept in the run's spool, and `cargo llmreplay recover` adds them once that is fixed\n",
+                render::term(test.as_str()),
+                render::term(&e.to_string())
+            ));
+        }
         let errors = journal.error_answers();
         if !errors.is_empty() {
             out.push_str(&format!(
@@ -155,7 +161,9 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
             ));
         }
         render::stderr(&out);
-        Ok(Outcome::gate(stats.misses > 0 || stats.errors > 0))
+        Ok(Outcome::gate(
+            stats.misses > 0 || stats.errors > 0 || !settled.is_empty(),
+        ))
     })
 }
 

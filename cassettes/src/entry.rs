@@ -635,6 +635,7 @@ impl Entry {
             self.lock_timeout,
             &pending,
             None,
+            crate::settle::Put::Replace,
         )?;
         let mut state = self.state.lock().expect("entry lock");
         let done = pending.len().min(state.run.pending.len());

@@ -421,7 +421,15 @@ pub(crate) fn is_dir(entry: &std::fs::DirEntry) -> bool {
 pub(crate) fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let read = match std::fs::read_dir(folder) {
         Ok(read) => read,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        // No folder, or a file in its place: no cassette files there.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(Vec::new())
+        }
         Err(e) => return Err(Error::io(folder, e)),
     };
     let mut files: Vec<PathBuf> = read

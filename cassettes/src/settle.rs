@@ -30,6 +30,17 @@ pub(crate) struct Settled {
     /// Where this run's recordings ended up, with the seal each place holds now: a recording
     /// whose answer was the same as before keeps the old one, byte for byte.
     pub ours: Sealed,
+    /// Recordings not put, under [`Put::Missing`]: the file had one in their place.
+    pub skipped: usize,
+}
+
+/// How a recording meets one the file already has in its place (its key's n-th).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// It replaces it (kept byte for byte when its answer is the same): a test's end.
+    Replace,
+    /// It gives way, as `--record-missing` would replay the file's: a dead run's spool.
+    Missing,
 }
 
 /// Puts `pending` (ordinal, interaction) into the cassette at `path` and, with `keep`
@@ -44,6 +55,7 @@ pub(crate) fn settle_file(
     lock_timeout: Duration,
     pending: &[(usize, Interaction)],
     keep: Option<Keep<'_>>,
+    put: Put,
 ) -> Result<Settled, Error> {
     let dir = path.parent().expect("cassette paths have a folder");
     let _lock = if pending.is_empty() {
@@ -78,17 +90,31 @@ pub(crate) fn settle_file(
     cassette.load_blobs(dir)?;
     let before = sealed_ids(&cassette.interactions);
     let mut placed = Vec::with_capacity(pending.len());
+    let mut skipped = 0;
     for (ordinal, interaction) in pending {
-        cassette.put(*ordinal, interaction.clone());
-        placed.push(RecordingId {
+        let id = RecordingId {
             key: interaction.key.clone(),
             ordinal: *ordinal,
-        });
+        };
+        if put == Put::Missing && recording_ids(&cassette.interactions).contains(&id) {
+            // The file has a recording there, made since: the newer one stays.
+            skipped += 1;
+            continue;
+        }
+        cassette.put(*ordinal, interaction.clone());
+        placed.push(id);
     }
     if let Some(keep) = keep {
         // A recording's step: as this end puts it, else as an earlier end of the run wrote it.
         let mut step: std::collections::HashMap<&RecordingId, u64> = Default::default();
-        for (id, (_, x)) in placed.iter().zip(pending) {
+        let ids: Vec<RecordingId> = pending
+            .iter()
+            .map(|(ordinal, x)| RecordingId {
+                key: x.key.clone(),
+                ordinal: *ordinal,
+            })
+            .collect();
+        for (id, (_, x)) in ids.iter().zip(pending) {
             if let Some(s) = x.step {
                 step.insert(id, s);
             }
@@ -156,6 +182,7 @@ pub(crate) fn settle_file(
         before,
         after,
         ours,
+        skipped,
     })
 }
 

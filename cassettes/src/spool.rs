@@ -81,9 +81,12 @@ impl Spool {
             dir: run_dir.to_path_buf(),
             file: Mutex::new(file),
         };
+        // Absolute: `recover` may run from another folder than the run did.
+        let cassette_dir =
+            std::path::absolute(cassette_dir).unwrap_or_else(|_| cassette_dir.to_path_buf());
         spool.append(&SpoolLine::Spool {
             version: SPOOL_VERSION,
-            cassette_dir: cassette_dir.to_path_buf(),
+            cassette_dir,
         })?;
         Ok(spool)
     }
@@ -189,8 +192,10 @@ pub struct Unapplied {
     pub ended: BTreeMap<TestId, String>,
     /// Tests whose recordings reached their cassettes (none recorded since).
     pub settled: BTreeSet<TestId>,
-    /// Lines that did not parse: a torn last line, or damage.
-    pub unreadable: usize,
+    /// Lines that did not parse, or recordings whose key or seal no longer matches (edited,
+    /// damaged): never applied, and the spool is kept for a look. A last line cut short (a
+    /// run killed mid-write) is not one of them.
+    pub damaged: usize,
 }
 
 impl Unapplied {
@@ -233,8 +238,12 @@ pub fn read_unapplied(run_dir: &Path) -> Result<Option<Unapplied>, Error> {
         ..Unapplied::default()
     };
     let mut versioned = false;
-    for line in std::io::BufReader::new(&file).split(b'\n') {
-        let line = line.map_err(|e| Error::io(&path, e))?;
+    let lines: Vec<Vec<u8>> = std::io::BufReader::new(&file)
+        .split(b'\n')
+        .collect::<Result<_, _>>()
+        .map_err(|e| Error::io(&path, e))?;
+    let last = lines.len();
+    for (n, line) in lines.into_iter().enumerate() {
         if line.is_empty() {
             continue;
         }
@@ -260,6 +269,16 @@ pub fn read_unapplied(run_dir: &Path) -> Result<Option<Unapplied>, Error> {
                 ordinal,
                 interaction,
             }) => {
+                // As loading a cassette does: an answer edited since no longer matches its
+                // seal, a request no longer its key.
+                let sealed = interaction
+                    .seal
+                    .as_ref()
+                    .is_none_or(|s| *s == crate::seal_of(&interaction.response));
+                if !sealed || crate::Key::of(&interaction.request) != interaction.key {
+                    out.damaged += 1;
+                    continue;
+                }
                 out.settled.remove(&test);
                 out.recorded
                     .entry(test)
@@ -273,7 +292,9 @@ pub fn read_unapplied(run_dir: &Path) -> Result<Option<Unapplied>, Error> {
                 out.recorded.remove(&test);
                 out.settled.insert(test);
             }
-            Err(_) => out.unreadable += 1,
+            // A run killed mid-write leaves its last line cut short: nothing was lost there.
+            Err(e) if n + 1 == last && e.is_eof() => {}
+            Err(_) => out.damaged += 1,
         }
     }
     if !versioned {
@@ -286,9 +307,13 @@ pub fn read_unapplied(run_dir: &Path) -> Result<Option<Unapplied>, Error> {
 /// not yet in the cassettes under `cassette_dir`, oldest first. Projects that share a target
 /// dir (`CARGO_TARGET_DIR`) each see their own.
 pub fn unapplied_spools(runs_dir: &Path, cassette_dir: &Path) -> Result<Vec<Unapplied>, Error> {
+    let absolute = |dir: &Path| std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     let ours = |dir: &Path| {
-        dir == cassette_dir
-            || std::fs::canonicalize(dir).ok() == std::fs::canonicalize(cassette_dir).ok()
+        absolute(dir) == absolute(cassette_dir)
+            || matches!(
+                (std::fs::canonicalize(dir), std::fs::canonicalize(cassette_dir)),
+                (Ok(a), Ok(b)) if a == b
+            )
     };
     let read = match std::fs::read_dir(runs_dir) {
         Ok(read) => read,
@@ -304,7 +329,7 @@ pub fn unapplied_spools(runs_dir: &Path, cassette_dir: &Path) -> Result<Vec<Unap
     let mut out = Vec::new();
     for dir in dirs {
         if let Some(spool) = read_unapplied(&dir)? {
-            if !spool.recorded.is_empty() && ours(&spool.cassette_dir) {
+            if (!spool.recorded.is_empty() || spool.damaged > 0) && ours(&spool.cassette_dir) {
                 out.push(spool);
             }
         }
@@ -319,12 +344,21 @@ pub struct Applied {
     pub applied: Vec<(TestId, usize)>,
     /// Of those, the tests that never ended.
     pub unfinished: Vec<TestId>,
+    /// Recordings not added: their cassette has one in their place, made since.
+    pub newer: usize,
+    /// Where the spool was kept because lines of it were damaged, and how many.
+    pub damaged: Option<(PathBuf, usize)>,
 }
 
-/// Adds the recordings of every test of `spool` to its cassettes, as `--record-missing` would
-/// (nothing removed), then removes the spool. A cassette another test holds, or any other
-/// failure, stops it with the spool kept.
-pub fn apply(spool: &Unapplied) -> Result<Applied, Error> {
+/// The name a spool with damaged lines is kept under once applied: no run applies it again.
+pub const DAMAGED_SPOOL_FILE: &str = "spool.damaged.ndjson";
+
+/// Adds the recordings of every test of `spool` to its cassettes, as `--record-missing` would:
+/// nothing removed, and nothing replaced (a recording whose place holds one made since, by a
+/// run that ended the test, gives way). Then removes the spool, or keeps it aside when lines
+/// of it were damaged. `None` when another process is applying it. A cassette another test
+/// holds, or any other failure, stops it with the spool kept.
+pub fn apply(spool: &Unapplied) -> Result<Option<Applied>, Error> {
     let mut out = Applied::default();
     let path = spool.run_dir.join(SPOOL_FILE);
     // Held while applying: two `recover`s at once apply it once.
@@ -334,7 +368,7 @@ pub fn apply(spool: &Unapplied) -> Result<Applied, Error> {
         .map_err(|e| Error::io(&path, e))?;
     match file.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Ok(out),
+        Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
         Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
     }
     for test in spool.to_apply() {
@@ -356,26 +390,34 @@ pub fn apply(spool: &Unapplied) -> Result<Applied, Error> {
                 .cassette_dir
                 .join(slug.as_str())
                 .join(format!("{}.json", provider.as_str()));
-            crate::settle::settle_file(
+            let settled = crate::settle::settle_file(
                 &file,
                 &spool.cassette_dir,
                 test,
                 DEFAULT_LOCK_TIMEOUT,
                 &pending,
                 None,
+                crate::settle::Put::Missing,
             )?;
-            count += pending.len();
+            count += pending.len() - settled.skipped;
+            out.newer += settled.skipped;
         }
         out.applied.push((test.clone(), count));
     }
     out.unfinished = spool.unfinished().into_iter().cloned().collect();
     drop(file);
+    if spool.damaged > 0 {
+        let kept = spool.run_dir.join(DAMAGED_SPOOL_FILE);
+        std::fs::rename(&path, &kept).map_err(|e| Error::io(&path, e))?;
+        out.damaged = Some((kept, spool.damaged));
+        return Ok(Some(out));
+    }
     std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
     let blobs = spool.run_dir.join(crate::BLOB_DIR);
     if blobs.exists() {
         std::fs::remove_dir_all(&blobs).map_err(|e| Error::io(&blobs, e))?;
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 fn interaction_blobs(x: &mut Interaction) -> Vec<&mut crate::Blob> {

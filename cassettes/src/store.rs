@@ -14,7 +14,7 @@ use crate::maintenance::{
     TestChanges,
 };
 use crate::secrets::Guard;
-use crate::settle::{settle_file, still_holds, Keep};
+use crate::settle::{settle_file, still_holds, Keep, Put};
 use crate::spool::Spool;
 use crate::Error;
 use std::collections::HashMap;
@@ -388,7 +388,15 @@ impl Store {
             if recorded.is_empty() && keep.is_none() {
                 continue;
             }
-            let settled = settle_file(&path, &self.dir, test, self.lock_timeout, recorded, keep)?;
+            let settled = settle_file(
+                &path,
+                &self.dir,
+                test,
+                self.lock_timeout,
+                recorded,
+                keep,
+                Put::Replace,
+            )?;
             if let Some((e, taken)) = found {
                 let mut state = e.state.lock().expect("entry lock");
                 // Recordings made since they were taken wait for the next end.
@@ -399,13 +407,7 @@ impl Store {
                 e.release(&mut state.loaded);
             }
             count_changes(&settled.before, &settled.after, &mut changes);
-            if !settled.ours.is_empty() {
-                self.written.lock().expect("store lock").push((
-                    test.clone(),
-                    path.clone(),
-                    settled.ours,
-                ));
-            }
+            self.note_written(test, &path, settled);
         }
         if trim && folder.is_dir() {
             confined(&self.dir, &folder)?;
@@ -420,6 +422,32 @@ impl Store {
             spool.settled(test)?;
         }
         Ok(changes)
+    }
+
+    /// Notes what this end of `test` left of the run's recordings in the file at `path`: a
+    /// later end of the same test in this run (a retry) may have replaced an earlier one's,
+    /// which is no other run superseding them.
+    fn note_written(&self, test: &TestId, path: &Path, settled: crate::settle::Settled) {
+        let mut written = self.written.lock().expect("store lock");
+        let after: std::collections::HashSet<&(RecordingId, Option<String>)> =
+            settled.after.iter().collect();
+        match written
+            .iter_mut()
+            .find(|(t, p, _)| t == test && p.as_path() == path)
+        {
+            Some((_, _, ours)) => {
+                ours.retain(|x| after.contains(x));
+                for x in settled.ours {
+                    if !ours.contains(&x) {
+                        ours.push(x);
+                    }
+                }
+            }
+            None if !settled.ours.is_empty() => {
+                written.push((test.clone(), path.to_path_buf(), settled.ours))
+            }
+            None => {}
+        }
     }
 
     /// Tests whose recordings of this run another run has since settled its own over, with

@@ -32,12 +32,15 @@ pub(crate) async fn control(
                     .into_owned()
             })
     };
+    // The header is percent-decoded, as every route decodes it: a test's begin and end name
+    // the test its requests are filed under.
     let test = || {
         param("test").or_else(|| {
-            req.headers()
-                .get("x-test-id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string)
+            req.headers().get("x-test-id").map(|v| {
+                percent_encoding::percent_decode(v.as_bytes())
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
         })
     };
     match (req.method(), rest) {
@@ -101,8 +104,11 @@ pub(crate) async fn control(
             let (store, journal) = (state.store.clone(), state.journal.clone());
             let wait = std::time::Duration::from_secs(10);
             match tokio::task::spawn_blocking(move || crate::settle::settle_all(&store, &journal, wait)).await {
-                Ok(Ok(())) => json(serde_json::json!({ "status": "ok" })),
-                Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cargo-llmreplay: the recordings were not all written: {e}")),
+                Ok(failed) if failed.is_empty() => json(serde_json::json!({ "status": "ok" })),
+                Ok(failed) => {
+                    let said: Vec<String> = failed.iter().map(|(t, e)| format!("{t}: {e}")).collect();
+                    text(StatusCode::INTERNAL_SERVER_ERROR, format!("cargo-llmreplay: the recordings of {} test(s) were not written, and are kept in the run's spool: {}", failed.len(), said.join("; ")))
+                }
                 Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("cargo-llmreplay: flushing failed: {e}")),
             }
         }

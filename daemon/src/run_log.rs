@@ -25,6 +25,8 @@ impl RunLog {
             .create(true)
             .append(true)
             .open(dir.join(runlog::EVENTS_FILE))?;
+        // Held while the run lives: a later run that tidies old runs' folders leaves it alone.
+        file.lock_shared()?;
         Ok(RunLog {
             out: Mutex::new(BufWriter::with_capacity(64 << 10, file)),
             started: Instant::now(),

@@ -71,23 +71,30 @@ pub fn settle(
 
 /// At the run's end, once every exchange ended: the tests whose end was never said (no
 /// runner, a process killed, an interrupted run) get their recordings added, nothing removed.
-pub fn settle_rest(store: &Store, journal: &Journal) -> Result<(), cassettes::Error> {
+/// A test whose cassettes cannot be written (a folder another process holds, a file where the
+/// folder should be) does not stop the others: each such test is returned with what went
+/// wrong, its recordings kept in the run's spool.
+pub fn settle_rest(store: &Store, journal: &Journal) -> Vec<(TestId, cassettes::Error)> {
     settle_all(store, journal, Duration::ZERO)
 }
 
 /// Writes every test's recordings so far (added, nothing removed), waiting up to `wait` for
-/// each test's exchanges under way: `serve`'s flush.
+/// each test's exchanges under way: `serve`'s flush, and the run's end. Returns the tests that
+/// could not be written.
 pub(crate) fn settle_all(
     store: &Store,
     journal: &Journal,
     wait: Duration,
-) -> Result<(), cassettes::Error> {
+) -> Vec<(TestId, cassettes::Error)> {
     let mut tests = journal.tests();
     tests.extend(store.entries().iter().map(|e| e.test.clone()));
+    let mut failed = Vec::new();
     for test in tests {
-        settle(store, journal, &test, false, wait)?;
+        if let Err(e) = settle(store, journal, &test, false, wait) {
+            failed.push((test, e));
+        }
     }
-    Ok(())
+    failed
 }
 
 /// Ends the run's log, and removes its spool once every recording reached its cassettes:
@@ -122,13 +129,24 @@ pub fn new_run_dir(target_dir: &Path) -> PathBuf {
         old.sort();
         let excess = old.len().saturating_sub(KEPT_RUNS - 1);
         for dir in old.into_iter().take(excess) {
-            if !dir.join(cassettes::spool::SPOOL_FILE).exists() {
+            if !dir.join(cassettes::spool::SPOOL_FILE).exists()
+                && !dir.join(cassettes::spool::DAMAGED_SPOOL_FILE).exists()
+                && !alive(&dir)
+            {
                 let _ = std::fs::remove_dir_all(&dir);
             }
         }
     }
     let stamp = cassettes::clock::utc_now().replace(['-', ':'], "");
     runs.join(format!("{stamp}-{}", std::process::id()))
+}
+
+/// Whether a run still writes its event log in `dir` (it holds the file's lock).
+fn alive(dir: &Path) -> bool {
+    let Ok(file) = std::fs::File::open(dir.join(runlog::EVENTS_FILE)) else {
+        return false;
+    };
+    matches!(file.try_lock(), Err(std::fs::TryLockError::WouldBlock))
 }
 
 /// Where a project's runs keep their folders.
@@ -157,4 +175,33 @@ pub(crate) fn begin_run(dir: &Path, mode: Mode, cassette_dir: &Path) -> Option<A
         tool_version: env!("CARGO_PKG_VERSION").into(),
     });
     Some(Arc::new(run_log))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Old runs' folders go past the newest few, but not one whose run still writes its log,
+    /// nor one with a spool to apply.
+    #[test]
+    fn old_run_folders_go_but_not_a_live_run_or_a_spool() {
+        let target = tempfile::tempdir().unwrap();
+        let runs = runs_dir(target.path());
+        let mut made = Vec::new();
+        for i in 0..KEPT_RUNS + 3 {
+            let dir = runs.join(format!("2026{i:02}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(runlog::EVENTS_FILE), "").unwrap();
+            made.push(dir);
+        }
+        let live = RunLog::create(&made[0]).unwrap();
+        std::fs::write(made[1].join(cassettes::spool::SPOOL_FILE), "").unwrap();
+        let new = new_run_dir(target.path());
+        assert!(made[0].exists(), "a live run's folder stays");
+        assert!(made[1].exists(), "a folder with a spool stays");
+        assert!(!made[2].exists() && !made[3].exists());
+        assert!(made[4].exists());
+        assert!(new.starts_with(&runs));
+        drop(live);
+    }
 }

@@ -7,7 +7,7 @@
 
 use crate::support::{
     binary, prompts, read_json, refs, sdk_python, upstream_args, without_provider_env,
-    FakeProvider, Output, Sample,
+    FakeProvider, Output, Sample, Serve,
 };
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -569,4 +569,143 @@ async fn an_interrupted_pytest_run_removes_nothing() {
         read["outcomes"]["test_interrupted.py::test_waits_after_a_call"], "interrupted",
         "{read}"
     );
+}
+
+/// How a test ended is data: a test id holding a newline and another test's name ends as
+/// `failed` and forges nothing, so the other test, which failed too, keeps its old recording
+/// beside its new one; an outcome the daemon does not know is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_id_cannot_forge_another_tests_outcome() {
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = "tests/v.py::victim";
+    let forger = format!("x\npassed {victim}");
+    let url =
+        |serve: &Serve, test: &str| format!("{}/openai/v1/chat/completions", serve.for_test(test));
+    let ask = |url: String, prompt: &'static str| async move {
+        let r = crate::support::http()
+            .post(url)
+            .json(&serde_json::json!({"model": "m", "messages": [{"role": "user", "content": prompt}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.bytes().await.unwrap();
+    };
+    let end = |serve: &Serve, test: &str, outcome: &str| {
+        let url = format!(
+            "{}/__llmreplay/end?test={}&outcome={outcome}",
+            serve.base,
+            percent_encoding::utf8_percent_encode(test, percent_encoding::NON_ALPHANUMERIC)
+        );
+        async move {
+            crate::support::http()
+                .post(url)
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let upstream = format!("openai={}", fake.url());
+    let first = Serve::in_mode(dir.path(), "record", &upstream, &[]);
+    ask(url(&first, victim), "old").await;
+    assert_eq!(end(&first, victim, "passed").await, 200);
+    first.stop();
+
+    let second = Serve::in_mode(dir.path(), "record", &upstream, &[]);
+    ask(url(&second, victim), "new").await;
+    ask(url(&second, &forger), "forged").await;
+    assert_eq!(end(&second, &forger, "failed").await, 200);
+    // Named by a percent-encoded header, as clients send it, the victim's end is its own.
+    let by_header = crate::support::http()
+        .post(format!("{}/__llmreplay/end?outcome=failed", second.base))
+        .header(
+            "x-test-id",
+            percent_encoding::utf8_percent_encode(victim, percent_encoding::NON_ALPHANUMERIC)
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_header.status(), 200);
+    assert_eq!(end(&second, victim, "passed x").await, 400);
+    let stopped = second.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(victim));
+    let path = dir.path().join("c").join(slug.as_str()).join("openai.json");
+    assert_eq!(prompts(&read_json(&path)), ["old", "new"]);
+    let events = std::fs::read_dir(dir.path().join("target/llmreplay/runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("events.ndjson"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect::<String>();
+    assert!(
+        events.contains(r#""event":"test_ended","test":"tests/v.py::victim","outcome":"failed""#),
+        "{events}"
+    );
+}
+
+/// A test whose cassettes cannot be written when it ends (a file stands where its folder
+/// should be) does not stop the run's end: the run says which test and why, fails, still
+/// writes its report, and keeps the recording in its spool, which `recover` adds once the way
+/// is clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cassette_that_cannot_be_written_fails_the_run_and_keeps_the_recording() {
+    let fake = FakeProvider::start().await;
+    let sample = runlog_sample("0.1.1-blocked");
+    let mut args: Vec<String> = ["--record-missing", "-E", "test(=waits_after_a_call)"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(upstream_args(&fake));
+    let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
+    let folder = path.parent().unwrap().to_path_buf();
+    let (marker, release) = (sample.scratch().join("called"), sample.scratch().join("go"));
+    let (marker_env, release_env) = (marker.display().to_string(), release.display().to_string());
+    let report = sample.scratch().join("report.json");
+    let mut with_report = vec!["--report".to_string(), report.display().to_string()];
+    with_report.extend(args.iter().cloned());
+    let mut child = spawn_test(
+        &sample,
+        &refs(&with_report),
+        &[
+            ("SAMPLE_PROMPT", "blocked"),
+            ("SAMPLE_MARKER", &marker_env),
+            ("SAMPLE_RELEASE", &release_env),
+        ],
+    );
+    wait_for(&marker, &mut child);
+    // The call is made; a file now stands where the test's folder will be written.
+    std::fs::create_dir_all(folder.parent().unwrap()).unwrap();
+    std::fs::write(&folder, "in the way").unwrap();
+    std::fs::write(&release, "").unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    let run = crate::support::Run {
+        code: status.code(),
+        stderr,
+        report: std::fs::read_to_string(&report)
+            .map(|t| serde_json::from_str(&t).unwrap())
+            .unwrap_or(Value::Null),
+        report_path: PathBuf::new(),
+    };
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the recordings of sample::runlog$waits_after_a_call were not written")
+            && run.stderr.contains("cargo llmreplay recover"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.report.is_object(), "the report is written");
+    std::fs::remove_file(&folder).unwrap();
+    let recovered = sample.llmreplay(&["recover"]);
+    assert!(
+        recovered.stderr.contains("added 1 recording of 1 test"),
+        "{}",
+        recovered.stderr
+    );
+    assert_eq!(prompts(&read_json(&path)), ["blocked"]);
 }

@@ -358,7 +358,7 @@ fn a_spool_left_by_a_dead_run_is_applied_for_ended_tests() {
     // The run's process is gone: its lock with it (here, the file closed by hand).
     let left = crate::spool::unapplied_spools(&dir.path().join("runs"), &cassettes).unwrap();
     assert_eq!(left.len(), 1, "{left:?}");
-    let applied = crate::spool::apply(&left[0]).unwrap();
+    let applied = crate::spool::apply(&left[0]).unwrap().unwrap();
     assert_eq!(
         applied.applied,
         vec![(unfinished.clone(), 1), (t.clone(), 1)]
@@ -761,4 +761,96 @@ fn a_test_that_said_it_ended_lets_go_of_its_cassettes() {
     // A retry reads it again.
     entry.state.lock().unwrap().cursors.clear();
     assert!(entry.next_recorded(&key, false).unwrap().hit.is_some());
+}
+
+/// A test that ends twice in one run (a failed attempt, then a passing retry with other
+/// answers) is not superseded by its own second end.
+#[test]
+fn a_retry_does_not_supersede_its_own_first_attempt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (t, p) = ids();
+    let run = Store::new(dir.path());
+    let e = run.entry(&t, &p).unwrap();
+    e.record(0, interaction("a", "first")).unwrap();
+    run.finish_test(&t, false).unwrap();
+    run.reset_test(&t);
+    e.record(0, interaction("a", "second")).unwrap();
+    e.record(0, interaction("b", "more")).unwrap();
+    let changes = run.finish_test(&t, true).unwrap();
+    assert_eq!((changes.added, changes.replaced), (1, 1), "{changes:?}");
+    assert_eq!(run.superseded().unwrap(), vec![]);
+    // Another run that ends the test later does supersede it.
+    let other = Store::new(dir.path());
+    other
+        .entry(&t, &p)
+        .unwrap()
+        .record(0, interaction("c", "theirs"))
+        .unwrap();
+    other.finish_test(&t, true).unwrap();
+    assert_eq!(run.superseded().unwrap(), vec![(t.clone(), e.path.clone())]);
+}
+
+/// Applying a dead run's spool adds what is missing and never replaces a recording made in
+/// its place since; a damaged line or an answer edited in the spool is not added, and the
+/// spool is kept aside for a look; a spool of a project whose cassettes do not exist yet is
+/// nobody else's.
+#[test]
+fn a_spool_gives_way_to_newer_recordings_and_keeps_its_damage_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let cassettes = dir.path().join("cassettes");
+    let runs = dir.path().join("runs");
+    let run_dir = runs.join("r1");
+    let (t, p) = ids();
+    {
+        let spool = crate::spool::Spool::create(&run_dir, &cassettes).unwrap();
+        let run = Store::new(&cassettes).with_spool(spool);
+        let e = run.entry(&t, &p).unwrap();
+        e.record(0, interaction("same", "stale")).unwrap();
+        e.record(0, interaction("edited", "1")).unwrap();
+        e.record(0, interaction("fresh", "2")).unwrap();
+    }
+    // Since the run died, another ended the test with its own answer to "same".
+    Store::new(&cassettes)
+        .entry(&t, &p)
+        .unwrap()
+        .record_now(0, interaction("same", "newer"))
+        .unwrap();
+    // An answer edited in the spool, and a line damaged in its middle.
+    let path = run_dir.join(crate::spool::SPOOL_FILE);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let edited = lines.iter().position(|l| l.contains("edited")).unwrap();
+    assert!(lines[edited].contains(r#""body":1"#), "{}", lines[edited]);
+    lines[edited] = lines[edited].replace(r#""body":1"#, r#""body":9"#);
+    lines.insert(1, "{\"kind\":\"recorded\",\"tes".into());
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+
+    let left = crate::spool::unapplied_spools(&runs, &cassettes).unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].damaged, 2, "the torn line and the edited answer");
+    let applied = crate::spool::apply(&left[0]).unwrap().unwrap();
+    assert_eq!(applied.applied, vec![(t.clone(), 1)]);
+    assert_eq!(applied.newer, 1);
+    let (kept, n) = applied.damaged.clone().unwrap();
+    assert_eq!(n, 2);
+    assert!(kept.is_file() && !path.exists());
+    let file = read_cassette(&Store::new(&cassettes).entry(&t, &p).unwrap().path).unwrap();
+    let answers: Vec<_> = file
+        .interactions
+        .iter()
+        .map(|x| String::from_utf8(x.response.body_bytes().to_vec()).unwrap())
+        .collect();
+    assert_eq!(answers, ["newer", "2"]);
+    assert!(crate::spool::unapplied_spools(&runs, &cassettes)
+        .unwrap()
+        .is_empty());
+
+    // Two projects whose cassette folders do not exist yet are not the same project.
+    let spool = crate::spool::Spool::create(&runs.join("r2"), &dir.path().join("p1/c")).unwrap();
+    drop(spool);
+    assert!(
+        crate::spool::unapplied_spools(&runs, &dir.path().join("p2/c"))
+            .unwrap()
+            .is_empty()
+    );
 }
