@@ -106,7 +106,6 @@ pub struct TestShared {
 /// Every exchange under way in a store, and a way to wait for them to end.
 #[derive(Debug, Default)]
 pub struct Flights {
-    pub(crate) total: AtomicUsize,
     pub(crate) waiting: AtomicUsize,
     pub(crate) lock: Mutex<()>,
     pub(crate) ended: std::sync::Condvar,
@@ -141,25 +140,13 @@ impl Flights {
     }
 }
 
-/// An exchange under way, from the moment its test is known until it is journalled; dropped,
-/// it ends, and a test's end or the run's end waiting on it goes on.
+/// An exchange under way, from the moment its test is known until it is journalled and
+/// [`Entry::end_exchange`] ends it: a test's end or the run's end waiting on it goes on.
 #[derive(Debug)]
+#[must_use = "an exchange under way ends with Entry::end_exchange"]
 pub struct Flight {
-    shared: Arc<TestShared>,
     /// Its place among its test's exchanges, from 0.
     pub step: u64,
-}
-
-impl Drop for Flight {
-    fn drop(&mut self) {
-        self.shared.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let flights = &self.shared.flights;
-        flights.total.fetch_sub(1, Ordering::SeqCst);
-        if flights.waiting.load(Ordering::SeqCst) > 0 {
-            let _guard = flights.lock.lock().expect("flights lock");
-            flights.ended.notify_all();
-        }
-    }
 }
 
 #[derive(Default)]
@@ -511,10 +498,20 @@ impl Entry {
     pub fn begin_exchange(&self) -> Flight {
         let shared = &self.shared;
         shared.in_flight.fetch_add(1, Ordering::SeqCst);
-        shared.flights.total.fetch_add(1, Ordering::SeqCst);
         Flight {
-            shared: shared.clone(),
             step: shared.steps.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Ends an exchange [`Entry::begin_exchange`] began: whoever waits for its test goes on.
+    pub fn end_exchange(&self, flight: Flight) {
+        let _ = flight;
+        let shared = &self.shared;
+        shared.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let flights = &shared.flights;
+        if flights.waiting.load(Ordering::SeqCst) > 0 {
+            let _guard = flights.lock.lock().expect("flights lock");
+            flights.ended.notify_all();
         }
     }
 

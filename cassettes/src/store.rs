@@ -284,7 +284,10 @@ impl Store {
     /// Waits up to `timeout` for every exchange under way to end; whether they did.
     pub fn wait_for_all(&self, timeout: Duration) -> bool {
         self.flights.wait(timeout, || {
-            self.flights.total.load(std::sync::atomic::Ordering::SeqCst) == 0
+            // Summed here, not counted at each exchange: both cores would share that count.
+            self.entries()
+                .iter()
+                .all(|e| e.shared.in_flight.load(std::sync::atomic::Ordering::SeqCst) == 0)
         })
     }
 

@@ -92,12 +92,18 @@ impl Call {
     /// notification or ping with none, a listening stream that stays quiet.
     pub(crate) fn unasked(mut self) {
         self.sink = None;
+        if let Some(flight) = self.flight.take() {
+            self.entry.end_exchange(flight);
+        }
     }
 }
 
 impl Drop for Call {
     fn drop(&mut self) {
         let Some(sink) = self.sink.take() else {
+            if let Some(flight) = self.flight.take() {
+                self.entry.end_exchange(flight);
+            }
             return;
         };
         // Never ended: the task serving it was dropped (its client left mid-way). It ends as

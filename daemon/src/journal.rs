@@ -130,7 +130,8 @@ impl Journal {
     ) {
         let ms = call.started.elapsed().as_millis() as u64;
         // The exchange has ended: whoever waits for its test goes on once it is recorded here.
-        let _ended = call.flight.take();
+        let flight = call.flight.take();
+        let step = flight.as_ref().map(|f| f.step);
         if let Some(run_log) = &self.run_log {
             let answer = call.answer.take();
             let (model, usage) = match answer.as_deref() {
@@ -139,7 +140,7 @@ impl Journal {
             };
             run_log.exchange(&runlog::Exchange {
                 test: call.entry.test.as_str().into(),
-                step: _ended.as_ref().map(|f| f.step),
+                step,
                 transport: if call.session {
                     "session"
                 } else if call.entry.provider.as_str().starts_with("mcp-") {
@@ -161,6 +162,9 @@ impl Journal {
                 model: model.map(Into::into),
                 usage: usage.map(std::borrow::Cow::Borrowed),
             });
+        }
+        if let Some(flight) = flight {
+            call.entry.end_exchange(flight);
         }
         let key = call.key.as_str().get(..12).unwrap_or(call.key.as_str());
         tracing::info!(

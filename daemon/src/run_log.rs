@@ -56,12 +56,18 @@ impl RunLog {
         let _ = self.out.lock().expect("run log lock").write_all(&line);
     }
 
-    /// Writes an exchange's event from borrowed parts (into the buffer).
+    /// Writes an exchange's event from borrowed parts (into the buffer): formatted in this
+    /// thread's own line, so the shared buffer is held only to copy it.
     pub fn exchange(&self, exchange: &runlog::Exchange<'_>) {
-        let mut out = self.out.lock().expect("run log lock");
-        if runlog::write_exchange(&mut *out, exchange).is_ok() {
-            let _ = out.write_all(b"\n");
+        thread_local! {
+            static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            runlog::write_exchange(line, exchange);
+            line.push(b'\n');
+            let _ = self.out.lock().expect("run log lock").write_all(line);
+        });
     }
 
     /// Puts what the buffer holds in the file.
