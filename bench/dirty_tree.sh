@@ -7,7 +7,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-15}
 cargo build --release --quiet -p cargo-llmreplay
-bin="$root/target/release/cargo-llmreplay"
+# CARGO_LLMREPLAY measures another build (an older one, for a before and after).
+bin="${CARGO_LLMREPLAY:-$root/target/release/cargo-llmreplay}"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 git init -q "$work/repo"

@@ -1,6 +1,6 @@
 """What recording costs as a test grows: one test making N calls, for N = 10, 100 and 1,000,
-recorded over HTTP (`serve --mode record`, an agent-like chat whose every request carries the
-history so far) and through the MCP stdio shim (`run --record`, `tools/call` to the demo
+recorded over HTTP (`serve --mode record`, a chat call a step, each with its own prompt) and
+through the MCP stdio shim (`run --record`, `tools/call` to the demo
 server), each against the same calls made directly, in one run. Prints the time added per call
 (the calls, then writing the cassette, over N) and the bytes the daemon wrote (its /proc io
 `wchar`: spool, run log and cassette) against the size of the cassette it left.
@@ -42,12 +42,15 @@ def binary():
 
 
 class Fake(http.server.BaseHTTPRequestHandler):
-    """An OpenAI chat completions stand-in: a short answer naming the turn."""
+    """An OpenAI chat completions stand-in: a short answer naming the turn, each answer sent in
+    one write (as a provider's server does), so no answer waits on a delayed ACK."""
     protocol_version = "HTTP/1.1"
+    wbufsize = -1
+    disable_nagle_algorithm = True
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        turn = len(body["messages"])
+        turn = int(body["messages"][-1]["content"].split()[2].rstrip(":"))
         answer = json.dumps({
             "id": f"chatcmpl-{turn}", "object": "chat.completion", "created": 1, "model": "gpt-4o-mini",
             "choices": [{"index": 0, "finish_reason": "stop",
@@ -72,13 +75,13 @@ def post(url, body, headers=None):
 
 
 def agent(url, n, headers=None):
-    """n chat calls, each with the history so far: seconds taken."""
-    messages = [{"role": "system", "content": "You are a careful agent."}]
+    """n chat calls, each its own step's prompt: seconds taken."""
     started = time.perf_counter()
     for i in range(n):
-        messages.append({"role": "user", "content": f"tool result {i}: the weather in city {i} is mild"})
+        messages = [{"role": "system", "content": "You are a careful agent."},
+                    {"role": "user", "content": f"tool result {i}: the weather in city {i} is mild"}]
         answer = post(url, {"model": "gpt-4o-mini", "messages": messages}, headers)
-        messages.append(answer["choices"][0]["message"])
+        assert answer["choices"][0]["message"]["content"].startswith(f"step {i}:"), answer
     return time.perf_counter() - started
 
 
