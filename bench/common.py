@@ -46,3 +46,25 @@ def start_serve(binary, args, cwd):
 def stop(p):
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=30)
+
+
+def mcp_session(command):
+    """Starts an MCP server (or the shim) on stdio and says `initialize`; returns the process
+    and `ask(message)`, which sends a JSON-RPC message and, for a request, returns its answer."""
+    import json
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+
+    def ask(message):
+        proc.stdin.write(json.dumps(message) + "\n")
+        proc.stdin.flush()
+        if "id" not in message:
+            return None
+        while True:
+            line = json.loads(proc.stdout.readline())
+            if line.get("id") == message["id"] and "method" not in line:
+                return line
+
+    ask({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
+    ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return proc, ask

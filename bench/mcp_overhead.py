@@ -17,6 +17,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import mcp_session  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(ROOT, "target/sdk-venv/bin/python")
 SERVER = os.path.join(ROOT, "tests/sdk/mcp_server.py")
@@ -36,21 +39,7 @@ def binary():
 
 def drive(command, n):
     """Round trips of n `tools/call` lines after the handshake, in seconds."""
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-
-    def ask(message):
-        proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
-        if "id" not in message:
-            return None
-        while True:
-            line = json.loads(proc.stdout.readline())
-            if line.get("id") == message["id"] and "method" not in line:
-                return line
-
-    ask({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
-    ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    proc, ask = mcp_session(command)
     times = []
     for i in range(1, n + 1):
         started = time.perf_counter()

@@ -22,7 +22,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import start_serve, stop  # noqa: E402
+from common import mcp_session, start_serve, stop  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(ROOT, "target/sdk-venv/bin/python")
@@ -119,21 +119,8 @@ def http_figures(n, fake_url):
 
 
 def drive_mcp(command, n):
-    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-
-    def ask(message):
-        proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
-        if "id" not in message:
-            return None
-        while True:
-            line = json.loads(proc.stdout.readline())
-            if line.get("id") == message["id"] and "method" not in line:
-                return line
-
-    ask({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
-    ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    """n `tools/call` round trips after the handshake: seconds taken."""
+    proc, ask = mcp_session(command)
     started = time.perf_counter()
     for i in range(1, n + 1):
         answer = ask({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "add", "arguments": {"a": i, "b": 3}}})

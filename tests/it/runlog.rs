@@ -132,6 +132,13 @@ fn runlog_sample(version: &str) -> Sample {
     sample
 }
 
+/// `args` and the flags that send every provider's requests to `fake`.
+fn with_fake(fake: &FakeProvider, args: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    out.extend(upstream_args(fake));
+    out
+}
+
 /// Files of a folder whose names end in `.tmp`: what a write left behind.
 fn temp_files(folder: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(folder)
@@ -290,11 +297,7 @@ async fn a_streamed_recording_is_never_lost_under_load() {
 async fn recording_runs_at_once_leave_one_complete_set() {
     let fake = FakeProvider::start().await;
     let sample = runlog_sample("0.1.1-two-runs");
-    let mut args: Vec<String> = ["--record", "-j", "4", "-E", "test(/^many_/)"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(upstream_args(&fake));
+    let args = with_fake(&fake, &["--record", "-j", "4", "-E", "test(/^many_/)"]);
     let warm = sample.run(&refs(&args), &[("SAMPLE_TAG", "warm")]);
     assert_eq!(warm.code, Some(0), "{}", warm.stderr);
     for round in 0..2 {
@@ -402,11 +405,7 @@ fn signal_group(child: &mut Child, signal: &str) -> String {
 async fn an_interrupted_test_record_removes_nothing() {
     let fake = FakeProvider::start().await;
     let sample = runlog_sample("0.1.1-sigint");
-    let mut args: Vec<String> = ["--record", "-E", "test(=waits_after_a_call)"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(upstream_args(&fake));
+    let args = with_fake(&fake, &["--record", "-E", "test(=waits_after_a_call)"]);
     let first = sample.run(&refs(&args), &[("SAMPLE_PROMPT", "old")]);
     assert_eq!(first.code, Some(0), "{}", first.stderr);
     let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
@@ -437,11 +436,10 @@ async fn an_interrupted_test_record_removes_nothing() {
 async fn a_killed_run_leaves_its_spool_and_recover_applies_it() {
     let fake = FakeProvider::start().await;
     let sample = runlog_sample("0.1.1-sigkill");
-    let mut args: Vec<String> = ["--record-missing", "-E", "test(=waits_after_a_call)"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(upstream_args(&fake));
+    let args = with_fake(
+        &fake,
+        &["--record-missing", "-E", "test(=waits_after_a_call)"],
+    );
     let warm = sample.run(&refs(&args), &[("SAMPLE_PROMPT", "warm")]);
     assert_eq!(warm.code, Some(0), "{}", warm.stderr);
     let marker = sample.scratch().join("called");
@@ -654,11 +652,10 @@ async fn a_test_id_cannot_forge_another_tests_outcome() {
 async fn a_cassette_that_cannot_be_written_fails_the_run_and_keeps_the_recording() {
     let fake = FakeProvider::start().await;
     let sample = runlog_sample("0.1.1-blocked");
-    let mut args: Vec<String> = ["--record-missing", "-E", "test(=waits_after_a_call)"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    args.extend(upstream_args(&fake));
+    let args = with_fake(
+        &fake,
+        &["--record-missing", "-E", "test(=waits_after_a_call)"],
+    );
     let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
     let folder = path.parent().unwrap().to_path_buf();
     let (marker, release) = (sample.scratch().join("called"), sample.scratch().join("go"));
