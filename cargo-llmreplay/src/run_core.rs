@@ -345,6 +345,8 @@ impl Serving {
     pub(crate) fn abandon(self) {
         let _ = self.stop.send(());
         let _ = self.handles.runtime.block_on(self.served);
+        // Its run log ends, and its spool (empty: no test ran) goes.
+        daemon::settle::finish_run(&self.handles.store, &self.handles.journal, false);
     }
 }
 
