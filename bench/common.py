@@ -1,6 +1,6 @@
 """What the bench drivers share: free loopback ports, and starting the floor server (or any
 server) and waiting until it listens, by polling its port rather than sleeping a fixed time."""
-import signal, socket, subprocess, sys, time
+import os, signal, socket, subprocess, sys, time
 
 
 def free_port():
@@ -68,3 +68,16 @@ def mcp_session(command):
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
     ask({"jsonrpc": "2.0", "method": "notifications/initialized"})
     return proc, ask
+
+
+def llmreplay_binary():
+    """The cargo-llmreplay to measure: CARGO_LLMREPLAY, else a release build, else a debug one."""
+    named = os.environ.get("CARGO_LLMREPLAY")
+    if named:
+        return named
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for profile in ("release", "debug"):
+        path = os.path.join(root, "target", profile, "cargo-llmreplay")
+        if os.path.exists(path):
+            return path
+    sys.exit("build cargo-llmreplay first: cargo build --release")

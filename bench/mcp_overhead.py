@@ -18,23 +18,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import mcp_session  # noqa: E402
+from common import llmreplay_binary, mcp_session  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(ROOT, "target/sdk-venv/bin/python")
 SERVER = os.path.join(ROOT, "tests/sdk/mcp_server.py")
 N = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] != "inner" else 300
-
-
-def binary():
-    named = os.environ.get("CARGO_LLMREPLAY")
-    if named:
-        return named
-    for profile in ("release", "debug"):
-        path = os.path.join(ROOT, "target", profile, "cargo-llmreplay")
-        if os.path.exists(path):
-            return path
-    sys.exit("build cargo-llmreplay first: cargo build --release")
 
 
 def drive(command, n):
@@ -53,7 +42,7 @@ def drive(command, n):
 
 def inner():
     """Under `cargo llmreplay run`: the shim's figures, written where the outer run says."""
-    shim = [binary(), "llmreplay", "mcp", "--name", "bench", "--", PYTHON, SERVER]
+    shim = [llmreplay_binary(), "llmreplay", "mcp", "--name", "bench", "--", PYTHON, SERVER]
     times = drive(shim, N)
     with open(os.environ["BENCH_OUT"], "w") as f:
         json.dump(times, f)
@@ -70,7 +59,7 @@ def main():
     for label, flags in (("shim, recording", ["--record"]), ("shim, replay (no server)", [])):
         env = dict(os.environ, BENCH_OUT=out, CARGO_TARGET_DIR=os.path.join(work, "target"))
         env.pop("CI", None)
-        subprocess.run([binary(), "llmreplay", "run", *flags, "--", sys.executable, os.path.abspath(__file__), str(N), "inner"],
+        subprocess.run([llmreplay_binary(), "llmreplay", "run", *flags, "--", sys.executable, os.path.abspath(__file__), str(N), "inner"],
                        cwd=work, env=env, check=True, stderr=subprocess.DEVNULL)
         with open(out) as f:
             figures[label] = json.load(f)

@@ -22,23 +22,12 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import mcp_session, start_serve, stop  # noqa: E402
+from common import llmreplay_binary, mcp_session, start_serve, stop  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = os.path.join(ROOT, "target/sdk-venv/bin/python")
 SERVER = os.path.join(ROOT, "tests/sdk/mcp_server.py")
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def binary():
-    named = os.environ.get("CARGO_LLMREPLAY")
-    if named:
-        return named
-    for profile in ("release", "debug"):
-        path = os.path.join(ROOT, "target", profile, "cargo-llmreplay")
-        if os.path.exists(path):
-            return path
-    sys.exit("build cargo-llmreplay first: cargo build --release")
 
 
 class Fake(http.server.BaseHTTPRequestHandler):
@@ -104,7 +93,7 @@ def http_figures(n, fake_url):
     direct = agent(f"{fake_url}/v1/chat/completions", n)
     work = tempfile.mkdtemp()
     try:
-        serve, base, _ = start_serve(binary(), ["--cassette-dir", "c", "--mode", "record", "--upstream", f"openai={fake_url}"], work)
+        serve, base, _ = start_serve(llmreplay_binary(), ["--cassette-dir", "c", "--mode", "record", "--upstream", f"openai={fake_url}"], work)
         before = wchar(serve.pid)
         started = time.perf_counter()
         agent(f"{base}/openai/v1/chat/completions", n, {"x-test-id": "bench$long"})
@@ -135,7 +124,7 @@ def mcp_inner(n):
     daemon = os.getppid()
     before = wchar(daemon)
     started = time.perf_counter()
-    drive_mcp([binary(), "llmreplay", "mcp", "--name", "bench", "--", PYTHON, SERVER], n)
+    drive_mcp([llmreplay_binary(), "llmreplay", "mcp", "--name", "bench", "--", PYTHON, SERVER], n)
     root = os.environ["LLMREPLAY_BASE_URL"].split("/t/", 1)[0].rstrip("/")
     post(f"{root}/__llmreplay/flush", {})
     through = time.perf_counter() - started
@@ -151,7 +140,7 @@ def mcp_figures(n):
         out = os.path.join(work, "figures.json")
         env = dict(os.environ, BENCH_OUT=out, CARGO_TARGET_DIR=os.path.join(work, "target"))
         env.pop("CI", None)
-        subprocess.run([binary(), "llmreplay", "run", "--record", "--", sys.executable, os.path.abspath(__file__), "inner", str(n)],
+        subprocess.run([llmreplay_binary(), "llmreplay", "run", "--record", "--", sys.executable, os.path.abspath(__file__), "inner", str(n)],
                        cwd=work, env=env, check=True, stderr=subprocess.DEVNULL)
         with open(out) as f:
             got = json.load(f)

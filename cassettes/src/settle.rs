@@ -91,12 +91,17 @@ pub(crate) fn settle_file(
     let before = sealed_ids(&cassette.interactions);
     let mut placed = Vec::with_capacity(pending.len());
     let mut skipped = 0;
+    // What the file holds, for recordings that give way: listed once, not at each one.
+    let mut held: HashSet<RecordingId> = match put {
+        Put::Missing => recording_ids(&cassette.interactions).into_iter().collect(),
+        Put::Replace => HashSet::new(),
+    };
     for (ordinal, interaction) in pending {
         let id = RecordingId {
             key: interaction.key.clone(),
             ordinal: *ordinal,
         };
-        if put == Put::Missing && recording_ids(&cassette.interactions).contains(&id) {
+        if put == Put::Missing && !held.insert(id.clone()) {
             // The file has a recording there, made since: the newer one stays.
             skipped += 1;
             continue;

@@ -149,6 +149,17 @@ fn temp_files(folder: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// `status` finds no spool left to apply and no temporary file a killed run left.
+fn assert_nothing_left(sample: &Sample) {
+    let status = sample.llmreplay(&["status", "--no-list"]);
+    assert!(!status.stderr.contains("killed run"), "{}", status.stderr);
+    assert!(
+        !status.stderr.contains("not yet in the cassettes"),
+        "{}",
+        status.stderr
+    );
+}
+
 /// The newest run's event log of a project whose target dir is `target`.
 fn newest_events(target: &Path) -> PathBuf {
     let runs = target.join("llmreplay/runs");
@@ -280,13 +291,7 @@ async fn a_streamed_recording_is_never_lost_under_load() {
         assert_eq!(recorded[0]["removed"], before, "{}", run.report);
         assert!(temp_files(&folder).is_empty());
     }
-    let status = sample.llmreplay(&["status", "--no-list"]);
-    assert!(!status.stderr.contains("killed run"), "{}", status.stderr);
-    assert!(
-        !status.stderr.contains("not yet in the cassettes"),
-        "{}",
-        status.stderr
-    );
+    assert_nothing_left(&sample);
 }
 
 /// Three `--record -j 4` runs of the same 16 tests of 10 calls each, with prompts of their
@@ -421,12 +426,7 @@ async fn an_interrupted_test_record_removes_nothing() {
     wait_for(&marker, &mut child);
     let said = signal_group(&mut child, "INT");
     assert_eq!(prompts(&read_json(&path)), ["old", "new"], "{said}");
-    let status = sample.llmreplay(&["status", "--no-list"]);
-    assert!(
-        !status.stderr.contains("not yet in the cassettes"),
-        "{}",
-        status.stderr
-    );
+    assert_nothing_left(&sample);
 }
 
 /// A daemon killed with SIGKILL mid-run (the whole run's process group) leaves its spool:
@@ -482,12 +482,7 @@ async fn a_killed_run_leaves_its_spool_and_recover_applies_it() {
         recovered.stderr
     );
     assert_eq!(prompts(&read_json(&path)), ["warm", "killed"]);
-    let after = sample.llmreplay(&["status", "--no-list"]);
-    assert!(
-        !after.stderr.contains("not yet in the cassettes"),
-        "{}",
-        after.stderr
-    );
+    assert_nothing_left(&sample);
     let again = sample.llmreplay(&["recover"]);
     assert!(
         again.stderr.contains("no run left recordings to apply"),
@@ -534,6 +529,8 @@ async fn an_interrupted_pytest_run_removes_nothing() {
             cmd.env_remove(k);
         }
         without_provider_env(&mut cmd);
+        // The SDK wants a key to start; a recording run sends it to the fake alone.
+        cmd.env("OPENAI_API_KEY", "sk-test-not-real");
         if group {
             cmd.process_group(0);
         }
