@@ -373,6 +373,11 @@ impl Journal {
         }
     }
 
+    /// Whether the test is known to have begun: it was said to, or it made a call.
+    pub fn has_begun(&self, test: &TestId) -> bool {
+        self.began.lock().expect("journal lock").contains(test)
+    }
+
     fn began_event(&self, test: &TestId) {
         if let Some(run_log) = &self.run_log {
             run_log.emit(runlog::Event::TestBegan {

@@ -404,6 +404,40 @@ fn signal_group(child: &mut Child, signal: &str) -> String {
     err
 }
 
+/// A replay under `test` has no runner beside its tests, so nextest's own JSON says how each
+/// ended: the run log has the test that replayed as passed and the one that missed as failed,
+/// and nextest's summary still reaches the user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_run_logs_how_each_test_ended() {
+    let fake = FakeProvider::start().await;
+    let sample = runlog_sample("0.1.1-outcomes");
+    let record = with_fake(&fake, &["--record", "-E", "test(=many_00)"]);
+    let recorded = sample.run(&refs(&record), &[("SAMPLE_TAG", "t")]);
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+
+    let replay = sample.run(
+        &["-E", "test(=many_00) | test(=many_01)"],
+        &[("SAMPLE_TAG", "t"), ("CI", "true")],
+    );
+    assert_ne!(replay.code, Some(0), "{}", replay.stderr);
+    assert!(
+        replay.stderr.contains("2 tests run: 1 passed, 1 failed"),
+        "{}",
+        replay.stderr
+    );
+    let read = read_by_python(Path::new(replay.report["run_log"].as_str().unwrap()));
+    assert_eq!(read["mode"], "replay", "{read}");
+    assert_eq!(
+        read["outcomes"]["sample::runlog$many_00"], "passed",
+        "{read}"
+    );
+    assert_eq!(
+        read["outcomes"]["sample::runlog$many_01"], "failed",
+        "{read}"
+    );
+    assert_eq!(read["ended"], true);
+}
+
 /// Ctrl-C during `cargo llmreplay test --record` while a re-recorded test waits after its new
 /// call: its old recording stays and the new one is added, as `--record-missing` adds it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

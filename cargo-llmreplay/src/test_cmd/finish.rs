@@ -12,6 +12,12 @@ use crate::run_core::Known;
 /// The status cargo-nextest (through clap) exits with when its arguments are wrong.
 const USAGE_REFUSED: i32 = 2;
 
+/// Waits, briefly, for the last of nextest's stdout: a process a `--no-capture` test left
+/// behind may hold it open, and its lines are not outcomes.
+fn end_of_output(read: std::sync::mpsc::Receiver<()>) {
+    let _ = read.recv_timeout(std::time::Duration::from_secs(2));
+}
+
 /// Waits for nextest, stops the daemon, settles what each test recorded, then writes the
 /// report, prints its summary and, under `--review`, walks the changed answers.
 pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Result<Outcome> {
@@ -20,9 +26,13 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
         background,
         run_env,
         ran,
+        outcomes,
     } = launched;
     let (mode, scope) = (plan.mode, &plan.scope);
     let status = serving.wait("cannot run cargo nextest")?;
+    if let Some(outcomes) = outcomes {
+        end_of_output(outcomes);
+    }
     // No test asks for a cassette any more: nothing to read ahead.
     serving.store().stop_preload();
     // nextest refused its arguments (clap's status): it said why, and no test ran, so there is

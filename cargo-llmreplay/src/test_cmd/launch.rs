@@ -1,6 +1,7 @@
 //! The run started: nextest spawned with every test pointed at the daemon, the daemon made
 //! and serving (`run_core`), and the cassettes read while nextest builds.
 
+use super::outcomes;
 use super::plan::{RunPlan, Wiring};
 use super::{runner_command, Resolved};
 use crate::error::{Error, Result};
@@ -17,6 +18,9 @@ pub(super) struct Launched {
     pub(super) run_env: Vec<(String, String)>,
     /// A file the runner writes: which tests ran.
     pub(super) ran: Option<tempfile::NamedTempFile>,
+    /// Reads how each test ended from nextest's stdout, in a run without a runner.
+    /// Says when it read the last line.
+    pub(super) outcomes: Option<std::sync::mpsc::Receiver<()>>,
 }
 
 /// Starts the run: nextest spawned with every test pointed at the daemon, the daemon made and
@@ -56,6 +60,9 @@ pub(super) fn launch(
         true => prepared.env(false),
         false => Vec::new(),
     };
+    // Without a runner, nextest's libtest JSON says how each test ended (README, "The run
+    // log"), unless the user chose a format of their own.
+    let read_outcomes = runner_less && !outcomes::user_chose_format(&plan.nextest_args);
     if runner_less {
         nextest.envs(run_env.iter().map(|(k, v)| (k, v)));
     } else {
@@ -71,6 +78,12 @@ pub(super) fn launch(
     nextest
         .args(&plan.nextest_args)
         .env("LLMREPLAY_MODE", mode.as_str());
+    if read_outcomes {
+        nextest
+            .args(outcomes::FORMAT_ARGS)
+            .env(outcomes::EXPERIMENT_ENV, "1")
+            .stdout(std::process::Stdio::piped());
+    }
     if !chain.is_empty() {
         nextest.env(CHAIN_RUNNER_ENV, chain.join("\u{1f}"));
     }
@@ -103,6 +116,7 @@ pub(super) fn launch(
             return Err(e);
         }
     };
+    let stdout = child.stdout.take();
     let naming = match runner_less {
         true => {
             tracing::info!(target: "cargo_llmreplay::daemon", "no target runner: each connection's test is read from its process");
@@ -111,6 +125,15 @@ pub(super) fn launch(
         false => Naming::Said,
     };
     let serving = ready.serve(child, naming);
+    let outcomes = stdout.map(|stdout| {
+        let journal = serving.journal().clone();
+        let (done, read) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            outcomes::read(stdout, journal);
+            let _ = done.send(());
+        });
+        read
+    });
     // While nextest builds and lists, on a core it mostly leaves idle: every cassette a
     // whole-suite replay will read, parsed before the first test asks, then what git says of
     // the cassettes in a run that writes none (a new file counted from what was just read,
@@ -138,6 +161,7 @@ pub(super) fn launch(
         background,
         run_env,
         ran,
+        outcomes,
     })
 }
 

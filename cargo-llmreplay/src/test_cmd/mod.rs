@@ -9,6 +9,7 @@ mod finish;
 mod flags;
 mod launch;
 mod misses;
+mod outcomes;
 mod plan;
 
 use flags::{check_typos, split_args};
