@@ -296,9 +296,7 @@ async fn record(
                 (Outcome::Refused, Some(Detail::message(message.clone())))
             }
         };
-        state
-            .journal
-            .log(recording.call, outcome, status.as_u16(), detail);
+        recording.call.end(outcome, status.as_u16(), detail);
         return match unsaved {
             Unsaved::Refused {
                 message,

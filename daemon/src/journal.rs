@@ -269,7 +269,30 @@ impl Journal {
 
     /// Notes a tunnel a test opened to a `[capture] pass` host (`host:port`): it left the
     /// machine unrecorded, and the report says so.
+    /// The tunnel is the exchange, and it ends here, as it opens: what passes inside it is
+    /// not ours to see, and a kept-alive tunnel may outlive its test, whose end must not wait
+    /// for it.
     pub fn passed(&self, test: &TestId, host: &str) {
+        if let Some(run_log) = &self.run_log {
+            let now = run_log.now_ms();
+            run_log.exchange(&runlog::Exchange {
+                test: test.as_str().into(),
+                step: None,
+                transport: "tunnel".into(),
+                provider: "".into(),
+                method: "CONNECT".into(),
+                path: host.into(),
+                key: "".into(),
+                ordinal: 0,
+                outcome: "passthrough".into(),
+                status: 200,
+                started_ms: now,
+                ms: 0,
+                bytes: None,
+                model: None,
+                usage: None,
+            });
+        }
         let mut passed = self.passed.lock().expect("journal lock");
         // Past this many tests and hosts, one more is only counted under the last it saw.
         const MAX_PASSED: usize = 10_000;

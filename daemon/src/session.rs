@@ -466,15 +466,7 @@ async fn record(
         let Some(client) = accept(req).await else {
             return;
         };
-        relay(
-            state.clone(),
-            call,
-            request,
-            client,
-            upstream,
-            save == Save::Yes,
-        )
-        .await;
+        relay(call, request, client, upstream, save == Save::Yes).await;
     }));
     response
 }
@@ -488,7 +480,6 @@ enum End {
 }
 
 async fn relay<U>(
-    state: Arc<State>,
     call: Call,
     request: cassettes::RecordedRequest,
     client: Socket,
@@ -573,9 +564,7 @@ async fn relay<U>(
     .await;
     if let End::Broken(why) = end {
         let message = format!("cargo-llmreplay: {why}; passed on and not saved");
-        state
-            .journal
-            .log(call, Outcome::Broken, 101, Some(Detail::message(message)));
+        call.end(Outcome::Broken, 101, Some(Detail::message(message)));
         return;
     }
     if !save {

@@ -131,6 +131,19 @@ async fn hard_coded_hosts_are_recorded_through_the_proxy_and_replayed_offline() 
         run.report
     );
     assert!(run.stderr.contains("passed through (1)"), "{}", run.stderr);
+    // And in the run log, as an exchange that ended as it opened.
+    let events = std::fs::read_to_string(run.report["run_log"].as_str().unwrap()).unwrap();
+    let tunnels: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains(r#""transport":"tunnel""#))
+        .collect();
+    assert_eq!(tunnels.len(), 1, "{events}");
+    assert!(
+        tunnels[0].contains(r#""path":"registry.example:443""#)
+            && tunnels[0].contains(r#""outcome":"passthrough""#),
+        "{}",
+        tunnels[0]
+    );
 
     // Replay: offline, the stand-in hosts untouched, every answer byte for byte.
     let seen = fake.received().len();

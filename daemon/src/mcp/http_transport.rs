@@ -255,16 +255,10 @@ fn from_channel(
 }
 
 /// A request the server could not be asked: journalled against its exchange, and said.
-fn not_forwarded(
-    state: &State,
-    pending: Box<Pending>,
-    failed: crate::proxy::Failed,
-) -> Response<Body> {
+fn not_forwarded(pending: Box<Pending>, failed: crate::proxy::Failed) -> Response<Body> {
     let detail = Detail::message(failed.message.clone());
     let status = failed.status.as_u16();
-    state
-        .journal
-        .log(pending.call, Outcome::Error, status, Some(detail));
+    pending.call.end(Outcome::Error, status, Some(detail));
     text(failed.status, failed.message)
 }
 
@@ -298,7 +292,7 @@ async fn forward(
         Ok(forwarded) => forwarded,
         Err(failed) => {
             return match pending {
-                Some(pending) => not_forwarded(state, pending, failed),
+                Some(pending) => not_forwarded(pending, failed),
                 None => text(failed.status, failed.message),
             }
         }
@@ -576,7 +570,7 @@ async fn record_listening(
     let started = Instant::now();
     let forwarded = match crate::proxy::forward(state, &parts, route, Bytes::new()).await {
         Ok(forwarded) => forwarded,
-        Err(failed) => return not_forwarded(state, pending, failed),
+        Err(failed) => return not_forwarded(pending, failed),
     };
     let (head, mut upstream) = forwarded.answer.into_parts();
     let is_stream = head
@@ -626,9 +620,7 @@ async fn record_listening(
             let _ = tx.send(Ok(Frame::data(data))).await;
         }
         if steps.is_empty() {
-            state
-                .journal
-                .log(pending.call, Outcome::Passthrough, 200, None);
+            pending.call.end(Outcome::Passthrough, 200, None);
         } else {
             let _ = save(pending, steps, Some(SSE), started).await;
         }
