@@ -94,6 +94,26 @@ fn stderr_filter(verbose: u8) -> EnvFilter {
     })
 }
 
+/// Removes the temporary logs in `dir` that no live run holds: a run killed before its end
+/// leaves one.
+fn sweep_dead_logs(dir: &Path, own: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if path == own || !(name.starts_with(".llmreplay-") && name.ends_with(".log.tmp")) {
+            continue;
+        }
+        let unheld = std::fs::File::open(&path).is_ok_and(|f| f.try_lock().is_ok());
+        if unheld {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
 /// Sends the log to stderr, and to `file` (made anew) when given. Called once, by the
 /// command that runs.
 pub fn init(verbose: u8, file: Option<&Path>) -> Result<()> {
@@ -115,6 +135,10 @@ pub fn init(verbose: u8, file: Option<&Path>) -> Result<()> {
                 .tempfile_in(dir.unwrap_or(Path::new(".")))
                 .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?
                 .into_parts();
+            // Held while this run lives: a later run removes only the temporary logs of runs
+            // that are gone (killed before they could replace their log), never a live one's.
+            let _ = f.lock();
+            sweep_dead_logs(dir.unwrap_or(Path::new(".")), &pending);
             *PENDING.lock().unwrap_or_else(|p| p.into_inner()) = Some((pending, path.into()));
             let file = Buffered(Arc::new(Mutex::new(BufWriter::new(f))));
             let lines = file.clone();

@@ -478,13 +478,20 @@ async fn a_killed_run_leaves_its_spool_and_recover_applies_it() {
     assert_eq!(warm.code, Some(0), "{}", warm.stderr);
     let marker = sample.scratch().join("called");
     let marker_env = marker.display().to_string();
+    // Its report and log beside each other in a folder of this test's own.
+    let logs = sample.scratch().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let killed_report = logs.join("killed.json").display().to_string();
+    let mut killed_args = refs(&args);
+    killed_args.extend(["--report", &killed_report]);
     let mut child = spawn_test(
         &sample,
-        &refs(&args),
+        &killed_args,
         &[("SAMPLE_PROMPT", "killed"), ("SAMPLE_MARKER", &marker_env)],
     );
     wait_for(&marker, &mut child);
     signal_group(&mut child, "KILL");
+    assert_eq!(temp_logs(&logs).len(), 1, "the killed run's log is left");
     let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
     assert_eq!(
         prompts(&read_json(&path)),
@@ -523,6 +530,22 @@ async fn a_killed_run_leaves_its_spool_and_recover_applies_it() {
         "{}",
         again.stderr
     );
+    // The next run with its log there removes the temporary log the killed run left.
+    let next = sample.run_reporting(
+        &logs.join("next.json"),
+        &["-E", "test(=waits_after_a_call)"],
+        &[("SAMPLE_PROMPT", "warm")],
+    );
+    assert_eq!(next.code, Some(0), "{}", next.stderr);
+    assert!(temp_logs(&logs).is_empty(), "{:?}", temp_logs(&logs));
+}
+
+/// The temporary logs in a folder: a live run's, or one a killed run left.
+fn temp_logs(dir: &Path) -> Vec<PathBuf> {
+    temp_files(dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".log.tmp"))
+        .collect()
 }
 
 /// Ctrl-C during `cargo llmreplay run --record -- pytest` while a re-recorded test waits after
