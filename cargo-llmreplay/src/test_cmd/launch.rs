@@ -61,8 +61,10 @@ pub(super) fn launch(
         false => Vec::new(),
     };
     // Without a runner, nextest's libtest JSON says how each test ended (README, "The run
-    // log"), unless the user chose a format of their own.
-    let read_outcomes = runner_less && !outcomes::user_chose_format(&plan.nextest_args);
+    // log"), unless the user chose a format of their own or the tests print where it is read.
+    let read_outcomes = runner_less
+        && !outcomes::user_chose_format(&plan.nextest_args)
+        && !outcomes::tests_print_there(&plan.nextest_args);
     if runner_less {
         nextest.envs(run_env.iter().map(|(k, v)| (k, v)));
     } else {

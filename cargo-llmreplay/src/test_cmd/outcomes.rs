@@ -25,6 +25,17 @@ pub(super) fn user_chose_format(args: &[OsString]) -> bool {
     })
 }
 
+/// Whether the tests' own output reaches nextest's stdout (`--no-capture`): a test could then
+/// print a line that poses as nextest's, so no outcome is read from it.
+pub(super) fn tests_print_there(args: &[OsString]) -> bool {
+    let flag = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--no-capture" || a == "--nocapture");
+    let env = std::env::var_os("NEXTEST_NO_CAPTURE").is_some_and(|v| !v.is_empty() && v != "0");
+    flag || env
+}
+
 /// One line of nextest's libtest JSON, the fields read here. serde refuses a line that names
 /// a field twice, so no name can add an `event` of its own.
 #[derive(Deserialize)]
@@ -222,5 +233,12 @@ mod tests {
             "libtest-json".into()
         ]));
         assert!(!user_chose_format(&["--no-capture".into()]));
+    }
+
+    #[test]
+    fn no_outcomes_where_tests_print_to_nextests_stdout() {
+        assert!(tests_print_there(&["--no-capture".into()]));
+        assert!(tests_print_there(&["--nocapture".into()]));
+        assert!(!tests_print_there(&["--".into(), "--no-capture".into()]));
     }
 }
