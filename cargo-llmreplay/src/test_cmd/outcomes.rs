@@ -48,6 +48,9 @@ struct Line<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     nextest: Option<Suite<'a>>,
+    /// Why a test failed, where nextest says: `time limit exceeded` for one it ended.
+    #[serde(default, borrow)]
+    reason: Option<Cow<'a, str>>,
 }
 
 /// The test binary a suite event names (libtest-json-plus's `nextest` field).
@@ -120,10 +123,11 @@ impl Suites {
                 }
             }
             ("test", _, Some(name)) => {
-                let outcome = match line.event.as_ref() {
-                    "started" => None,
-                    "ok" => Some(TestOutcome::Passed),
-                    "failed" => Some(TestOutcome::Failed),
+                let outcome = match (line.event.as_ref(), line.reason.as_deref()) {
+                    ("started", _) => None,
+                    ("ok", _) => Some(TestOutcome::Passed),
+                    ("failed", Some("time limit exceeded")) => Some(TestOutcome::Killed),
+                    ("failed", _) => Some(TestOutcome::Failed),
                     _ => return,
                 };
                 let Some(test) = self.test(&name, journal) else {
@@ -138,9 +142,18 @@ impl Suites {
         }
     }
 
-    /// The test a JSON name is: `<package>::<binary name>$<test name>`.
+    /// The test a JSON name is: `<package>::<binary name>$<test name>`, and `#<attempt>` after
+    /// it for a retried test's last attempt.
     fn test(&self, name: &str, journal: &daemon::Journal) -> Option<TestId> {
         let (prefix, test) = name.split_once('$')?;
+        let test = match test.rsplit_once('#') {
+            Some((test, attempt))
+                if !attempt.is_empty() && attempt.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                test
+            }
+            _ => test,
+        };
         match self.by_prefix.get(prefix)?.as_slice() {
             [id] => Some(TestId::nextest(id, test)),
             ids => ids
@@ -183,6 +196,10 @@ mod tests {
             "\n",
             r#"{"type":"test","event":"failed","name":"app::it$bad","stdout":"x"}"#,
             "\n",
+            r#"{"type":"test","event":"ok","name":"app::it$flaky#2"}"#,
+            "\n",
+            r#"{"type":"test","event":"failed","name":"app::it$slow#2","reason":"time limit exceeded"}"#,
+            "\n",
             // A custom harness's name with quotes in it, written unescaped: it would say ok.
             r#"{"type":"test","event":"failed","name":"app::it$evil","event":"ok"}"#,
             "\n",
@@ -199,6 +216,14 @@ mod tests {
             Some(&TestOutcome::Failed)
         );
         assert_eq!(outcomes.get(&TestId::new("app::it$evil")), None);
+        assert_eq!(
+            outcomes.get(&TestId::new("app::it$flaky")),
+            Some(&TestOutcome::Passed)
+        );
+        assert_eq!(
+            outcomes.get(&TestId::new("app::it$slow")),
+            Some(&TestOutcome::Killed)
+        );
         assert!(journal.has_begun(&TestId::new("app::it$good")));
     }
 
