@@ -189,14 +189,22 @@ enum Found {
     Semantic(String),
 }
 
-/// Parameters an SDK sends only to shape the transport or the cache, never what is asked.
-const SDK_ONLY_KEYS: &[&str] = &["stream_options", "cache_control"];
+/// Parameters an SDK sends only to shape the cache, never what is asked nor what the answer
+/// holds. A parameter that changes what the answer holds (`stream_options.include_usage` adds
+/// a usage chunk; `n`, `logprobs`, `top_logprobs`, `response_format`, `tools`, `stream` at any
+/// value but their default) is not one: an old answer would lack what the new request gets.
+const SDK_ONLY_KEYS: &[&str] = &["cache_control"];
 
 /// Parameters whose value, made explicit, is what the provider assumes when it is absent.
 fn is_known_default(key: &str, value: &Value) -> bool {
     match key {
         "n" | "candidate_count" => value == 1,
-        "stream" | "logprobs" | "echo" => value == false,
+        "stream" | "logprobs" | "echo" | "include_usage" => value == false,
+        "include_obfuscation" => value == true,
+        // Every option at its default: the stream holds what it held without them.
+        "stream_options" => value
+            .as_object()
+            .is_some_and(|o| o.iter().all(|(k, v)| is_known_default(k, v))),
         "parallel_tool_calls" => value == true,
         "service_tier" => value == "auto" || value == "default",
         _ => false,
@@ -288,8 +296,11 @@ fn one_side(field: &str, value: &Value, added: bool, recorded: &Value, now: &Val
         return Found::Shape(format!("{verb} with its default value"));
     }
     if SDK_ONLY_KEYS.contains(&key.as_str()) {
-        return Found::Shape(format!(
-            "{key} {verb}: it shapes the transport, not the question"
+        return Found::Shape(format!("{key} {verb}: it shapes the cache, not the question"));
+    }
+    if key == "stream_options" {
+        return Found::Semantic(format!(
+            "{key} {verb}: it changes what the answer holds (a usage chunk, say)"
         ));
     }
     Found::Semantic(format!("a parameter {verb}"))
@@ -648,7 +659,8 @@ mod tests {
         let before =
             json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
         let mut with = before.clone();
-        with["stream_options"] = json!({"include_usage": true});
+        with["stream_options"] = json!({"include_usage": false});
+        with["messages"][0]["cache_control"] = json!({"type": "ephemeral"});
         let v = verdict(before.clone(), with);
         assert_eq!(v.class, Some(Class::SdkShape), "{v:?}");
         assert!(v.rules.is_empty());
@@ -677,6 +689,39 @@ mod tests {
         let mut more = before.clone();
         more["temperature"] = json!(0.2);
         assert_eq!(verdict(before, more).class, Some(Class::Semantic));
+    }
+
+    /// A parameter that changes what the answer holds is semantic: an old answer would lack
+    /// the usage chunk, the second choice, the logprobs or the JSON the new request gets.
+    #[test]
+    fn a_parameter_that_changes_what_the_answer_holds_is_semantic() {
+        let before =
+            json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
+        for (key, value) in [
+            ("stream_options", json!({"include_usage": true})),
+            ("stream_options", json!({"include_obfuscation": false})),
+            ("n", json!(2)),
+            ("logprobs", json!(true)),
+            ("top_logprobs", json!(3)),
+            ("response_format", json!({"type": "json_object"})),
+            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+        ] {
+            let mut now = before.clone();
+            now[key] = value.clone();
+            let v = verdict(before.clone(), now);
+            assert_eq!(v.class, Some(Class::Semantic), "{key}: {value}: {v:?}");
+        }
+        let mut streams = before.clone();
+        streams.as_object_mut().unwrap().remove("stream");
+        assert_eq!(
+            verdict(streams, before.clone()).class,
+            Some(Class::Semantic)
+        );
+        let mut nested = before.clone();
+        nested["stream_options"] = json!({});
+        let mut usage = before.clone();
+        usage["stream_options"] = json!({"include_usage": true});
+        assert_eq!(verdict(nested, usage).class, Some(Class::Semantic));
     }
 
     #[test]
