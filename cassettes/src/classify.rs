@@ -296,7 +296,9 @@ fn one_side(field: &str, value: &Value, added: bool, recorded: &Value, now: &Val
         return Found::Shape(format!("{verb} with its default value"));
     }
     if SDK_ONLY_KEYS.contains(&key.as_str()) {
-        return Found::Shape(format!("{key} {verb}: it shapes the cache, not the question"));
+        return Found::Shape(format!(
+            "{key} {verb}: it shapes the cache, not the question"
+        ));
     }
     if key == "stream_options" {
         return Found::Semantic(format!(
@@ -337,7 +339,8 @@ enum Shape {
 /// Every shape in one pattern, tried in this order at each position.
 static VOLATILE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
-        r"(?P<time>\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?)",
+        // A date alone is what a prompt asks about; only a time of day makes it the clock's.
+        r"(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)",
         r"|(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)",
         r"|(?P<ulid>\b[0-9A-HJKMNP-TV-Z]{26}\b)",
         r"|(?P<prefixed>\b[a-z]{2,12}[_-][A-Za-z0-9]{8,}\b)",
@@ -418,29 +421,36 @@ impl Shape {
         });
         let (pattern, tag) = match self {
             Shape::Time => (
-                r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+                r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
                     .to_string(),
                 "TIME".to_string(),
             ),
             Shape::Uuid => {
-                let lower = seen.iter().all(|(_, s)| !s.chars().any(|c| c.is_ascii_uppercase()));
+                let lower = seen
+                    .iter()
+                    .all(|(_, s)| !s.chars().any(|c| c.is_ascii_uppercase()));
                 let hex = if lower { "[0-9a-f]" } else { "[0-9a-fA-F]" };
                 (
                     format!(r"\b{hex}{{8}}-{hex}{{4}}-{hex}{{4}}-{hex}{{4}}-{hex}{{12}}\b"),
                     "UUID".to_string(),
                 )
             }
-            Shape::Ulid => (r"\b[0-9A-HJKMNP-TV-Z]{26}\b".to_string(), "ULID".to_string()),
+            Shape::Ulid => (
+                r"\b[0-9A-HJKMNP-TV-Z]{26}\b".to_string(),
+                "ULID".to_string(),
+            ),
             Shape::Prefixed => {
                 // The first id's prefix and length: `call_` and 24.
                 let text = seen.first().map(|(_, s)| s.as_str()).unwrap_or("id_");
                 let cut = text.find(['_', '-']).map_or(0, |i| i + 1);
                 let (prefix, tail) = text.split_at(cut);
-                let tag = prefix
-                    .trim_end_matches(['_', '-'])
-                    .to_ascii_uppercase();
+                let tag = prefix.trim_end_matches(['_', '-']).to_ascii_uppercase();
                 (
-                    format!(r"\b{}[A-Za-z0-9]{{{}}}\b", regex::escape(prefix), tail.len()),
+                    format!(
+                        r"\b{}[A-Za-z0-9]{{{}}}\b",
+                        regex::escape(prefix),
+                        tail.len()
+                    ),
                     format!("{tag}_ID"),
                 )
             }
@@ -448,7 +458,10 @@ impl Shape {
                 let len = seen.first().map_or(32, |(_, s)| s.len());
                 (format!(r"\b[0-9a-f]{{{len}}}\b"), "HEX".to_string())
             }
-            Shape::Epoch => (r"\b1[0-9]{9}(?:[0-9]{3})?\b".to_string(), "EPOCH".to_string()),
+            Shape::Epoch => (
+                r"\b1[0-9]{9}(?:[0-9]{3})?\b".to_string(),
+                "EPOCH".to_string(),
+            ),
         };
         let distinct: BTreeSet<&str> = seen.iter().map(|(_, s)| s.as_str()).collect();
         let with = match distinct.len() > 1 {
@@ -622,6 +635,49 @@ mod tests {
         assert!(v.rules[1].toml().contains("<UUID>"), "{:?}", v.rules);
     }
 
+    /// A date alone is what is asked: a prompt about 2025-06-30 is not the one about
+    /// 2024-01-01. The rule a time suggests leaves bare dates alone.
+    #[test]
+    fn a_bare_date_is_semantic_and_the_time_rule_needs_a_time_of_day() {
+        let v = verdict(
+            request(json!("What happened on 2024-01-01?")),
+            request(json!("What happened on 2025-06-30?")),
+        );
+        assert_eq!(v.class, Some(Class::Semantic), "{v:?}");
+        assert!(v.rules.is_empty(), "{v:?}");
+
+        let v = verdict(
+            request(json!("It is 2024-01-01T10:00:00Z. On 2024-01-01, say hi")),
+            request(json!("It is 2025-06-30T08:15:02Z. On 2024-01-01, say hi")),
+        );
+        assert_eq!(v.class, Some(Class::Volatile), "{v:?}");
+        let Some(Rule::Replace { pattern, with }) = v.rules.first() else {
+            panic!("{v:?}");
+        };
+        let rule = crate::key::ReplaceRule {
+            pattern: pattern.clone(),
+            replacement: with.clone(),
+        };
+        let normalizer = crate::Normalizer::new(&[], &[rule]).unwrap();
+        let keyed = |text: &str| {
+            normalizer
+                .request(
+                    "POST",
+                    "/",
+                    None,
+                    None,
+                    json!({"q": text}).to_string().as_bytes(),
+                    &[],
+                )
+                .body_value()
+        };
+        assert_eq!(
+            keyed("It is 2025-06-30T08:15:02Z"),
+            keyed("It is 2026-01-02 09:00")
+        );
+        assert_ne!(keyed("About 2025-06-30"), keyed("About 2024-01-01"));
+    }
+
     #[test]
     fn a_whole_id_field_is_ignored_by_its_pointer() {
         let v = verdict(
@@ -704,7 +760,10 @@ mod tests {
             ("logprobs", json!(true)),
             ("top_logprobs", json!(3)),
             ("response_format", json!({"type": "json_object"})),
-            ("tools", json!([{"type": "function", "function": {"name": "f"}}])),
+            (
+                "tools",
+                json!([{"type": "function", "function": {"name": "f"}}]),
+            ),
         ] {
             let mut now = before.clone();
             now[key] = value.clone();

@@ -911,13 +911,19 @@ async fn keys_go_to_an_upstream_only_llmreplay_toml_names_only_when_allowed() {
             (r.status().as_u16(), r.text().await.unwrap())
         }
     };
-    let bearer = Some(("authorization", "Bearer sk-proj-committed-upstream-0123456789"));
+    let bearer = Some((
+        "authorization",
+        "Bearer sk-proj-committed-upstream-0123456789",
+    ));
     let args = ["--cassette-dir", "c", "--mode", "record"];
     let serve = Serve::start(dir.path(), &args);
     let refused = |(status, body): (u16, String), setting: &str| {
         assert_eq!(status, 502, "{body}");
         assert!(body.contains(setting), "{body}");
-        assert!(body.contains("--allow-credentials-to llmreplay-committed.invalid"), "{body}");
+        assert!(
+            body.contains("--allow-credentials-to llmreplay-committed.invalid"),
+            "{body}"
+        );
         assert!(!body.contains("sk-proj-committed"), "{body}");
     };
     refused(
@@ -971,7 +977,10 @@ async fn keys_go_to_an_upstream_only_llmreplay_toml_names_only_when_allowed() {
         ("/mcp/web", Some(("authorization", "Bearer ghp-committed"))),
     ] {
         let (status, body) = post(&serve, path, header, chat("a")).await;
-        assert!(!body.contains("--allow-credentials-to"), "{path}: {status} {body}");
+        assert!(
+            !body.contains("--allow-credentials-to"),
+            "{path}: {status} {body}"
+        );
     }
     drop(serve);
 
