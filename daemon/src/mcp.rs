@@ -333,7 +333,11 @@ pub(crate) async fn save(
         return Ok(());
     }
     let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
-    crate::exchange::save(call, interaction, 200).await
+    match crate::exchange::save(call, interaction, 200).await {
+        // The client has its answer; the run fails at its end, naming it.
+        Ok(()) | Err(crate::exchange::Unsaveable::Secret) => Ok(()),
+        Err(crate::exchange::Unsaveable::Failed(failure)) => Err(failure),
+    }
 }
 
 /// `--live mcp:NAME`: what the server answered now against the recording of the same message.

@@ -1001,6 +1001,59 @@ async fn keys_go_to_an_upstream_only_llmreplay_toml_names_only_when_allowed() {
     );
 }
 
+/// An answer the last secret guard will not write (it holds the value of a key variable of
+/// the run) still reaches its client whole, so the test passes on it; the run then fails at
+/// its end, naming the test, the field and the setting, and no cassette holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_recording_still_answers_its_client_and_fails_the_run_at_its_end() {
+    let fake = FakeProvider::start().await;
+    let secret = [("GUARD_CHECK_API_KEY", "You said: Hello")];
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::in_mode(
+        dir.path(),
+        "record",
+        &format!("openai={}", fake.url()),
+        &secret,
+    );
+    let r = http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("h$guard")
+        ))
+        .json(&chat("Hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.expect("the whole answer, not a broken read");
+    assert!(body.contains("You said: Hello"), "{body}");
+    let stopped = serve.stop();
+    assert!(!stopped.status.success(), "{}", stopped.stderr);
+    assert!(!dir.path().join("c/h--guard/openai.json").exists());
+
+    let sample = Sample::new();
+    let mut args = vec!["--record", "-E", "test(=answers_hello)"];
+    let upstream = crate::support::upstream_args(&fake);
+    args.extend(upstream.iter().map(String::as_str));
+    let run = sample.run(&args, &secret);
+    assert!(
+        run.stderr.contains("PASS [") && !run.stderr.contains("FAIL ["),
+        "the test got its answer: {}",
+        run.stderr
+    );
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "error: sample::chat$answers_hello: cargo-llmreplay: the recording was not saved: "
+        ) && run.stderr.contains("the value of GUARD_CHECK_API_KEY")
+            && run.stderr.contains("[redact]"),
+        "{}",
+        run.stderr
+    );
+    let cassette = sample.cassette("sample--chat--answers_hello", "openai");
+    assert!(!cassette.exists(), "nothing written");
+}
+
 /// A cassette folder whose `blobs` links elsewhere: a recording there removes nothing in the
 /// other folder. A session frame whose blob names a path is refused, never opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
