@@ -379,10 +379,6 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Op
     None
 }
 
-/// The start of the message of a recording the last secret guard refused: the client has its
-/// answer, and the run fails at its end naming it ([`crate::Journal::not_saved`]).
-pub(crate) const NOT_SAVED_SECRET: &str = "cargo-llmreplay: the recording was not saved: ";
-
 /// Why a recording was not saved.
 pub(crate) enum Unsaveable {
     /// The last secret guard refused it: the client still gets its whole answer.
@@ -408,9 +404,10 @@ pub(crate) async fn save(
                 call.end(outcome.into(), status, None);
                 return Ok(());
             }
-            Ok(Err(e @ cassettes::Error::Secret { .. })) => {
-                (format!("{NOT_SAVED_SECRET}{e}"), Unsaveable::Secret)
-            }
+            Ok(Err(e @ cassettes::Error::Secret { .. })) => (
+                format!("{}{e}", crate::outcome::NOT_SAVED_SECRET),
+                Unsaveable::Secret,
+            ),
             Ok(Err(e)) => {
                 let m = format!("cargo-llmreplay: the recording was not saved: {e}");
                 (m.clone(), Unsaveable::Failed(m))

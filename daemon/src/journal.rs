@@ -507,7 +507,7 @@ impl Journal {
             .filter_map(|r| {
                 let message = r.detail.as_ref()?.message.clone()?;
                 message
-                    .starts_with(crate::exchange::NOT_SAVED_SECRET)
+                    .starts_with(crate::outcome::NOT_SAVED_SECRET)
                     .then(|| Failure {
                         test: r.call.entry.test.clone(),
                         status: r.status,

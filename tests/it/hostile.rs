@@ -1044,7 +1044,7 @@ async fn a_refused_recording_still_answers_its_client_and_fails_the_run_at_its_e
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert!(
         run.stderr.contains(
-            "error: sample::chat$answers_hello: cargo-llmreplay: the recording was not saved: "
+            "error: sample::chat$answers_hello: cargo-llmreplay: the recording was not saved, as it holds a secret: "
         ) && run.stderr.contains("the value of GUARD_CHECK_API_KEY")
             && run.stderr.contains("[redact]"),
         "{}",
