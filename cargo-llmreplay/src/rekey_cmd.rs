@@ -1,14 +1,15 @@
 //! `cargo llmreplay rekey [FILTER]`: after a client or SDK change that sends the same call in
-//! another shape (a field added with its default, `stream_options`, a key's casing), the last
+//! another shape (a field added with its default, `cache_control`, a key's casing), the last
 //! run's misses of that class give their closest recordings the new request and key; each
 //! answer stays byte for byte. A miss whose question changed is refused: its answer would no
-//! longer be the provider's. Each re-keyed recording is a change of its own (`request only`)
+//! longer be the provider's; so is one whose closest recording another call of the run
+//! replayed. Each re-keyed recording is a change of its own (`request only`)
 //! in `review`, `diff` and the PR markdown, for a person to accept. Never under CI.
 
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{plural, stderr, term};
-use crate::report::{Missing, Report, ReportExt};
+use crate::report::{Missing, Report, ReportExt, Unused};
 use cassettes::classify::Class;
 use cassettes::{Body, Key, RecordedRequest};
 use clap::Args;
@@ -21,8 +22,8 @@ use std::path::{Path, PathBuf};
     long_about = "Give the recordings a changed client missed its new requests, keeping their answers.\n\n\
         Reads the last run's report. Each miss of class `sdk shape` (every field that differs from \
         its closest recording is a default made explicit, a key's casing, or a parameter that only \
-        shapes the transport such as stream_options or cache_control) gives that recording its new \
-        request and key; the answer is kept byte for byte. A miss of another class is refused: a \
+        shapes the cache such as cache_control) gives that recording its new request and key; the \
+        answer is kept byte for byte. Only a recording no call of the run replayed is re-keyed. A miss of another class is refused: a \
         `semantic` one asks something else (record it), a `volatile` one wants a [match] rule \
         (cargo llmreplay match suggest). The tests are then replayed.\n\n\
         The re-keyed recordings show in cargo llmreplay review and diff as `request only`, for a \
@@ -236,6 +237,28 @@ fn plan(m: &Missing, resolved: &Resolved, report: &Report) -> Result<Plan, Strin
             index + 1
         ));
     };
+    // A recording another call of the run replayed answers that call: re-keyed, that call
+    // would miss instead.
+    let ordinal = current.interactions[..index]
+        .iter()
+        .filter(|x| x.key == recorded.key)
+        .count();
+    let unused = report.unused.iter().any(|u| match u {
+        Unused::Recording(u) => {
+            u.test == m.miss.test
+                && u.provider == m.miss.provider
+                && u.key == recorded.key
+                && u.ordinal == ordinal
+        }
+        Unused::Folder { .. } => false,
+    });
+    if !unused {
+        return Err(format!(
+            "its closest recording (#{}) answered another call of this run, which would miss once it is re-keyed; record it: {}",
+            index + 1,
+            m.rerecord.as_deref().unwrap_or(&m.command)
+        ));
+    }
     let mut request = recorded.request.clone();
     let Body::Json { value, .. } = &mut request.body else {
         return Err("its body is not JSON: only a JSON body can be rebuilt; record it".into());

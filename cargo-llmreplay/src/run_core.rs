@@ -414,8 +414,18 @@ impl Reported {
         let outcome =
             self.report
                 .conclude(&self.run.paths.report, &self.run.root, self.status, deny)?;
+        // Answers the secret guard kept out of the cassettes: their tests passed on them, so
+        // the run fails here, naming each and what would save it.
+        let refused = self.handles.journal.not_saved();
+        for failure in &refused {
+            crate::render::stderr(&format!(
+                "cargo-llmreplay: error: {}: {}\n",
+                crate::render::term(failure.test.as_str()),
+                crate::render::term_lines(&failure.message)
+            ));
+        }
         // Recordings that could not reach their cassettes fail the run, whatever else passed.
-        if self.unwritten > 0 && outcome == Outcome::Success {
+        if (self.unwritten > 0 || !refused.is_empty()) && outcome == Outcome::Success {
             return Ok(Outcome::GateFailed);
         }
         Ok(outcome)

@@ -189,14 +189,22 @@ enum Found {
     Semantic(String),
 }
 
-/// Parameters an SDK sends only to shape the transport or the cache, never what is asked.
-const SDK_ONLY_KEYS: &[&str] = &["stream_options", "cache_control"];
+/// Parameters an SDK sends only to shape the cache, never what is asked nor what the answer
+/// holds. A parameter that changes what the answer holds (`stream_options.include_usage` adds
+/// a usage chunk; `n`, `logprobs`, `top_logprobs`, `response_format`, `tools`, `stream` at any
+/// value but their default) is not one: an old answer would lack what the new request gets.
+const SDK_ONLY_KEYS: &[&str] = &["cache_control"];
 
 /// Parameters whose value, made explicit, is what the provider assumes when it is absent.
 fn is_known_default(key: &str, value: &Value) -> bool {
     match key {
         "n" | "candidate_count" => value == 1,
-        "stream" | "logprobs" | "echo" => value == false,
+        "stream" | "logprobs" | "echo" | "include_usage" => value == false,
+        "include_obfuscation" => value == true,
+        // Every option at its default: the stream holds what it held without them.
+        "stream_options" => value
+            .as_object()
+            .is_some_and(|o| o.iter().all(|(k, v)| is_known_default(k, v))),
         "parallel_tool_calls" => value == true,
         "service_tier" => value == "auto" || value == "default",
         _ => false,
@@ -289,7 +297,12 @@ fn one_side(field: &str, value: &Value, added: bool, recorded: &Value, now: &Val
     }
     if SDK_ONLY_KEYS.contains(&key.as_str()) {
         return Found::Shape(format!(
-            "{key} {verb}: it shapes the transport, not the question"
+            "{key} {verb}: it shapes the cache, not the question"
+        ));
+    }
+    if key == "stream_options" {
+        return Found::Semantic(format!(
+            "{key} {verb}: it changes what the answer holds (a usage chunk, say)"
         ));
     }
     Found::Semantic(format!("a parameter {verb}"))
@@ -326,7 +339,8 @@ enum Shape {
 /// Every shape in one pattern, tried in this order at each position.
 static VOLATILE: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
-        r"(?P<time>\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?)",
+        // A date alone is what a prompt asks about; only a time of day makes it the clock's.
+        r"(?P<time>\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)",
         r"|(?P<uuid>\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b)",
         r"|(?P<ulid>\b[0-9A-HJKMNP-TV-Z]{26}\b)",
         r"|(?P<prefixed>\b[a-z]{2,12}[_-][A-Za-z0-9]{8,}\b)",
@@ -407,29 +421,36 @@ impl Shape {
         });
         let (pattern, tag) = match self {
             Shape::Time => (
-                r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?"
+                r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"
                     .to_string(),
                 "TIME".to_string(),
             ),
             Shape::Uuid => {
-                let lower = seen.iter().all(|(_, s)| !s.chars().any(|c| c.is_ascii_uppercase()));
+                let lower = seen
+                    .iter()
+                    .all(|(_, s)| !s.chars().any(|c| c.is_ascii_uppercase()));
                 let hex = if lower { "[0-9a-f]" } else { "[0-9a-fA-F]" };
                 (
                     format!(r"\b{hex}{{8}}-{hex}{{4}}-{hex}{{4}}-{hex}{{4}}-{hex}{{12}}\b"),
                     "UUID".to_string(),
                 )
             }
-            Shape::Ulid => (r"\b[0-9A-HJKMNP-TV-Z]{26}\b".to_string(), "ULID".to_string()),
+            Shape::Ulid => (
+                r"\b[0-9A-HJKMNP-TV-Z]{26}\b".to_string(),
+                "ULID".to_string(),
+            ),
             Shape::Prefixed => {
                 // The first id's prefix and length: `call_` and 24.
                 let text = seen.first().map(|(_, s)| s.as_str()).unwrap_or("id_");
                 let cut = text.find(['_', '-']).map_or(0, |i| i + 1);
                 let (prefix, tail) = text.split_at(cut);
-                let tag = prefix
-                    .trim_end_matches(['_', '-'])
-                    .to_ascii_uppercase();
+                let tag = prefix.trim_end_matches(['_', '-']).to_ascii_uppercase();
                 (
-                    format!(r"\b{}[A-Za-z0-9]{{{}}}\b", regex::escape(prefix), tail.len()),
+                    format!(
+                        r"\b{}[A-Za-z0-9]{{{}}}\b",
+                        regex::escape(prefix),
+                        tail.len()
+                    ),
                     format!("{tag}_ID"),
                 )
             }
@@ -437,7 +458,10 @@ impl Shape {
                 let len = seen.first().map_or(32, |(_, s)| s.len());
                 (format!(r"\b[0-9a-f]{{{len}}}\b"), "HEX".to_string())
             }
-            Shape::Epoch => (r"\b1[0-9]{9}(?:[0-9]{3})?\b".to_string(), "EPOCH".to_string()),
+            Shape::Epoch => (
+                r"\b1[0-9]{9}(?:[0-9]{3})?\b".to_string(),
+                "EPOCH".to_string(),
+            ),
         };
         let distinct: BTreeSet<&str> = seen.iter().map(|(_, s)| s.as_str()).collect();
         let with = match distinct.len() > 1 {
@@ -611,6 +635,49 @@ mod tests {
         assert!(v.rules[1].toml().contains("<UUID>"), "{:?}", v.rules);
     }
 
+    /// A date alone is what is asked: a prompt about 2025-06-30 is not the one about
+    /// 2024-01-01. The rule a time suggests leaves bare dates alone.
+    #[test]
+    fn a_bare_date_is_semantic_and_the_time_rule_needs_a_time_of_day() {
+        let v = verdict(
+            request(json!("What happened on 2024-01-01?")),
+            request(json!("What happened on 2025-06-30?")),
+        );
+        assert_eq!(v.class, Some(Class::Semantic), "{v:?}");
+        assert!(v.rules.is_empty(), "{v:?}");
+
+        let v = verdict(
+            request(json!("It is 2024-01-01T10:00:00Z. On 2024-01-01, say hi")),
+            request(json!("It is 2025-06-30T08:15:02Z. On 2024-01-01, say hi")),
+        );
+        assert_eq!(v.class, Some(Class::Volatile), "{v:?}");
+        let Some(Rule::Replace { pattern, with }) = v.rules.first() else {
+            panic!("{v:?}");
+        };
+        let rule = crate::key::ReplaceRule {
+            pattern: pattern.clone(),
+            replacement: with.clone(),
+        };
+        let normalizer = crate::Normalizer::new(&[], &[rule]).unwrap();
+        let keyed = |text: &str| {
+            normalizer
+                .request(
+                    "POST",
+                    "/",
+                    None,
+                    None,
+                    json!({"q": text}).to_string().as_bytes(),
+                    &[],
+                )
+                .body_value()
+        };
+        assert_eq!(
+            keyed("It is 2025-06-30T08:15:02Z"),
+            keyed("It is 2026-01-02 09:00")
+        );
+        assert_ne!(keyed("About 2025-06-30"), keyed("About 2024-01-01"));
+    }
+
     #[test]
     fn a_whole_id_field_is_ignored_by_its_pointer() {
         let v = verdict(
@@ -648,7 +715,8 @@ mod tests {
         let before =
             json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
         let mut with = before.clone();
-        with["stream_options"] = json!({"include_usage": true});
+        with["stream_options"] = json!({"include_usage": false});
+        with["messages"][0]["cache_control"] = json!({"type": "ephemeral"});
         let v = verdict(before.clone(), with);
         assert_eq!(v.class, Some(Class::SdkShape), "{v:?}");
         assert!(v.rules.is_empty());
@@ -677,6 +745,42 @@ mod tests {
         let mut more = before.clone();
         more["temperature"] = json!(0.2);
         assert_eq!(verdict(before, more).class, Some(Class::Semantic));
+    }
+
+    /// A parameter that changes what the answer holds is semantic: an old answer would lack
+    /// the usage chunk, the second choice, the logprobs or the JSON the new request gets.
+    #[test]
+    fn a_parameter_that_changes_what_the_answer_holds_is_semantic() {
+        let before =
+            json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "Hi"}]});
+        for (key, value) in [
+            ("stream_options", json!({"include_usage": true})),
+            ("stream_options", json!({"include_obfuscation": false})),
+            ("n", json!(2)),
+            ("logprobs", json!(true)),
+            ("top_logprobs", json!(3)),
+            ("response_format", json!({"type": "json_object"})),
+            (
+                "tools",
+                json!([{"type": "function", "function": {"name": "f"}}]),
+            ),
+        ] {
+            let mut now = before.clone();
+            now[key] = value.clone();
+            let v = verdict(before.clone(), now);
+            assert_eq!(v.class, Some(Class::Semantic), "{key}: {value}: {v:?}");
+        }
+        let mut streams = before.clone();
+        streams.as_object_mut().unwrap().remove("stream");
+        assert_eq!(
+            verdict(streams, before.clone()).class,
+            Some(Class::Semantic)
+        );
+        let mut nested = before.clone();
+        nested["stream_options"] = json!({});
+        let mut usage = before.clone();
+        usage["stream_options"] = json!({"include_usage": true});
+        assert_eq!(verdict(nested, usage).class, Some(Class::Semantic));
     }
 
     #[test]

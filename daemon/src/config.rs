@@ -306,7 +306,8 @@ pub struct Overrides {
     pub realtime: bool,
     /// `--allow-repeats`.
     pub allow_repeats: bool,
-    /// `--allow-credentials-to HOST`: hosts that may receive re-signed credentials.
+    /// `--allow-credentials-to HOST`: hosts that may receive keys and re-signed credentials
+    /// though only `llmreplay.toml` names them.
     pub allow_credentials_to: Vec<String>,
     /// `--live mcp:NAME`: MCP servers run live in replay, their answers compared.
     pub live_mcp: Vec<String>,
@@ -343,7 +344,8 @@ pub struct Settings {
     pub network: crate::upstream::Network,
     /// Which proxy each upstream goes through.
     pub proxies: Arc<crate::upstream::Proxies>,
-    /// Hosts outside a family's own that may receive the credentials the daemon signs with.
+    /// Hosts outside a family's own that may receive keys and the credentials the daemon signs
+    /// with, though only `llmreplay.toml` names them.
     pub allow_credentials_to: Vec<String>,
     /// The daemon as each test's HTTPS proxy.
     pub capture: Capture,
@@ -408,6 +410,37 @@ fn runner_placeholder() -> &'static str {
 }
 
 impl Settings {
+    /// Whether a request to `uri` that carries a key may go through the proxy it would take: a
+    /// proxy only `llmreplay.toml` names reads what it carries when the request is plain http,
+    /// or when the same file's `[upstream] ca_file` lets it stand in for the host. Loopback
+    /// proxies and hosts given to `--allow-credentials-to` may.
+    pub fn may_send_key_through_proxy(
+        &self,
+        uri: &http::Uri,
+    ) -> Result<(), crate::provider::UpstreamError> {
+        let why = if uri.scheme_str() == Some("http") {
+            "the request is plain http"
+        } else if self.network.ca_file.is_some() {
+            "[upstream] ca_file lets it stand in for the host"
+        } else {
+            return Ok(());
+        };
+        let Some((proxy, true)) = self.proxies.proxy_for(uri) else {
+            return Ok(());
+        };
+        let host = proxy.host().unwrap_or("");
+        if crate::provider::is_loopback(host)
+            || crate::provider::allows(&self.allow_credentials_to, &proxy)
+        {
+            return Ok(());
+        }
+        Err(crate::provider::UpstreamError::CommittedProxy {
+            proxy: crate::upstream::without_credentials(&proxy.to_string()),
+            why,
+            host: host.to_string(),
+        })
+    }
+
     /// Whether the MCP server of cassette `provider` (`mcp-NAME`) runs live in replay.
     pub fn live_mcp(&self, provider: &str) -> bool {
         provider

@@ -379,33 +379,47 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Op
     None
 }
 
+/// Why a recording was not saved.
+pub(crate) enum Unsaveable {
+    /// The last secret guard refused it: the client still gets its whole answer.
+    Secret,
+    /// Anything else, said in the message: the client's read fails with it.
+    Failed(String),
+}
+
 /// Saves `interaction` as `call`'s recording (off the async workers: it waits on the folder's
 /// lock) and journals what that did; a recording that could not be saved is journalled as an
-/// error and its message returned, for the caller to fail its client with.
+/// error and why returned, for the caller to fail its client with, or, for a secret, not.
 pub(crate) async fn save(
     mut call: Call,
     mut interaction: Interaction,
     status: u16,
-) -> Result<(), String> {
+) -> Result<(), Unsaveable> {
     let (entry, ordinal) = (call.entry.clone(), call.ordinal);
     interaction.step = call.flight.as_ref().map(|f| f.step);
     call.answer = Some(Box::new(answer_facts(&interaction)));
-    let failure =
+    let (failure, why) =
         match tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await {
             Ok(Ok(outcome)) => {
                 call.end(outcome.into(), status, None);
                 return Ok(());
             }
-            Ok(Err(e)) => format!("cargo-llmreplay: the recording was not saved: {e}"),
-            Err(e) => format!("cargo-llmreplay: recording task failed: {e}"),
+            Ok(Err(e @ cassettes::Error::Secret { .. })) => (
+                format!("{}{e}", crate::outcome::NOT_SAVED_SECRET),
+                Unsaveable::Secret,
+            ),
+            Ok(Err(e)) => {
+                let m = format!("cargo-llmreplay: the recording was not saved: {e}");
+                (m.clone(), Unsaveable::Failed(m))
+            }
+            Err(e) => {
+                let m = format!("cargo-llmreplay: recording task failed: {e}");
+                (m.clone(), Unsaveable::Failed(m))
+            }
         };
     crate::request_log::message(tracing::Level::ERROR, &call, &failure);
-    call.end(
-        Outcome::Error,
-        status,
-        Some(Detail::message(failure.clone())),
-    );
-    Err(failure)
+    call.end(Outcome::Error, status, Some(Detail::message(failure)));
+    Err(why)
 }
 
 /// The model an answer names and its usage block, as far as its payloads say.
@@ -465,9 +479,12 @@ impl Tee {
         call.bytes = Some(captured.len());
         let (response, timing) = captured.into_response(status, headers, format);
         let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
-        if let Err(failure) = save(call, interaction, status).await {
+        match save(call, interaction, status).await {
+            Ok(()) | Err(Unsaveable::Secret) => {}
             // Fail the client's read, so the test cannot pass on an unsaved recording.
-            let _ = tx.send(Err(io::Error::other(failure))).await;
+            Err(Unsaveable::Failed(failure)) => {
+                let _ = tx.send(Err(io::Error::other(failure))).await;
+            }
         }
     }
 }

@@ -497,6 +497,26 @@ impl Journal {
             })
     }
 
+    /// The recordings the last secret guard refused to write, each with its message: their
+    /// clients got their answers, so the run fails at its end instead.
+    pub fn not_saved(&self) -> Vec<Failure> {
+        let records = self.records.lock().expect("journal lock");
+        records
+            .iter()
+            .filter(|r| r.outcome == Outcome::Error)
+            .filter_map(|r| {
+                let message = r.detail.as_ref()?.message.clone()?;
+                message
+                    .starts_with(crate::outcome::NOT_SAVED_SECRET)
+                    .then(|| Failure {
+                        test: r.call.entry.test.clone(),
+                        status: r.status,
+                        message,
+                    })
+            })
+            .collect()
+    }
+
     /// The misses, in order, with what the report shows of each.
     pub fn misses(&self) -> Vec<Miss> {
         self.of_outcome(Outcome::Miss)

@@ -66,7 +66,13 @@ pub(crate) enum Begun {
 }
 
 /// The provider of MCP server `name`: its cassette is `mcp-<name>.json`.
-pub(crate) fn provider(name: &str, upstream: Option<String>) -> Result<Arc<Provider>, String> {
+/// `source` says who named its upstream: `llmreplay.toml`, or the test's own call when
+/// captured.
+pub(crate) fn provider(
+    name: &str,
+    upstream: Option<String>,
+    source: UpstreamSource,
+) -> Result<Arc<Provider>, String> {
     let full = format!("{}{name}", protocol::PREFIX);
     let name = ProviderName::new(&full).ok_or_else(|| {
         format!("cargo-llmreplay: {name:?} is no MCP server name; use letters, digits, '-' and '_'")
@@ -75,7 +81,7 @@ pub(crate) fn provider(name: &str, upstream: Option<String>) -> Result<Arc<Provi
         name,
         kind: Kind::Http,
         upstream,
-        source: UpstreamSource::ConfigFile,
+        source,
         parsed: Default::default(),
     }))
 }
@@ -327,7 +333,11 @@ pub(crate) async fn save(
         return Ok(());
     }
     let interaction = Interaction::recorded(call.key.clone(), request, response, timing);
-    crate::exchange::save(call, interaction, 200).await
+    match crate::exchange::save(call, interaction, 200).await {
+        // The client has its answer; the run fails at its end, naming it.
+        Ok(()) | Err(crate::exchange::Unsaveable::Secret) => Ok(()),
+        Err(crate::exchange::Unsaveable::Failed(failure)) => Err(failure),
+    }
 }
 
 /// `--live mcp:NAME`: what the server answered now against the recording of the same message.
@@ -431,7 +441,7 @@ pub(crate) async fn control(
             "cargo-llmreplay: the MCP route needs ?name=<server name>".into(),
         );
     };
-    let provider = match provider(&name, None) {
+    let provider = match provider(&name, None, UpstreamSource::ConfigFile) {
         Ok(p) => p,
         Err(m) => return text(StatusCode::BAD_REQUEST, m),
     };

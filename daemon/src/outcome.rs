@@ -5,6 +5,11 @@
 pub use runlog::report::Detail;
 use serde::Serialize;
 
+/// The start of the message of a recording the last secret guard refused: the client has its
+/// answer, and the run fails at its end naming it ([`crate::Journal::not_saved`]).
+pub const NOT_SAVED_SECRET: &str =
+    "cargo-llmreplay: the recording was not saved, as it holds a secret: ";
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 /// What happened to one request or session.

@@ -167,35 +167,87 @@ impl Provider {
 }
 
 impl Provider {
-    /// Whether the credentials the daemon adds to this provider's requests (Bedrock's
-    /// re-signing) may go to `uri`: the family's own https hosts, an upstream the user's own
-    /// environment named (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`), or a host given to
-    /// `--allow-credentials-to`. A `llmreplay.toml` alone never sends them elsewhere.
+    /// Whether a request to `uri` may go there with the credentials it carries: the key the
+    /// client sent (`carries_key`), and for Bedrock the AWS credentials the daemon signs with.
+    /// A host given to `--allow-credentials-to` always may. Bedrock's signature goes only to
+    /// the family's own https hosts or an upstream the user's own environment named
+    /// (`AWS_ENDPOINT_URL_BEDROCK_RUNTIME`). A client's key goes anywhere the user named
+    /// (`--upstream`, a base URL variable), but an upstream that only `llmreplay.toml` names,
+    /// a file a pull request can change, gets it only at the family's own https hosts or on
+    /// loopback.
     pub fn may_send_credentials(
         &self,
         uri: &http::Uri,
         allowed: &[String],
+        carries_key: bool,
     ) -> Result<(), UpstreamError> {
         let host = uri.host().unwrap_or("");
         let https = uri.scheme_str() == Some("https");
-        let named = |a: &String| {
-            a.eq_ignore_ascii_case(host)
-                || uri
-                    .authority()
-                    .is_some_and(|auth| a.eq_ignore_ascii_case(auth.as_str()))
-        };
-        if self.family().may_receive_credentials(https, host)
-            || matches!(self.source, UpstreamSource::Env(_))
-            || allowed.iter().any(named)
-        {
+        if allows(allowed, uri) {
             return Ok(());
         }
-        Err(UpstreamError::Credentials {
-            name: self.name.to_string(),
-            url: providers::redact::url(self.upstream.as_deref().unwrap_or("")).into_owned(),
-            host: host.to_string(),
-        })
+        if !(self.family().may_receive_credentials(https, host)
+            || matches!(self.source, UpstreamSource::Env(_)))
+        {
+            return Err(UpstreamError::Credentials {
+                name: self.name.to_string(),
+                url: providers::redact::url(self.upstream.as_deref().unwrap_or("")).into_owned(),
+                host: host.to_string(),
+            });
+        }
+        let own = is_loopback(host)
+            || (https && self.kind != Kind::Http && providers::for_host(host).1 == self.kind);
+        if carries_key && self.source == UpstreamSource::ConfigFile && !own {
+            return Err(UpstreamError::CommittedUpstream {
+                setting: self.setting(),
+                url: providers::redact::url(self.upstream.as_deref().unwrap_or("")).into_owned(),
+                host: host.to_string(),
+            });
+        }
+        Ok(())
     }
+
+    /// The `llmreplay.toml` setting that names this provider's upstream.
+    fn setting(&self) -> String {
+        match self.name.as_str().strip_prefix(cassettes::mcp::PREFIX) {
+            Some(server) => format!("[mcp.{server}] url"),
+            None => format!("[providers.{}] upstream", self.name.as_str()),
+        }
+    }
+}
+
+/// Whether `--allow-credentials-to` names `uri`'s host (or its host and port).
+pub fn allows(allowed: &[String], uri: &http::Uri) -> bool {
+    let host = uri.host().unwrap_or("");
+    allowed.iter().any(|a| {
+        a.eq_ignore_ascii_case(host)
+            || uri
+                .authority()
+                .is_some_and(|auth| a.eq_ignore_ascii_case(auth.as_str()))
+    })
+}
+
+/// Whether `host` is this machine: `localhost`, or a loopback address.
+pub fn is_loopback(host: &str) -> bool {
+    let host = host.trim_end_matches('.');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether a request carries a key: a secret header (every family's, and `[redact] headers`)
+/// or a secret query parameter.
+pub fn carries_key(headers: &http::HeaderMap, query: Option<&str>, redact: &[String]) -> bool {
+    headers.keys().any(|name| {
+        providers::redact::is_secret_header(name.as_str())
+            || redact.iter().any(|r| r.eq_ignore_ascii_case(name.as_str()))
+    }) || query.is_some_and(|q| {
+        q.split('&')
+            .any(|pair| providers::redact::is_secret_param(pair.split('=').next().unwrap_or("")))
+    })
 }
 
 /// Why a request cannot go to a provider's upstream; each says what to set.
@@ -232,6 +284,26 @@ pub enum UpstreamError {
         path: String,
         /// Why.
         source: Arc<http::Error>,
+    },
+    /// A client's key may not go to an upstream only `llmreplay.toml` names.
+    #[error("cargo-llmreplay: {setting} in llmreplay.toml points at {url}, which is not the family's own https host nor loopback, so this request's key was not sent there (a committed file alone never sends keys elsewhere). If you trust {host}, pass --allow-credentials-to {host}")]
+    CommittedUpstream {
+        /// The setting: `[providers.NAME] upstream`, `[mcp.NAME] url`.
+        setting: String,
+        /// The upstream, its secrets masked.
+        url: String,
+        /// The host to allow.
+        host: String,
+    },
+    /// A proxy only `llmreplay.toml` names could read a request that carries a key.
+    #[error("cargo-llmreplay: [upstream] proxy in llmreplay.toml ({proxy}) would read this request and its key ({why}), so it was not sent (a committed file alone never sends keys elsewhere). If you trust {host}, pass --allow-credentials-to {host}")]
+    CommittedProxy {
+        /// The proxy, without its credentials.
+        proxy: String,
+        /// Why it could read it.
+        why: &'static str,
+        /// The host to allow.
+        host: String,
     },
     /// The daemon's signing credentials may not go to this upstream.
     #[error("cargo-llmreplay: the {name} upstream {url} is not one of {name}'s own https hosts, so the credentials the daemon signs with are not sent there. If you trust it, pass --allow-credentials-to {host}")]

@@ -61,8 +61,17 @@ pub(crate) async fn forward(
     // What messages may say of the upstream: never its userinfo nor a secret in its query.
     let root = providers::redact::url(provider.upstream.as_deref().unwrap_or("")).into_owned();
     let url = uri.to_string();
+    let carries_key = crate::provider::carries_key(
+        &parts.headers,
+        parts.uri.query(),
+        &state.settings.redact_headers,
+    );
     provider
-        .may_send_credentials(&uri, &state.settings.allow_credentials_to)
+        .may_send_credentials(&uri, &state.settings.allow_credentials_to, carries_key)
+        .and_then(|()| match carries_key {
+            true => state.settings.may_send_key_through_proxy(&uri),
+            false => Ok(()),
+        })
         .map_err(|e| {
             Failed::new(
                 StatusCode::BAD_GATEWAY,

@@ -55,7 +55,7 @@ impl Resender {
         key: Option<&str>,
     ) -> Result<Resent, ResendError> {
         let uri = provider.upstream_uri(&request.path, request.query.as_deref())?;
-        provider.may_send_credentials(&uri, &self.allow_credentials_to)?;
+        provider.may_send_credentials(&uri, &self.allow_credentials_to, key.is_some())?;
         let url = providers::redact::url(&uri.to_string()).into_owned();
         let mut builder = http::Request::builder()
             .method(request.method.as_str())

@@ -388,6 +388,21 @@ async fn record(
         );
         crate::respond::provider_error(kind, status, "llmreplay_upstream_unreachable", &message)
     };
+    let carries_key = crate::provider::carries_key(
+        req.headers(),
+        req.uri().query(),
+        &state.settings.redact_headers,
+    );
+    let allowed = route
+        .provider
+        .may_send_credentials(&uri, &state.settings.allow_credentials_to, carries_key)
+        .and_then(|()| match carries_key {
+            true => state.settings.may_send_key_through_proxy(&uri),
+            false => Ok(()),
+        });
+    if let Err(e) = allowed {
+        return failed(call, StatusCode::BAD_GATEWAY, e.to_string());
+    }
     let tls = uri.scheme_str() == Some("https");
     let host = uri.host().unwrap_or("").to_string();
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });

@@ -100,6 +100,12 @@ impl Proxies {
         self.matcher.intercept(uri)
     }
 
+    /// The proxy requests to `uri` go through, if any, and whether `[upstream] proxy` named it.
+    pub fn proxy_for(&self, uri: &Uri) -> Option<(Uri, bool)> {
+        self.intercept(uri)
+            .map(|p| (p.uri().clone(), self.source == "[upstream] proxy"))
+    }
+
     /// How requests to `url` go, for record modes to print: `direct`, or the proxy (without
     /// its credentials) and where it was set.
     pub fn describe(&self, url: &str) -> String {

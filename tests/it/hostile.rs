@@ -881,6 +881,179 @@ async fn bedrock_credentials_go_only_to_aws_hosts_unless_allowed() {
         .any(|(k, v)| k == "authorization" && v.contains("AKIDLEAKCHECK1")));
 }
 
+/// A `llmreplay.toml` (a pull request's, say) that points a provider, an MCP server or a proxy
+/// with its own CA elsewhere does not get the keys the tests send: a 502 names the setting, the
+/// host and the flag, and nothing leaves. A request with no key, an upstream on the command
+/// line, loopback, and a host passed to `--allow-credentials-to` go on (here to a host that
+/// does not resolve: a connection error, not a refusal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_go_to_an_upstream_only_llmreplay_toml_names_only_when_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let far = "llmreplay-committed.invalid";
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        format!(
+            "[providers.openai]\nupstream = \"http://{far}\"\n[providers.anthropic]\nupstream = \"https://{far}:8443\"\n[providers.local]\nkind = \"openai\"\nupstream = \"{}\"\n[mcp.web]\nurl = \"https://{far}/mcp\"\n",
+            fake.url()
+        ),
+    )
+    .unwrap();
+    let post = |serve: &Serve, path: &str, header: Option<(&str, &str)>, body: Value| {
+        let mut req = http()
+            .post(format!("{}{path}", serve.for_test("h$keys")))
+            .json(&body);
+        if let Some((k, v)) = header {
+            req = req.header(k, v);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let bearer = Some((
+        "authorization",
+        "Bearer sk-proj-committed-upstream-0123456789",
+    ));
+    let args = ["--cassette-dir", "c", "--mode", "record"];
+    let serve = Serve::start(dir.path(), &args);
+    let refused = |(status, body): (u16, String), setting: &str| {
+        assert_eq!(status, 502, "{body}");
+        assert!(body.contains(setting), "{body}");
+        assert!(
+            body.contains("--allow-credentials-to llmreplay-committed.invalid"),
+            "{body}"
+        );
+        assert!(!body.contains("sk-proj-committed"), "{body}");
+    };
+    refused(
+        post(&serve, "/openai/v1/chat/completions", bearer, chat("a")).await,
+        "[providers.openai] upstream",
+    );
+    refused(
+        post(
+            &serve,
+            "/anthropic/v1/messages",
+            Some(("x-api-key", "sk-ant-api03-committed")),
+            json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "a"}]}),
+        )
+        .await,
+        "[providers.anthropic] upstream",
+    );
+    refused(
+        post(
+            &serve,
+            "/mcp/web",
+            Some(("authorization", "Bearer ghp-committed")),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        )
+        .await,
+        "[mcp.web] url",
+    );
+    // No key, nothing to keep from the host: it goes (and finds no such host).
+    let (status, body) = post(&serve, "/openai/v1/chat/completions", None, chat("a")).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(!body.contains("--allow-credentials-to"), "{body}");
+    // Loopback, as the tests' fake providers are.
+    let (status, body) = post(&serve, "/local/v1/chat/completions", bearer, chat("a")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(fake.received().len(), 1);
+    drop(serve);
+
+    // The command line's choices go on.
+    let flag = format!("openai=http://{far}");
+    let mut on_the_line = args.to_vec();
+    on_the_line.extend(["--upstream", &flag]);
+    let serve = Serve::start(dir.path(), &on_the_line);
+    let (status, body) = post(&serve, "/openai/v1/chat/completions", bearer, chat("a")).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(!body.contains("--allow-credentials-to"), "{body}");
+    drop(serve);
+    let mut allowed = args.to_vec();
+    allowed.extend(["--allow-credentials-to", far]);
+    let serve = Serve::start(dir.path(), &allowed);
+    for (path, header) in [
+        ("/openai/v1/chat/completions", bearer),
+        ("/mcp/web", Some(("authorization", "Bearer ghp-committed"))),
+    ] {
+        let (status, body) = post(&serve, path, header, chat("a")).await;
+        assert!(
+            !body.contains("--allow-credentials-to"),
+            "{path}: {status} {body}"
+        );
+    }
+    drop(serve);
+
+    // A committed proxy with a committed CA could read every key on its way.
+    crate::support::TestCa::new("proxy").write_pem(&dir.path().join("ca.pem"));
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        format!("[upstream]\nproxy = \"http://{far}:3128\"\nno_proxy = \"none.invalid\"\nca_file = \"ca.pem\"\n"),
+    )
+    .unwrap();
+    let flag = "openai=https://api.openai.com".to_string();
+    let mut through = args.to_vec();
+    through.extend(["--upstream", &flag]);
+    let serve = Serve::start(dir.path(), &through);
+    refused(
+        post(&serve, "/openai/v1/chat/completions", bearer, chat("a")).await,
+        "[upstream] proxy",
+    );
+}
+
+/// An answer the last secret guard will not write (it holds the value of a key variable of
+/// the run) still reaches its client whole, so the test passes on it; the run then fails at
+/// its end, naming the test, the field and the setting, and no cassette holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_recording_still_answers_its_client_and_fails_the_run_at_its_end() {
+    let fake = FakeProvider::start().await;
+    let secret = [("GUARD_CHECK_API_KEY", "You said: Hello")];
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::in_mode(
+        dir.path(),
+        "record",
+        &format!("openai={}", fake.url()),
+        &secret,
+    );
+    let r = http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("h$guard")
+        ))
+        .json(&chat("Hello"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.expect("the whole answer, not a broken read");
+    assert!(body.contains("You said: Hello"), "{body}");
+    let stopped = serve.stop();
+    assert!(!stopped.status.success(), "{}", stopped.stderr);
+    assert!(!dir.path().join("c/h--guard/openai.json").exists());
+
+    let sample = Sample::new();
+    let mut args = vec!["--record", "-E", "test(=answers_hello)"];
+    let upstream = crate::support::upstream_args(&fake);
+    args.extend(upstream.iter().map(String::as_str));
+    let run = sample.run(&args, &secret);
+    assert!(
+        run.stderr.contains("PASS [") && !run.stderr.contains("FAIL ["),
+        "the test got its answer: {}",
+        run.stderr
+    );
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "error: sample::chat$answers_hello: cargo-llmreplay: the recording was not saved, as it holds a secret: "
+        ) && run.stderr.contains("the value of GUARD_CHECK_API_KEY")
+            && run.stderr.contains("[redact]"),
+        "{}",
+        run.stderr
+    );
+    let cassette = sample.cassette("sample--chat--answers_hello", "openai");
+    assert!(!cassette.exists(), "nothing written");
+}
+
 /// A cassette folder whose `blobs` links elsewhere: a recording there removes nothing in the
 /// other folder. A session frame whose blob names a path is refused, never opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -188,14 +188,33 @@ async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
     let cassette = sample.cassette("sample--volatile--shape_streams_a_greeting", "openai");
     let before = read_json(&cassette);
 
-    // The same call with the SDK's stream_options: a miss of SDK shape.
+    // The SDK's stream_options asks for a usage chunk the recording lacks: semantic, and
+    // rekey keeps the cassette as it was.
+    let usage = r.env(&[("SAMPLE_USAGE", "1")]);
+    let more = sample.run(&["-E", filter], &usage);
+    assert_eq!(classes(&more.report), ["semantic"], "{}", more.report);
+    let field = &more.report["missing"][0]["values"][0];
+    assert_eq!(field["field"], "/body/stream_options", "{field}");
+    assert_eq!(field["class"], "semantic");
+    let more_report = more.report_path.to_str().unwrap().to_string();
+    let no = sample.llmreplay_with(&["rekey", "--report", &more_report], &usage);
+    assert_eq!(no.code, Some(1), "{}", no.stderr);
+    assert!(
+        no.stderr
+            .contains("semantic: what is asked changed (/body/stream_options)"),
+        "{}",
+        no.stderr
+    );
+    assert_eq!(read_json(&cassette), before);
+
+    // The same call with `n=1`, its default made explicit: a miss of SDK shape.
     let mut usage = env.clone();
-    usage.push(("SAMPLE_USAGE", "1"));
+    usage.push(("SAMPLE_N", "1"));
     let missed = sample.run(&["-E", filter], &usage);
     assert_ne!(missed.code, Some(0), "{}", missed.stderr);
     assert_eq!(classes(&missed.report), ["sdk_shape"], "{}", missed.report);
     let field = &missed.report["missing"][0]["values"][0];
-    assert_eq!(field["field"], "/body/stream_options", "{field}");
+    assert_eq!(field["field"], "/body/n", "{field}");
     assert_eq!(field["class"], "sdk_shape");
     let report = missed.report_path.to_str().unwrap().to_string();
 
@@ -238,7 +257,7 @@ async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
     let rekeyed = sample.llmreplay_with(&["rekey", "shape_streams", "--report", &report], &usage);
     assert_eq!(rekeyed.code, Some(0), "{}", rekeyed.stderr);
     assert!(
-        rekeyed.stderr.contains("re-keyed: sample::volatile$shape_streams_a_greeting  openai POST /v1/chat/completions (+/body/stream_options); answer unchanged"),
+        rekeyed.stderr.contains("re-keyed: sample::volatile$shape_streams_a_greeting  openai POST /v1/chat/completions (+/body/n); answer unchanged"),
         "{}",
         rekeyed.stderr
     );
@@ -247,10 +266,7 @@ async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
     assert_eq!(new["response"], old["response"]);
     assert_eq!(new["seal"], old["seal"]);
     assert_ne!(new["key"], old["key"]);
-    assert_eq!(
-        new["request"]["body"]["stream_options"]["include_usage"],
-        true
-    );
+    assert_eq!(new["request"]["body"]["n"], 1);
     let replayed = sample.run(&["-E", filter], &usage);
     assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
     assert_eq!(fake.received().len(), 1, "one call, when it was recorded");
@@ -271,6 +287,38 @@ async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
         "{}",
         markdown.stdout
     );
+}
+
+/// A test that streams a greeting and a farewell, then the greeting twice (the second with
+/// `n=1`): the second call's closest recording is the greeting the first call replayed.
+/// `rekey` refuses to take it, so the first call still replays, and the cassette stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rekey_never_takes_a_recording_another_call_of_the_run_replayed() {
+    let filter = "test(=shape_streams_twice)";
+    let Some(r) = Recorded::new("0.1.41", filter).await else {
+        return;
+    };
+    let sample = &r.sample;
+    let cassette = sample.cassette("sample--volatile--shape_streams_twice", "openai");
+    let before = read_json(&cassette);
+    let env = r.env(&[
+        ("SAMPLE_N", "1"),
+        ("SAMPLE_SECOND_PROMPT", "Stream a greeting"),
+    ]);
+    let missed = sample.run(&["-E", filter], &env);
+    assert_eq!(missed.report["counts"]["hits"], 1, "{}", missed.report);
+    assert_eq!(classes(&missed.report), ["sdk_shape"], "{}", missed.report);
+    let report = missed.report_path.to_str().unwrap();
+    let rekey = sample.llmreplay_with(&["rekey", "--report", report], &env);
+    assert_eq!(rekey.code, Some(1), "{}", rekey.stderr);
+    assert!(
+        rekey
+            .stderr
+            .contains("its closest recording (#1) answered another call of this run"),
+        "{}",
+        rekey.stderr
+    );
+    assert_eq!(read_json(&cassette), before);
 }
 
 /// A value of no known shape that differs between two runs of the same code is volatile too:

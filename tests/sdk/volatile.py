@@ -1,8 +1,10 @@
 """Prompts as tests really write them, through the official `openai` SDK: the mode is the first
 argument. `time_and_uuid` embeds the current time and a fresh UUID; `minted_ids` has a tool
 mint two order ids in turn 1 that turn 2 sends back; `stream` streams a greeting, with the SDK's
-`stream_options={"include_usage": True}` when SAMPLE_USAGE is set and the prompt SAMPLE_PROMPT
-names; `word` asks about a random word. Prints the answers, as JSON."""
+`stream_options={"include_usage": True}` when SAMPLE_USAGE is set, `n=1` (its default, made
+explicit) when SAMPLE_N is, and the prompt SAMPLE_PROMPT names; `twice` streams a greeting, then
+the prompt SAMPLE_SECOND_PROMPT names (a farewell), with `n=1` when SAMPLE_N is; `word` asks
+about a random word. Prints the answers, as JSON."""
 import datetime
 import json
 import os
@@ -41,15 +43,24 @@ elif mode == "word":
     # A value of no known shape, drawn anew each run: only two runs tell it is volatile.
     word = "".join(random.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(8))
     print(json.dumps({"answer": ask([{"role": "user", "content": f"Tell me about {word} please"}])}))
-elif mode == "stream":
-    options = {"stream": True}
+elif mode in ("stream", "twice"):
+
+    def stream(prompt, **options):
+        chunks = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": prompt}], stream=True, **options
+        )
+        return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+    options = {}
     if os.environ.get("SAMPLE_USAGE"):
         options["stream_options"] = {"include_usage": True}
-    prompt = os.environ.get("SAMPLE_PROMPT", "Stream a greeting")
-    stream = client.chat.completions.create(
-        model="gpt-4o-mini", messages=[{"role": "user", "content": prompt}], **options
-    )
-    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-    print(json.dumps({"answer": text}))
+    if os.environ.get("SAMPLE_N"):
+        options["n"] = 1
+    if mode == "stream":
+        print(json.dumps({"answer": stream(os.environ.get("SAMPLE_PROMPT", "Stream a greeting"), **options)}))
+    else:
+        first = stream("Stream a greeting")
+        second = stream(os.environ.get("SAMPLE_SECOND_PROMPT", "Stream a farewell"), **options)
+        print(json.dumps({"first": first, "second": second}))
 else:
     sys.exit(f"unknown mode {mode}")

@@ -9,6 +9,7 @@ use super::streams::{Parked, Session};
 use super::{answer, begin, replayed_steps, save, Begun, Pending};
 use crate::journal::{Detail, Outcome};
 use crate::plan::{plan, Form, Plan, Save};
+use crate::provider::UpstreamSource;
 use crate::respond::{text, Body};
 use crate::route::Route;
 use crate::state::State;
@@ -45,7 +46,7 @@ pub(crate) async fn handle(
         );
     };
     let (origin, path) = split_url(url);
-    let provider = match super::provider(name, Some(origin)) {
+    let provider = match super::provider(name, Some(origin), UpstreamSource::ConfigFile) {
         Ok(p) => p,
         Err(m) => return text(StatusCode::BAD_REQUEST, m),
     };
@@ -97,6 +98,7 @@ pub(crate) async fn captured(
     let provider = match super::provider(
         route.provider.name.as_str(),
         route.provider.upstream.clone(),
+        route.provider.source.clone(),
     ) {
         Ok(p) => p,
         Err(m) => return text(StatusCode::BAD_REQUEST, m),
