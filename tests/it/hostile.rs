@@ -1765,3 +1765,109 @@ async fn hostile_test_ids_forge_no_log_line_and_send_no_escape() {
         "a forged line: {log}"
     );
 }
+
+/// A web page on the developer's machine reaches loopback too (MockServer's CVE-2021-32827):
+/// every control route, under a test's prefix too, refuses a request with an `Origin` header,
+/// and what it would have done is not done. Provider routes still answer a browser's request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_routes_refuse_web_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let up = format!("openai={}", fake.url());
+    let serve = serve_with(dir.path(), "", "record", &up);
+    let test = serve.for_test("h$page");
+    let page = "http://evil.example";
+    let routes = [
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/health", serve.base),
+        ),
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/stats", serve.base),
+        ),
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/journal", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/begin?test=h%24page", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!(
+                "{}/__llmreplay/end?test=h%24page&outcome=passed",
+                serve.base
+            ),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/flush", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/listed?binary=h", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/faults", serve.base),
+        ),
+        (reqwest::Method::POST, format!("{test}/__llmreplay/faults")),
+        (
+            reqwest::Method::DELETE,
+            format!("{test}/__llmreplay/faults"),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{test}/__llmreplay/mcp?name=x&op=open"),
+        ),
+        (
+            reqwest::Method::OPTIONS,
+            format!("{}/__llmreplay/begin", serve.base),
+        ),
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/no-such-route", serve.base),
+        ),
+    ];
+    for origin in [page, "null"] {
+        for (method, url) in &routes {
+            let r = http()
+                .request(method.clone(), url)
+                .header("origin", origin)
+                .body(r#"{"status": 429, "times": "always"}"#)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 403, "{method} {url}");
+            let said = r.text().await.unwrap();
+            assert!(
+                said.contains("Origin") && said.contains("web pages"),
+                "{said}"
+            );
+        }
+    }
+    // Nothing the page asked for was done: no fault waits, no test began or was listed.
+    let journal = serve.journal().await.to_string();
+    assert!(!journal.contains("h$page"), "{journal}");
+    let from_page = http()
+        .post(format!("{test}/openai/v1/chat/completions"))
+        .header("origin", page)
+        .json(&chat("hello from a browser SDK"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        from_page.status(),
+        200,
+        "provider routes serve browsers as before"
+    );
+    assert_eq!(fake.received().len(), 1);
+    assert_eq!(
+        health(&serve).await,
+        200,
+        "without an Origin, control routes answer"
+    );
+    serve.stop();
+}
