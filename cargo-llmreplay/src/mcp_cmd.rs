@@ -904,6 +904,98 @@ fn describe(status: std::process::ExitStatus) -> String {
 }
 
 #[cfg(test)]
+mod framing {
+    use super::{Line, Lines};
+    use proptest::prelude::*;
+
+    /// Cases per property: all of them together take well under a second in CI.
+    const CASES: u32 = 256;
+
+    fn read_all(input: &[u8]) -> Vec<Line> {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut lines = Lines::new(input);
+                let mut out = Vec::new();
+                while let Some(line) = lines.next().await.unwrap() {
+                    out.push(line);
+                }
+                out
+            })
+    }
+
+    /// A JSON-RPC message line, then bytes flipped in it.
+    fn mutated() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            "[a-z/]{0,12}",
+        )
+            .prop_map(|(flips, method)| {
+                let mut line =
+                    format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\"}}\n")
+                        .into_bytes();
+                let n = line.len();
+                for (at, b) in flips {
+                    line[at % n] = b;
+                }
+                line
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+        /// Every byte is in exactly one line, in order; a line that is not UTF-8 names the
+        /// offset of its first bad byte and its own number; nothing panics.
+        #[test]
+        fn lines_account_for_every_byte(input in prop::collection::vec(any::<u8>(), 0..512)) {
+            let mut rebuilt = Vec::new();
+            for (i, line) in read_all(&input).into_iter().enumerate() {
+                match line {
+                    Line::Text(text) => {
+                        prop_assert!(!text.contains('\n'));
+                        let start = rebuilt.len();
+                        rebuilt.extend_from_slice(text.as_bytes());
+                        // What was stripped: "\n" or "\r\n", when the input had it.
+                        for end in ["\r\n", "\n"] {
+                            if input[start + text.len()..].starts_with(end.as_bytes()) {
+                                rebuilt.extend_from_slice(end.as_bytes());
+                                break;
+                            }
+                        }
+                    }
+                    Line::NotUtf8 { bytes, number, at } => {
+                        prop_assert_eq!(number, i as u64 + 1);
+                        let start = rebuilt.len() as u64;
+                        prop_assert!(at >= start && at < start + bytes.len() as u64);
+                        let valid = (at - start) as usize;
+                        prop_assert!(std::str::from_utf8(&bytes[..valid]).is_ok());
+                        prop_assert!(std::str::from_utf8(&bytes[valid..]).is_err());
+                        rebuilt.extend_from_slice(&bytes);
+                    }
+                }
+            }
+            prop_assert_eq!(rebuilt, input);
+        }
+
+        /// Mutated JSON-RPC lines frame and classify without a panic.
+        #[test]
+        fn mutated_messages_frame_and_classify(lines in prop::collection::vec(mutated(), 1..8)) {
+            let input: Vec<u8> = lines.concat();
+            for line in read_all(&input) {
+                if let Line::Text(text) = line {
+                    if let Ok(message) = serde_json::from_str::<serde_json::Value>(&text) {
+                        let _ = cassettes::mcp::kind(&message);
+                        let _ = cassettes::mcp::method(&message);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::name_of;
 
