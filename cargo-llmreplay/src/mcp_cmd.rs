@@ -302,13 +302,113 @@ fn line_of(message: &Value) -> Vec<u8> {
     serde_json::to_vec(message).expect("JSON values serialise")
 }
 
+/// Which end of the shim a line came from, for what it says when one is broken.
+#[derive(Clone, Copy)]
+enum Side {
+    Client,
+    Server,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Client => "the client (on the shim's stdin)",
+            Side::Server => "the MCP server (on its stdout)",
+        })
+    }
+}
+
+/// One line of stdio MCP framing (newline-delimited, UTF-8 JSON-RPC), as read.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Line {
+    /// A UTF-8 line, without its `\n` (nor a `\r` before it).
+    Text(String),
+    /// A line that is not UTF-8: its bytes as read (with their `\n`), its number from 1, and
+    /// the offset in the stream of its first byte that is not UTF-8.
+    NotUtf8 {
+        bytes: Vec<u8>,
+        number: u64,
+        at: u64,
+    },
+}
+
+/// Reads stdio MCP framing line by line, counting lines and bytes, so that a broken line can
+/// be named where it is; `tokio`'s `lines()` instead ends the stream at the first bad byte.
+pub(crate) struct Lines<R> {
+    reader: BufReader<R>,
+    number: u64,
+    offset: u64,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
+    pub(crate) fn new(read: R) -> Self {
+        Lines {
+            reader: BufReader::new(read),
+            number: 0,
+            offset: 0,
+        }
+    }
+
+    /// The next line; none at the end.
+    pub(crate) async fn next(&mut self) -> std::io::Result<Option<Line>> {
+        let mut bytes = Vec::new();
+        if self.reader.read_until(b'\n', &mut bytes).await? == 0 {
+            return Ok(None);
+        }
+        self.number += 1;
+        let start = self.offset;
+        self.offset += bytes.len() as u64;
+        Ok(Some(frame(bytes, self.number, start)))
+    }
+}
+
+/// One line's bytes (`start` the stream offset of its first) as a [`Line`].
+pub(crate) fn frame(bytes: Vec<u8>, number: u64, start: u64) -> Line {
+    match String::from_utf8(bytes) {
+        Ok(mut text) => {
+            if text.ends_with('\n') {
+                text.pop();
+                if text.ends_with('\r') {
+                    text.pop();
+                }
+            }
+            Line::Text(text)
+        }
+        Err(e) => {
+            let at = start + e.utf8_error().valid_up_to() as u64;
+            Line::NotUtf8 {
+                bytes: e.into_bytes(),
+                number,
+                at,
+            }
+        }
+    }
+}
+
+/// What the shim says when `side` sent a line that is not UTF-8.
+fn not_utf8(side: Side, number: u64, at: u64) -> String {
+    format!("cargo-llmreplay mcp: {side} sent a line that is not UTF-8 (line {number}, byte offset {at}); MCP's stdio messages are UTF-8 JSON, one a line")
+}
+
 /// Replay: every answer from the cassette; the server never starts.
 async fn replay(daemon: Daemon) -> i32 {
     let (out, writing) = writer();
     // The server's requests waiting for the client's answer, by id.
     let waiting: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>> = Arc::default();
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut lines = Lines::new(tokio::io::stdin());
+    loop {
+        let line = match lines.next().await {
+            Ok(Some(Line::Text(line))) => line,
+            Ok(None) => break,
+            Ok(Some(Line::NotUtf8 { number, at, .. })) => {
+                eprintln!("{}", not_utf8(Side::Client, number, at));
+                return 1;
+            }
+            Err(e) => {
+                eprintln!("cargo-llmreplay mcp: cannot read the client's messages: {e}");
+                return 1;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -410,6 +510,7 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
         .args(&command[1..])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| {
@@ -423,6 +524,10 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
         })?;
     let mut server_in = child.stdin.take().expect("piped");
     let server_out = child.stdout.take().expect("piped");
+    let server_err = stderr_tail(child.stderr.take().expect("piped"));
+    // Set when the server sent a line that is not UTF-8: passed on as it was, never recorded,
+    // and the shim's status says so.
+    let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (out, writing) = writer();
     let flows: Arc<Mutex<Flows>> = Arc::default();
     // Saves an exchange (or, with nothing to save, lets the daemon forget it). The client gets
@@ -447,10 +552,38 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
     };
     // The server's messages: to the client, and into the exchange they belong to.
     let from_server = {
-        let (out, flows, save) = (out.clone(), flows.clone(), save.clone());
+        let (out, flows, save, broken) = (out.clone(), flows.clone(), save.clone(), broken.clone());
         tokio::spawn(async move {
-            let mut lines = BufReader::new(server_out).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
+            let mut lines = Lines::new(server_out);
+            loop {
+                let line = match lines.next().await {
+                    Ok(Some(Line::Text(line))) => line,
+                    Ok(None) => break,
+                    // The client gets the line as the server wrote it, as it would without the
+                    // shim: the shim changes nothing a client sees. It cannot be recorded (a
+                    // cassette holds JSON), so the exchange it belongs to is not saved, and the
+                    // shim says so and ends with a failure status.
+                    Ok(Some(Line::NotUtf8 {
+                        mut bytes,
+                        number,
+                        at,
+                    })) => {
+                        eprintln!("{}; it was passed on to the client as it is, and its exchange is not recorded", not_utf8(Side::Server, number, at));
+                        broken.store(true, std::sync::atomic::Ordering::SeqCst);
+                        if bytes.last() == Some(&b'\n') {
+                            bytes.pop();
+                        }
+                        let _ = out.send(bytes);
+                        continue;
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "cargo-llmreplay mcp: cannot read the MCP server's messages: {e}"
+                        );
+                        broken.store(true, std::sync::atomic::Ordering::SeqCst);
+                        break;
+                    }
+                };
                 let message = serde_json::from_str::<Value>(&line).ok();
                 let mut done = None;
                 let mut pass = true;
@@ -502,9 +635,35 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
             }
         })
     };
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut from_server = from_server;
+    let mut lines = Lines::new(tokio::io::stdin());
     let mut exit = None;
-    while let Ok(Some(line)) = lines.next_line().await {
+    let mut server_gone = false;
+    loop {
+        let line = tokio::select! {
+            biased;
+            line = lines.next() => line,
+            // The server closed its stdout (it exited) while the client still talks: the
+            // client would wait for ever for an answer.
+            _ = &mut from_server => {
+                server_gone = true;
+                break;
+            }
+        };
+        let line = match line {
+            Ok(Some(Line::Text(line))) => line,
+            Ok(None) => break,
+            Ok(Some(Line::NotUtf8 { number, at, .. })) => {
+                eprintln!("{}", not_utf8(Side::Client, number, at));
+                exit = Some(1);
+                break;
+            }
+            Err(e) => {
+                eprintln!("cargo-llmreplay mcp: cannot read the client's messages: {e}");
+                exit = Some(1);
+                break;
+            }
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -601,12 +760,18 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
                 .await
                 .is_err()
         {
+            server_gone = true;
             break;
         }
     }
     if let Some(code) = exit {
         let _ = child.kill().await;
+        release_open(&daemon, &flows).await;
         return Ok(code);
+    }
+    if server_gone {
+        release_open(&daemon, &flows).await;
+        return Ok(server_exited(child, command, server_err, out, writing).await);
     }
     // The client is done: the server's stdin closes, and what it still says is relayed.
     drop(server_in);
@@ -615,10 +780,219 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
     if let Some(flow) = ended {
         save(flow).await;
     }
+    release_open(&daemon, &flows).await;
     drop(out);
     let _ = writing.await;
     let status = child.wait().await.ok().and_then(|s| s.code()).unwrap_or(0);
+    // A process the server started may hold its stderr open after it exits.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), server_err).await;
+    if broken.load(std::sync::atomic::Ordering::SeqCst) && status == 0 {
+        return Ok(1);
+    }
     Ok(status)
+}
+
+/// Lets the daemon forget the exchanges still open when the shim ends (the server never
+/// answered them, or its answer was not UTF-8): nothing is saved for them, and the run's end
+/// does not wait for them.
+async fn release_open(daemon: &Daemon, flows: &Mutex<Flows>) {
+    let open: Vec<Flow> = {
+        let mut f = flows.lock().expect("lock");
+        let mut open: Vec<Flow> = f.open.drain(..).map(|(_, flow)| flow).collect();
+        open.extend(f.after_notification.take());
+        open
+    };
+    for ticket in open.into_iter().filter_map(|flow| flow.ticket) {
+        let _ = daemon
+            .post("save", &format!("&ticket={ticket}&ms=0"), b"[]".to_vec())
+            .await;
+    }
+}
+
+/// How many of the server's last stderr lines the shim repeats when it exits early.
+const STDERR_TAIL: usize = 20;
+
+/// Passes the server's stderr on to ours line by line, keeping its last [`STDERR_TAIL`] lines.
+fn stderr_tail(
+    err: tokio::process::ChildStderr,
+) -> tokio::task::JoinHandle<std::collections::VecDeque<String>> {
+    tokio::spawn(async move {
+        let mut tail = std::collections::VecDeque::new();
+        let mut reader = BufReader::new(err);
+        let mut ours = tokio::io::stderr();
+        let mut line = Vec::new();
+        while matches!(reader.read_until(b'\n', &mut line).await, Ok(n) if n > 0) {
+            let _ = ours.write_all(&line).await;
+            if tail.len() == STDERR_TAIL {
+                tail.pop_front();
+            }
+            tail.push_back(String::from_utf8_lossy(&line).trim_end().to_string());
+            line.clear();
+        }
+        tail
+    })
+}
+
+/// The server ended while its client still talked to it: says so, with its status and the
+/// last lines of its stderr, and gives a failure status (the server's, or 1), at once; the
+/// client then sees its server gone, as it would without the shim.
+async fn server_exited(
+    mut child: tokio::process::Child,
+    command: &[OsString],
+    server_err: tokio::task::JoinHandle<std::collections::VecDeque<String>>,
+    out: mpsc::UnboundedSender<Vec<u8>>,
+    writing: tokio::task::JoinHandle<()>,
+) -> i32 {
+    let grace = std::time::Duration::from_secs(2);
+    // Its stdout is closed; a server that still runs after that is stopped.
+    let status = match tokio::time::timeout(grace, child.wait()).await {
+        Ok(Ok(status)) => Some(status),
+        _ => {
+            let _ = child.kill().await;
+            None
+        }
+    };
+    // A process the server started may hold its stderr open: the tail so far is enough.
+    let tail = tokio::time::timeout(grace, server_err)
+        .await
+        .ok()
+        .and_then(|t| t.ok())
+        .unwrap_or_default();
+    drop(out);
+    let _ = writing.await;
+    let program = command
+        .iter()
+        .map(|w| w.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let how = match status {
+        Some(s) => describe(s),
+        None => "closed its stdout and was stopped".to_string(),
+    };
+    let mut said = format!(
+        "cargo-llmreplay mcp: the MCP server `{}` {how} while the client was still talking to it",
+        program.escape_debug()
+    );
+    if tail.is_empty() {
+        said.push_str("; it wrote nothing on stderr");
+    } else {
+        said.push_str(&format!("; the last {} line(s) of its stderr:", tail.len()));
+        for line in &tail {
+            said.push_str(&format!("\n  | {}", line.escape_debug()));
+        }
+    }
+    eprintln!("{said}");
+    match status.and_then(|s| s.code()) {
+        Some(code) if code != 0 => code,
+        _ => 1,
+    }
+}
+
+/// An exit status in words: `exited with status 3`, `was killed by signal 9`.
+fn describe(status: std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal}");
+        }
+    }
+    match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => "exited".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod framing {
+    use super::{Line, Lines};
+    use proptest::prelude::*;
+
+    /// Cases per property: all of them together take well under a second in CI.
+    const CASES: u32 = 256;
+
+    fn read_all(input: &[u8]) -> Vec<Line> {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let mut lines = Lines::new(input);
+                let mut out = Vec::new();
+                while let Some(line) = lines.next().await.unwrap() {
+                    out.push(line);
+                }
+                out
+            })
+    }
+
+    /// A JSON-RPC message line, then bytes flipped in it.
+    fn mutated() -> impl Strategy<Value = Vec<u8>> {
+        (
+            prop::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+            "[a-z/]{0,12}",
+        )
+            .prop_map(|(flips, method)| {
+                let mut line =
+                    format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"{method}\"}}\n")
+                        .into_bytes();
+                let n = line.len();
+                for (at, b) in flips {
+                    line[at % n] = b;
+                }
+                line
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+        /// Every byte is in exactly one line, in order; a line that is not UTF-8 names the
+        /// offset of its first bad byte and its own number; nothing panics.
+        #[test]
+        fn lines_account_for_every_byte(input in prop::collection::vec(any::<u8>(), 0..512)) {
+            let mut rebuilt = Vec::new();
+            for (i, line) in read_all(&input).into_iter().enumerate() {
+                match line {
+                    Line::Text(text) => {
+                        prop_assert!(!text.contains('\n'));
+                        let start = rebuilt.len();
+                        rebuilt.extend_from_slice(text.as_bytes());
+                        // What was stripped: "\n" or "\r\n", when the input had it.
+                        for end in ["\r\n", "\n"] {
+                            if input[start + text.len()..].starts_with(end.as_bytes()) {
+                                rebuilt.extend_from_slice(end.as_bytes());
+                                break;
+                            }
+                        }
+                    }
+                    Line::NotUtf8 { bytes, number, at } => {
+                        prop_assert_eq!(number, i as u64 + 1);
+                        let start = rebuilt.len() as u64;
+                        prop_assert!(at >= start && at < start + bytes.len() as u64);
+                        let valid = (at - start) as usize;
+                        prop_assert!(std::str::from_utf8(&bytes[..valid]).is_ok());
+                        prop_assert!(std::str::from_utf8(&bytes[valid..]).is_err());
+                        rebuilt.extend_from_slice(&bytes);
+                    }
+                }
+            }
+            prop_assert_eq!(rebuilt, input);
+        }
+
+        /// Mutated JSON-RPC lines frame and classify without a panic.
+        #[test]
+        fn mutated_messages_frame_and_classify(lines in prop::collection::vec(mutated(), 1..8)) {
+            let input: Vec<u8> = lines.concat();
+            for line in read_all(&input) {
+                if let Line::Text(text) = line {
+                    if let Ok(message) = serde_json::from_str::<serde_json::Value>(&text) {
+                        let _ = cassettes::mcp::kind(&message);
+                        let _ = cassettes::mcp::method(&message);
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

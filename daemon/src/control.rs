@@ -5,12 +5,12 @@
 
 use crate::faults::FaultSpec;
 use crate::identity::{identify_on, Claims};
+use crate::journal::{IDS_BUDGET, MAX_TEST_ID_BYTES};
 use crate::respond::{json, text, Body};
 use crate::state::{Conn, State};
 use cassettes::TestId;
 use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::sync::Arc;
 
@@ -63,16 +63,24 @@ pub(crate) async fn control(
             };
             match test() {
                 Some(t) => {
+                    if let Some(refused) = refuse_id(state, "begin", &t) {
+                        return refused;
+                    }
                     let test = TestId::new(t);
-                    state.journal.begin(&test);
-                    state.store.reset_test(&test);
-                    state.faults.reset(&test);
                     // From now on, requests from this process (and what it spawns) are this
                     // test's, whatever connection they come on.
                     if let Some(pid) = pid {
                         let _ = state.peers.set(crate::peer::Peers::new(None, crate::peer::IdVars::Announced));
-                        state.announced.begin(pid, &test);
+                        if let Err(running) = state.announced.begin(pid, &test) {
+                            return text(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                format!("cargo-llmreplay: begin for process {pid} is refused: the daemon follows at most {} processes' tests at once, and the {running} it follows are all still running without having said `end`", crate::state::Announced::MAX),
+                            );
+                        }
                     }
+                    state.journal.begin(&test);
+                    state.store.reset_test(&test);
+                    state.faults.reset(&test);
                     json(serde_json::json!({ "status": "ok", "peers": crate::peer::Peers::supported() }))
                 }
                 None => text(StatusCode::BAD_REQUEST, "cargo-llmreplay: begin needs ?test=<test id> or an X-Test-Id header".into()),
@@ -89,6 +97,9 @@ pub(crate) async fn control(
             let Some(t) = test() else {
                 return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?test=<test id> or an X-Test-Id header".into());
             };
+            if t.len() > MAX_TEST_ID_BYTES {
+                return text(StatusCode::BAD_REQUEST, too_long("end", t.len()));
+            }
             let t = TestId::new(t);
             crate::mcp::end_test(state, &t);
             // Answered once the test's recordings are in its cassettes: the runner's test
@@ -114,13 +125,27 @@ pub(crate) async fn control(
         }
         (&Method::POST, "listed") => {
             let binary = param("binary").unwrap_or_default();
-            match req.into_body().collect().await {
-                Ok(body) => {
-                    let names = String::from_utf8_lossy(&body.to_bytes()).into_owned();
-                    state.journal.listed(&binary, names.lines());
-                    json(serde_json::json!({ "status": "ok" }))
-                }
-                Err(e) => text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the list: {e}")),
+            let limits = &state.settings.limits;
+            let (limit, idle) = (limits.body_bytes, limits.header_read_timeout);
+            let body = match crate::exchange::read_limited(req.into_body(), limit, idle).await {
+                Ok(body) => body,
+                Err(crate::exchange::BodyError::TooLarge) => return text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("cargo-llmreplay: the list of tests is over the body limit of {limit} bytes ([limits] body_mib in llmreplay.toml)"),
+                ),
+                Err(crate::exchange::BodyError::Idle(idle)) => return text(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!("cargo-llmreplay: the list of tests stopped arriving for {}s ([limits] header_read_timeout_s)", idle.as_secs_f64()),
+                ),
+                Err(crate::exchange::BodyError::Broken(e)) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: could not read the list: {e}")),
+            };
+            let names = String::from_utf8_lossy(&body);
+            if let Some(id) = names.lines().map(|n| binary.len() + 1 + n.len()).find(|id| *id > MAX_TEST_ID_BYTES) {
+                return text(StatusCode::BAD_REQUEST, too_long("listed", id));
+            }
+            match state.journal.listed(&binary, names.lines()) {
+                Ok(()) => json(serde_json::json!({ "status": "ok" })),
+                Err(bytes) => text(StatusCode::INSUFFICIENT_STORAGE, no_room("listed", bytes, state)),
             }
         }
         _ => text(
@@ -128,6 +153,32 @@ pub(crate) async fn control(
             format!("cargo-llmreplay: no control route {} /__llmreplay/{rest}; there are GET health, stats, journal and POST begin, end, flush, listed, faults", req.method()),
         ),
     }
+}
+
+/// Refuses a test id `route` would keep: one too long, or one past the ids' budget.
+fn refuse_id(state: &State, route: &str, id: &str) -> Option<Response<Body>> {
+    if id.len() > MAX_TEST_ID_BYTES {
+        return Some(text(StatusCode::BAD_REQUEST, too_long(route, id.len())));
+    }
+    if !state.journal.has_begun(&TestId::new(id)) && !state.journal.has_room_for_ids(id.len()) {
+        return Some(text(
+            StatusCode::INSUFFICIENT_STORAGE,
+            no_room(route, id.len(), state),
+        ));
+    }
+    None
+}
+
+fn too_long(route: &str, len: usize) -> String {
+    format!("cargo-llmreplay: {route} refused a test id of {len} bytes: test ids are at most {MAX_TEST_ID_BYTES} bytes")
+}
+
+fn no_room(route: &str, bytes: usize, state: &State) -> String {
+    format!(
+        "cargo-llmreplay: {route} refused {bytes} bytes of test ids: the daemon keeps at most {} MiB of the ids of tests begun and listed, and holds {} bytes already; a suite this large is more likely ids made up at random",
+        IDS_BUDGET >> 20,
+        state.journal.id_bytes()
+    )
 }
 
 /// `POST .../__llmreplay/faults` registers a fault for the request's test, decided as on every

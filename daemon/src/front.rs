@@ -40,6 +40,9 @@ pub(crate) async fn handle(
             );
         }
     }
+    if let Some(refused) = refuse_a_page(&req) {
+        return refused;
+    }
     if let Some(prefix) = req.uri().path().strip_suffix("/__llmreplay/faults") {
         let prefix = prefix.to_string();
         return control::faults(&state, conn, &prefix, req).await;
@@ -69,6 +72,25 @@ pub(crate) async fn handle(
         Err(refused) => return refused.answer(),
     };
     crate::routed::routed(state, resolved.with_test(test), req).await
+}
+
+/// A control route (`/__llmreplay/...`, under a test's prefix too) asked by a web page: a
+/// browser names the page's origin on every cross-origin request and on every POST, and no
+/// runner, plugin, shim or SDK of ours sends one. A page on the developer's machine must not
+/// begin tests, plant faults or read the journal (MockServer's CVE-2021-32827). Provider
+/// routes are left as they are: a browser-based SDK in a test may call them.
+fn refuse_a_page(req: &Request<Incoming>) -> Option<Response<Body>> {
+    if !req.uri().path().contains("/__llmreplay/") {
+        return None;
+    }
+    let origin = req.headers().get(http::header::ORIGIN)?;
+    Some(respond::text(
+        StatusCode::FORBIDDEN,
+        format!(
+            "cargo-llmreplay: control routes (/__llmreplay/...) refuse requests from web pages (this one has Origin: {}); call them from a test, a runner or curl, which send no Origin",
+            String::from_utf8_lossy(origin.as_bytes()).escape_debug()
+        ),
+    ))
 }
 
 /// `[/t/<test>]/mcp/<name>`: a Streamable HTTP MCP server's path, split into its test prefix

@@ -18,6 +18,14 @@ pub const MAX_KEPT_HITS: usize = 100_000;
 /// the first ones and counts all.
 pub const MAX_KEPT_OTHERS: usize = 10_000;
 
+/// The longest test id the control routes take (`begin`, `end`, `listed`): a long pytest
+/// parameter id is a few hundred bytes; 30 KB ids by the thousand are an attack on memory.
+pub const MAX_TEST_ID_BYTES: usize = 4096;
+
+/// The test ids kept as begun and listed, in bytes: past it a new one is refused. About
+/// 300,000 ids of 200 bytes, more than any suite lists.
+pub const IDS_BUDGET: usize = 64 << 20;
+
 pub use crate::outcome::{short_json, Outcome};
 
 struct Record {
@@ -63,6 +71,8 @@ pub struct Journal {
     began: Mutex<std::collections::BTreeSet<TestId>>,
     /// Every test of the suite, as the runner saw nextest list them.
     listed: Mutex<std::collections::BTreeSet<TestId>>,
+    /// The bytes of the ids `began` and `listed` hold, against [`IDS_BUDGET`].
+    id_bytes: AtomicUsize,
     kept_hits: AtomicUsize,
     counted_hits: AtomicUsize,
     kept_others: AtomicUsize,
@@ -375,11 +385,26 @@ impl Journal {
 
     /// Notes that a test started (the runner says so before it execs the test).
     pub fn begin(&self, test: &TestId) {
-        self.began
+        let new = self
+            .began
             .lock()
             .expect("journal lock")
             .insert(test.clone());
+        if new {
+            self.id_bytes
+                .fetch_add(test.as_str().len(), Ordering::Relaxed);
+        }
         self.began_event(test);
+    }
+
+    /// Whether `bytes` more of test ids fit in [`IDS_BUDGET`] beside those kept.
+    pub fn has_room_for_ids(&self, bytes: usize) -> bool {
+        self.id_bytes.load(Ordering::Relaxed).saturating_add(bytes) <= IDS_BUDGET
+    }
+
+    /// The bytes of test ids kept, begun and listed.
+    pub fn id_bytes(&self) -> usize {
+        self.id_bytes.load(Ordering::Relaxed)
     }
 
     /// Notes that a test ran, where nothing said when it began (a first attempt under the
@@ -392,6 +417,8 @@ impl Journal {
             .expect("journal lock")
             .insert(test.clone());
         if new {
+            self.id_bytes
+                .fetch_add(test.as_str().len(), Ordering::Relaxed);
             self.began_event(test);
         }
     }
@@ -410,19 +437,37 @@ impl Journal {
         }
     }
 
-    /// Notes the tests a test binary holds (`<binary id>$<name>` each).
-    pub fn listed<'a>(&self, binary: &str, names: impl Iterator<Item = &'a str>) {
+    /// Notes the tests a test binary holds (`<binary id>$<name>` each), all or none: the bytes
+    /// of those not noted before, when they do not fit in [`IDS_BUDGET`].
+    pub fn listed<'a>(
+        &self,
+        binary: &str,
+        names: impl Iterator<Item = &'a str>,
+    ) -> Result<(), usize> {
         let mut listed = self.listed.lock().expect("journal lock");
-        listed.extend(
-            names
-                .filter(|n| !n.is_empty())
-                .map(|n| TestId::nextest(binary, n)),
-        );
+        let new: std::collections::BTreeSet<TestId> = names
+            .filter(|n| !n.is_empty())
+            .map(|n| TestId::nextest(binary, n))
+            .filter(|t| !listed.contains(t))
+            .collect();
+        let bytes = new.iter().map(|t| t.as_str().len()).sum();
+        if !self.has_room_for_ids(bytes) {
+            return Err(bytes);
+        }
+        self.id_bytes.fetch_add(bytes, Ordering::Relaxed);
+        listed.extend(new);
+        Ok(())
     }
 
     /// Notes the whole suite at once, as `cargo nextest list` gave it.
     pub fn listed_all(&self, tests: std::collections::BTreeSet<TestId>) {
-        self.listed.lock().expect("journal lock").extend(tests);
+        let mut listed = self.listed.lock().expect("journal lock");
+        for test in tests {
+            let len = test.as_str().len();
+            if listed.insert(test) {
+                self.id_bytes.fetch_add(len, Ordering::Relaxed);
+            }
+        }
     }
 
     /// The suite as listed by nextest in this run, ignored tests included.

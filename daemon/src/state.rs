@@ -91,15 +91,31 @@ pub(crate) struct Announced {
 
 impl Announced {
     /// Most processes announcing at once: a runner's workers, one entry each.
-    const MAX: usize = 4096;
+    pub const MAX: usize = 4096;
 
-    /// `pid` runs `test` from now on.
-    pub fn begin(&self, pid: u32, test: &cassettes::TestId) {
+    /// `pid` runs `test` from now on. When [`Self::MAX`] processes are followed, those that
+    /// are gone (a killed worker never says it ended) make room; when all are still running,
+    /// the announcement is refused, never kept silently unheard.
+    pub fn begin(&self, pid: u32, test: &cassettes::TestId) -> Result<(), usize> {
+        self.begin_with(pid, test, crate::peer::alive)
+    }
+
+    fn begin_with(
+        &self,
+        pid: u32,
+        test: &cassettes::TestId,
+        alive: impl Fn(u32) -> Option<bool>,
+    ) -> Result<(), usize> {
         let mut by_pid = self.by_pid.lock().expect("announced lock");
-        if by_pid.len() < Self::MAX || by_pid.contains_key(&pid) {
-            by_pid.insert(pid, test.clone());
+        if by_pid.len() >= Self::MAX && !by_pid.contains_key(&pid) {
+            by_pid.retain(|p, _| alive(*p) != Some(false));
+            if by_pid.len() >= Self::MAX {
+                return Err(by_pid.len());
+            }
         }
+        by_pid.insert(pid, test.clone());
         self.any.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// `pid` runs no test any more.
@@ -311,5 +327,37 @@ impl Drop for InFlightGuard<'_> {
         {
             self.0.idle.notify_waiters();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Announced;
+    use cassettes::TestId;
+
+    #[test]
+    fn gone_processes_make_room_and_running_ones_refuse() {
+        let announced = Announced::default();
+        let t = TestId::new("h$t".to_string());
+        for pid in 0..Announced::MAX as u32 {
+            announced.begin_with(pid, &t, |_| Some(true)).unwrap();
+        }
+        assert_eq!(
+            announced.begin_with(99_999, &t, |_| Some(true)),
+            Err(Announced::MAX),
+            "all running: refused"
+        );
+        assert_eq!(
+            announced.begin_with(99_999, &t, |_| None),
+            Err(Announced::MAX),
+            "cannot tell: kept"
+        );
+        announced.begin_with(7, &t, |_| Some(true)).unwrap();
+        announced
+            .begin_with(99_999, &t, |p| Some(p % 2 == 0))
+            .unwrap();
+        assert_eq!(announced.of(&[99_999]), Some(t.clone()));
+        assert_eq!(announced.of(&[1]), None, "a gone process was forgotten");
+        assert_eq!(announced.of(&[2]), Some(t));
     }
 }

@@ -1938,3 +1938,270 @@ async fn hostile_test_ids_forge_no_log_line_and_send_no_escape() {
         "a forged line: {log}"
     );
 }
+
+/// A web page on the developer's machine reaches loopback too (MockServer's CVE-2021-32827):
+/// every control route, under a test's prefix too, refuses a request with an `Origin` header,
+/// and what it would have done is not done. Provider routes still answer a browser's request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_routes_refuse_web_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let up = format!("openai={}", fake.url());
+    let serve = serve_with(dir.path(), "", "record", &up);
+    let test = serve.for_test("h$page");
+    let page = "http://evil.example";
+    let routes = [
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/health", serve.base),
+        ),
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/stats", serve.base),
+        ),
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/journal", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/begin?test=h%24page", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!(
+                "{}/__llmreplay/end?test=h%24page&outcome=passed",
+                serve.base
+            ),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/flush", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/listed?binary=h", serve.base),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{}/__llmreplay/faults", serve.base),
+        ),
+        (reqwest::Method::POST, format!("{test}/__llmreplay/faults")),
+        (
+            reqwest::Method::DELETE,
+            format!("{test}/__llmreplay/faults"),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("{test}/__llmreplay/mcp?name=x&op=open"),
+        ),
+        (
+            reqwest::Method::OPTIONS,
+            format!("{}/__llmreplay/begin", serve.base),
+        ),
+        (
+            reqwest::Method::GET,
+            format!("{}/__llmreplay/no-such-route", serve.base),
+        ),
+    ];
+    for origin in [page, "null"] {
+        for (method, url) in &routes {
+            let r = http()
+                .request(method.clone(), url)
+                .header("origin", origin)
+                .body(r#"{"status": 429, "times": "always"}"#)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 403, "{method} {url}");
+            let said = r.text().await.unwrap();
+            assert!(
+                said.contains("Origin") && said.contains("web pages"),
+                "{said}"
+            );
+        }
+    }
+    // Nothing the page asked for was done: no fault waits, no test began or was listed.
+    let journal = serve.journal().await.to_string();
+    assert!(!journal.contains("h$page"), "{journal}");
+    let from_page = http()
+        .post(format!("{test}/openai/v1/chat/completions"))
+        .header("origin", page)
+        .json(&chat("hello from a browser SDK"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        from_page.status(),
+        200,
+        "provider routes serve browsers as before"
+    );
+    assert_eq!(fake.received().len(), 1);
+    assert_eq!(
+        health(&serve).await,
+        200,
+        "without an Origin, control routes answer"
+    );
+    serve.stop();
+}
+
+/// `POST /__llmreplay/listed` reads its body under `[limits] body_mib` (a 600 MB list once
+/// peaked at 2 GB), test ids on begin, end and listed are at most 4 KiB, and the ids kept as
+/// begun and listed stop at 64 MiB with a refusal that says so (20,000 ids of 30 KB once took
+/// 872 MB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_routes_keep_bounded_lists_of_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = serve_with(
+        dir.path(),
+        "[limits]\nbody_mib = 0.01\n",
+        "replay",
+        "openai=http://127.0.0.1:9",
+    );
+    let listed = format!("{}/__llmreplay/listed?binary=h", small.base);
+    let r = http()
+        .post(&listed)
+        .body("t\n".repeat(10_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("body limit of 10485 bytes ([limits] body_mib"));
+    let chunks = futures_util::stream::iter(
+        (0..20).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from("t\n".repeat(500)))),
+    );
+    let r = http()
+        .post(&listed)
+        .body(reqwest::Body::wrap_stream(chunks))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413, "no content-length: counted as it comes");
+    small.stop();
+
+    let dir = tempfile::tempdir().unwrap();
+    let serve = serve_with(dir.path(), "", "replay", "openai=http://127.0.0.1:9");
+    let long = "x".repeat(5000);
+    for route in [
+        format!("begin?test={long}"),
+        format!("end?test={long}&outcome=passed"),
+    ] {
+        let r = http()
+            .post(format!("{}/__llmreplay/{route}", serve.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{route}");
+        assert!(r.text().await.unwrap().contains("at most 4096 bytes"));
+    }
+    let r = http()
+        .post(format!("{}/__llmreplay/listed?binary=h", serve.base))
+        .body(format!("ok\n{long}\n"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("at most 4096 bytes"));
+
+    // 16,773 ids of 4,001 bytes fit in 64 MiB, with 91 bytes to spare; a hundred more do not.
+    let names =
+        |tag: char, n: usize| -> String { (0..n).map(|i| format!("{tag}{i:0>3998}\n")).collect() };
+    let listed = format!("{}/__llmreplay/listed?binary=b", serve.base);
+    let r = http()
+        .post(&listed)
+        .body(names('a', 16_773))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let r = http()
+        .post(&listed)
+        .body(names('z', 100))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507);
+    let said = r.text().await.unwrap();
+    assert!(said.contains("at most 64 MiB of the ids"), "{said}");
+    let r = http()
+        .post(&listed)
+        .body(names('a', 100))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "ids kept already take no more room");
+    let begin = |id: String| {
+        http()
+            .post(format!("{}/__llmreplay/begin?test={id}", serve.base))
+            .send()
+    };
+    assert_eq!(
+        begin("h%24short".into()).await.unwrap().status(),
+        200,
+        "room for a short one"
+    );
+    let r = begin("y".repeat(4000)).await.unwrap();
+    assert_eq!(r.status(), 507);
+    assert!(r.text().await.unwrap().contains("at most 64 MiB"));
+    assert_eq!(
+        begin("h%24short".into()).await.unwrap().status(),
+        200,
+        "a test begun again"
+    );
+    assert_eq!(health(&serve).await, 200);
+    serve.stop();
+}
+
+/// After 4,096 processes announced a test and were killed before saying `end`, a new process's
+/// `begin` is honoured: those that are gone make room, and its requests are its test's (they
+/// used to be filed under `default`, the begin answered ok and ignored).
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_that_are_gone_make_room_for_new_announcements() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let up = format!("openai={}", fake.url());
+    let serve = serve_with(dir.path(), "", "record", &up);
+    let client = http();
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Ids above pid_max belong to no process, as a killed worker's no longer does.
+    for pid in pid_max + 1..=pid_max + 4096 {
+        let r = client
+            .post(format!(
+                "{}/__llmreplay/begin?test=h%24killed&pid={pid}",
+                serve.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let me = std::process::id();
+    let r = client
+        .post(format!(
+            "{}/__llmreplay/begin?test=h%24alive&pid={me}",
+            serve.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let answer = http()
+        .post(format!("{}/openai/v1/chat/completions", serve.base))
+        .json(&chat("from the announced process"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let journal = serve.journal().await;
+    assert_eq!(journal[0]["test"], "h$alive", "{journal}");
+    serve.stop();
+}

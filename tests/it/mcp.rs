@@ -703,3 +703,144 @@ async fn rust_agent_records_model_and_tool_then_replays_without_either() {
     let status = sample.llmreplay(&["status", "--check"]);
     assert_eq!(status.code, Some(0), "{}{}", status.stdout, status.stderr);
 }
+
+/// The shim run by hand as a client's stdio server, under `serve` recording as test `h$raw`:
+/// its stdin, stdout and stderr piped to the test.
+fn shim_under(serve: &crate::support::Serve, server: &str) -> std::process::Child {
+    let mut cmd = Command::new(binary());
+    cmd.args(["llmreplay", "mcp", "--name", "raw", "--", "python3"])
+        .arg(repo().join("tests/sdk/mcp_broken").join(server))
+        .env("LLMREPLAY_BASE_URL", &serve.base)
+        .env("LLMREPLAY_TEST_ID", "h$raw")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd.spawn().unwrap()
+}
+
+/// Waits for `child` at most `limit`; its exit code and stderr, or a failed test if it hangs.
+fn ended_within(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> (Option<i32>, String) {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status.code(), err);
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("the shim did not end within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// One non-UTF-8 byte from the client used to end the shim silently with status 0: it now says
+/// which side sent it and where, and fails.
+#[test]
+fn a_client_line_that_is_not_utf8_is_named_and_fails() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let serve =
+        crate::support::Serve::in_mode(dir.path(), "record", "openai=http://127.0.0.1:9", &[]);
+    let mut shim = shim_under(&serve, "latin1_answer.py");
+    let mut stdin = shim.stdin.take().unwrap();
+    stdin
+        .write_all(b"\n{\"jsonrpc\":\"2.0\",\"method\":\"caf\xe9\"}\n")
+        .unwrap();
+    let (code, stderr) = ended_within(shim, std::time::Duration::from_secs(30));
+    drop(stdin);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the client (on the shim's stdin) sent a line that is not UTF-8 (line 2, byte offset 31)"),
+        "{stderr}"
+    );
+}
+
+/// A server's line that is not UTF-8 reaches the client byte for byte, as it would without
+/// the shim; the shim names the line and offset, records nothing of it, and ends with status 1
+/// (it used to drop the line, leaving the client waiting, and end 0).
+#[test]
+fn a_server_line_that_is_not_utf8_reaches_the_client_and_fails_the_shim() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let serve =
+        crate::support::Serve::in_mode(dir.path(), "record", "openai=http://127.0.0.1:9", &[]);
+    let mut shim = shim_under(&serve, "latin1_answer.py");
+    let mut stdin = shim.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{}}\n")
+        .unwrap();
+    let stdout = shim.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = Vec::new();
+        let _ = std::io::BufReader::new(stdout).read_until(b'\n', &mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("the client got an answer");
+    assert_eq!(
+        line,
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"text\":\"caf\xe9\"}}\n"
+    );
+    drop(stdin);
+    let (code, stderr) = ended_within(shim, std::time::Duration::from_secs(30));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the MCP server (on its stdout) sent a line that is not UTF-8 (line 1, byte offset 45)"
+        ),
+        "{stderr}"
+    );
+    let stopped = serve.stop();
+    assert!(
+        !dir.path().join("c").exists()
+            || crate::support::all_files(&dir.path().join("c"))
+                .iter()
+                .all(|(p, _)| !p.to_string_lossy().contains("mcp-raw")),
+        "{}",
+        stopped.stderr
+    );
+}
+
+/// A server that exits at start used to leave the shim, and the official Python client behind
+/// it, waiting for ever (the bare client fails in under two seconds). The shim now ends at once
+/// with the server's status and the last lines of its stderr, and the run fails.
+#[test]
+fn a_server_that_exits_at_start_ends_the_shim_with_its_status_and_stderr() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    let args = project.demo_args(&repo().join("tests/sdk/mcp_broken/dies_at_start.py"));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    let run = project.run(&["--record"], &argv, &[]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_ne!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("exited with status 3 while the client was still talking to it"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("| error: WEATHER_API_KEY is not set"),
+        "{}",
+        run.stderr
+    );
+}

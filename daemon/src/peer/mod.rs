@@ -218,6 +218,19 @@ pub fn lineage(pid: u32) -> Vec<u32> {
     }
 }
 
+/// Whether process `pid` still exists: Linux's `/proc`; elsewhere none (it cannot be told).
+pub fn alive(pid: u32) -> Option<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        Some(std::path::Path::new(&format!("/proc/{pid}")).exists())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
 /// The file name of the program `pid` runs (Linux), e.g. `mypkg.test` for a `go test` binary.
 pub fn program_name(pid: u32) -> Option<String> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
