@@ -160,7 +160,8 @@ impl Resolved {
     }
 
     fn at(root: PathBuf, config: Option<&Path>, overrides: &Overrides) -> Result<Self> {
-        let settings = Settings::load(&root, config, overrides)?;
+        let mut settings = Settings::load(&root, config, overrides)?;
+        settings.program = crate::program().clone();
         Ok(Resolved { root, settings })
     }
 

@@ -30,6 +30,16 @@ mod snapshots;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
+use std::sync::OnceLock;
+
+/// The name this program was started by, decided once in `main`: every command it prints
+/// begins with it (the daemon's get it through its settings).
+static PROGRAM: OnceLock<daemon::Program> = OnceLock::new();
+
+/// The name every printed command begins with: `cargo llmreplay` until `main` decides.
+pub fn program() -> &'static daemon::Program {
+    PROGRAM.get_or_init(daemon::Program::default)
+}
 
 /// The command's long help; the providers come from the family list, so it never drifts.
 fn long_about() -> String {
@@ -87,9 +97,15 @@ enum Command {
 fn main() -> ExitCode {
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // Cargo runs `cargo-llmreplay llmreplay <args>` for `cargo llmreplay <args>`.
-    if args.get(1).is_some_and(|a| a == "llmreplay") {
+    let via_cargo = args.get(1).is_some_and(|a| a == "llmreplay");
+    if via_cargo {
         args.remove(1);
     }
+    let _ = PROGRAM.set(daemon::Program::from_args(
+        args.first()
+            .map_or(std::ffi::OsStr::new(""), |a| a.as_os_str()),
+        via_cargo,
+    ));
     // The target runner, once per test process: before anything else, so it starts fast.
     if args.get(1).is_some_and(|a| a == "__runner") {
         let error = runner_plugin::run(args.split_off(2));

@@ -86,9 +86,10 @@ pub fn run(command: MatchCommand) -> Result<Outcome> {
     );
     out.push_str(&match_table(&rules));
     if !args.apply {
-        out.push_str(
-            "\nadd them to llmreplay.toml, re-key the cassettes and replay: cargo llmreplay match suggest --apply\n",
-        );
+        out.push_str(&format!(
+            "\nadd them to llmreplay.toml, re-key the cassettes and replay: {} match suggest --apply\n",
+            crate::program()
+        ));
         print!("{out}");
         return Ok(Outcome::Success);
     }
@@ -126,7 +127,7 @@ fn say_others(others: &[&Missing]) {
         let why = match m.miss.detail.class {
             Some(Class::SdkShape) => format!(
                 "sdk shape: keep its answer under the new request: {}",
-                daemon::rekey_command(&m.miss.test)
+                daemon::rekey_command(crate::program(), &m.miss.test)
             ),
             Some(Class::Semantic) => format!("a real change: record it: {}", m.command),
             _ => format!("no recording to compare with: record it: {}", m.command),
@@ -260,8 +261,9 @@ pub fn replay(tests: &[&cassettes::TestId], report: &Path) -> Result<Outcome> {
         return Ok(Outcome::Success);
     };
     stderr(&format!(
-        "replaying {}: cargo llmreplay test -E {}\n",
+        "replaying {}: {} test -E {}\n",
         plural(tests.len(), "test"),
+        crate::program(),
         cassettes::shell_quote(&filter)
     ));
     let exe = std::env::current_exe()

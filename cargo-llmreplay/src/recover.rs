@@ -79,9 +79,10 @@ pub fn apply_left(target_dir: &Path, cassette_dir: &Path) -> Result<()> {
     for spool in left {
         if let Err(e) = apply(&spool) {
             stderr(&format!(
-                "cargo-llmreplay: warning: a run that did not end left recordings in {}, which could not be added: {}; `cargo llmreplay recover` tries again\n",
+                "cargo-llmreplay: warning: a run that did not end left recordings in {}, which could not be added: {}; `{} recover` tries again\n",
                 term(&spool.run_dir.display().to_string()),
-                term(&e.to_string())
+                term(&e.to_string()),
+                crate::program()
             ));
         }
     }

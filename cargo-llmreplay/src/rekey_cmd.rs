@@ -108,8 +108,9 @@ pub fn run(args: RekeyArgs) -> Result<Outcome> {
     }
     if !rekeyed.is_empty() {
         stderr(&format!(
-            "{} re-keyed after a client change; review and accept them: cargo llmreplay review\n",
-            plural(rekeyed.len(), "test")
+            "{} re-keyed after a client change; review and accept them: {} review\n",
+            plural(rekeyed.len(), "test"),
+            crate::program()
         ));
     }
     if refused > 0 {
@@ -182,7 +183,7 @@ fn plan(m: &Missing, resolved: &Resolved, report: &Report) -> Result<Plan, Strin
         Some(Class::SdkShape) => {}
         Some(Class::Volatile) => {
             return Err(
-                "volatile: values that change every run, which a [match] rule keys the same: cargo llmreplay match suggest --apply".into(),
+                format!("volatile: values that change every run, which a [match] rule keys the same: {} match suggest --apply", crate::program()),
             )
         }
         Some(Class::Semantic) => {

@@ -213,11 +213,12 @@ pub fn error_answers_line(answers: &[daemon::ErrorAnswer]) -> String {
         shown.push(format!("{more} more"));
     }
     format!(
-        "{} {} error {} ({}); `cargo llmreplay status` lists them",
+        "{} {} error {} ({}); `{} status` lists them",
         plural(n, "recording"),
         if n == 1 { "is an" } else { "are" },
         if n == 1 { "answer" } else { "answers" },
-        shown.join(", ")
+        shown.join(", "),
+        crate::program()
     )
 }
 

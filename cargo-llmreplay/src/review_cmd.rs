@@ -125,8 +125,9 @@ impl Session {
     fn decide(&mut self, accepted: &[&Pending], rejected: &[&Pending]) -> Result<()> {
         if !accepted.is_empty() && self.against_rev {
             return Err(Error::Usage(format!(
-                "accepting stages in git's index, and this review compares with {}; run `cargo llmreplay review` without --base to accept",
-                term(&self.diff.base)
+                "accepting stages in git's index, and this review compares with {}; run `{} review` without --base to accept",
+                term(&self.diff.base),
+                crate::program()
             )));
         }
         if !rejected.is_empty() {
@@ -171,9 +172,10 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
     if let Some(id) = &args.show {
         let Some(p) = session.pending.iter().find(|p| &p.id == id) else {
             return Err(Error::Usage(format!(
-                "no interaction {} differs from {}; `cargo llmreplay review --list` lists those that do",
+                "no interaction {} differs from {}; `{} review --list` lists those that do",
                 term(id),
-                term(&session.diff.base)
+                term(&session.diff.base),
+                crate::program()
             )));
         };
         let source = crate::source::Sources::new(&session.diff.workdir).of(&p.test);
@@ -194,8 +196,9 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
         let refs: Vec<&Pending> = items.iter().collect();
         if let (true, Some(filter)) = (refs.is_empty(), filter) {
             return Err(Error::Usage(format!(
-                "no pending interaction matches {}; `cargo llmreplay review --list` shows what is pending",
-                term(filter)
+                "no pending interaction matches {}; `{} review --list` shows what is pending",
+                term(filter),
+                crate::program()
             )));
         }
         let (accepted, rejected): (&[&Pending], &[&Pending]) = if args.accept {
@@ -227,9 +230,10 @@ pub fn after_test_run(cassette_dir: &Path) -> Result<()> {
     } else {
         let n = session.open_items(None).len();
         render::stderr(&format!(
-            "review: {} to review against {}; run `cargo llmreplay review` in a terminal, or --list\n",
+            "review: {} to review against {}; run `{} review` in a terminal, or --list\n",
             plural(n, "changed interaction"),
-            term(&session.diff.base)
+            term(&session.diff.base),
+            crate::program()
         ));
     }
     Ok(())

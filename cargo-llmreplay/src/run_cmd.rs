@@ -115,7 +115,7 @@ fn is_pytest(command: &[OsString]) -> bool {
     pytest
 }
 
-/// `cargo llmreplay run FLAG -- COMMAND [TEST]`, quoted for the shell.
+/// `<program> run FLAG -- COMMAND [TEST]`, quoted for the shell.
 fn rerun_command(command: &[OsString], flag: &str, test: Option<&str>) -> String {
     let mut words: Vec<String> = command
         .iter()
@@ -124,5 +124,5 @@ fn rerun_command(command: &[OsString], flag: &str, test: Option<&str>) -> String
     if let Some(test) = test {
         words.push(cassettes::shell_quote(test).into_owned());
     }
-    format!("cargo llmreplay run {flag} -- {}", words.join(" "))
+    format!("{} run {flag} -- {}", crate::program(), words.join(" "))
 }

@@ -455,9 +455,10 @@ fn finish_tests(
     let unwritten = daemon::settle::settle_rest(store, journal);
     for (test, e) in &unwritten {
         crate::render::stderr(&format!(
-            "cargo-llmreplay: error: the recordings of {} were not written to its cassettes: {}. They are kept in the run's spool: fix that, then `cargo llmreplay recover` adds them\n",
+            "cargo-llmreplay: error: the recordings of {} were not written to its cassettes: {}. They are kept in the run's spool: fix that, then `{}` adds them\n",
             crate::render::term(test.as_str()),
-            crate::render::term_lines(&e.to_string())
+            crate::render::term_lines(&e.to_string()),
+            format_args!("{} recover", crate::program()),
         ));
     }
     // A test settles at each attempt's end: one line a test, its counts added up.

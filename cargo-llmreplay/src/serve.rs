@@ -136,9 +136,10 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
         for (test, e) in &settled {
             out.push_str(&format!(
-                "  error: the recordings of {} were not written to its cassettes: {}; they are kept in the run's spool, and `cargo llmreplay recover` adds them once that is fixed\n",
+                "  error: the recordings of {} were not written to its cassettes: {}; they are kept in the run's spool, and `{} recover` adds them once that is fixed\n",
                 render::term(test.as_str()),
-                render::term(&e.to_string())
+                render::term(&e.to_string()),
+                crate::program()
             ));
         }
         let errors = journal.error_answers();

@@ -340,6 +340,8 @@ pub struct Settings {
     /// The command that records a missing request of a test no nextest runs, for the miss
     /// message: `cargo llmreplay run` sets its own (`run --record-missing -- <command>`).
     pub record_hint: Option<String>,
+    /// The name the program was started by, which every command the daemon prints begins with.
+    pub program: crate::hints::Program,
     /// `[upstream] ca_file`, `proxy` and `no_proxy`.
     pub network: crate::upstream::Network,
     /// Which proxy each upstream goes through.
@@ -700,6 +702,7 @@ impl Settings {
             limits: Limits::read(&file.upstream, &file.limits)?,
             declared_faults,
             record_hint: None,
+            program: crate::hints::Program::default(),
             proxies,
             network,
             allow_credentials_to: overrides.allow_credentials_to.clone(),

@@ -154,7 +154,8 @@ pub(crate) async fn http_read(
         }
         Plan::Miss => {
             let hint = state.settings.record_hint.as_deref();
-            let (message, detail) = crate::explain::miss(&route, &call, &request, hint);
+            let (message, detail) =
+                crate::explain::miss(&route, &call, &request, hint, &state.settings.program);
             call.end(Outcome::Miss, 404, Some(detail));
             provider_error(
                 kind,

@@ -3,6 +3,7 @@
 //! frames), and a path its family's API does not have. The same words reach the client, the log and the report.
 
 use crate::call::Call;
+use crate::hints::Program;
 use crate::journal::{short_json, Detail, FieldValues};
 use crate::route::Route;
 use cassettes::classify::{classify, match_table, Class, Verdict};
@@ -20,6 +21,7 @@ pub(crate) fn miss(
     call: &Call,
     request: &RecordedRequest,
     hint: Option<&str>,
+    program: &Program,
 ) -> (String, Detail) {
     let (entry, method, ordinal) = (&call.entry, &call.method, call.ordinal);
     let closest = entry.closest(request);
@@ -51,7 +53,7 @@ pub(crate) fn miss(
     match &closest {
         Some(c) if c.differing.is_empty() => {
             message.push_str(&format!(
-                "  the same request is recorded, but this is call #{} with it and {} holds fewer.\n  If the test ran before in this daemon's life (a script run twice against one `cargo llmreplay serve`), start its sequence afresh: POST /__llmreplay/begin?test={} to the daemon, or restart it.\n  If the test really makes more calls, ",
+                "  the same request is recorded, but this is call #{} with it and {} holds fewer.\n  If the test ran before in this daemon's life (a script run twice against one `{program} serve`), start its sequence afresh: POST /__llmreplay/begin?test={} to the daemon, or restart it.\n  If the test really makes more calls, ",
                 ordinal + 1,
                 entry.path.display(),
                 percent_encoding::utf8_percent_encode(route.test.as_str(), percent_encoding::NON_ALPHANUMERIC),
@@ -77,11 +79,11 @@ pub(crate) fn miss(
             if c.differing.len() > 8 {
                 message.push_str(&format!("    and {} more\n", c.differing.len() - 8));
             }
-            message.push_str(&fix_hint(&route.test, &verdict));
+            message.push_str(&fix_hint(program, &route.test, &verdict));
             if c.same_call() && route.test.is_nextest() {
                 message.push_str(&format!(
                     "  if the test changed on purpose, record it again (its old recording is replaced): {}\n  or keep both, ",
-                    crate::hints::rerecord_command(&route.test)
+                    crate::hints::rerecord_command(program, &route.test)
                 ));
             } else {
                 message.push_str("  ");
@@ -95,7 +97,7 @@ pub(crate) fn miss(
     }
     match hint.filter(|_| !route.test.is_nextest()) {
         Some(command) => message.push_str(command),
-        None => message.push_str(&record_hint(&route.test)),
+        None => message.push_str(&record_hint(program, &route.test)),
     }
     let same_call = closest
         .as_ref()
@@ -144,25 +146,25 @@ const MAX_SHAPE_FIELDS: usize = 64;
 
 /// What fixes a miss of its class: the `[match]` rule for values that change every run, a
 /// re-key for another shape of the same call; nothing for a real change.
-fn fix_hint(test: &TestId, verdict: &Verdict) -> String {
+fn fix_hint(program: &Program, test: &TestId, verdict: &Verdict) -> String {
     match verdict.class {
         Some(Class::Volatile) if !verdict.rules.is_empty() => {
             let table = match_table(&verdict.rules).replace('\n', "\n    ");
             format!(
-                "  these values change on every run; this rule in llmreplay.toml keys them the same:\n    {}\n  or let cargo llmreplay add it, re-key the cassettes and replay: cargo llmreplay match suggest --apply\n",
+                "  these values change on every run; this rule in llmreplay.toml keys them the same:\n    {}\n  or let {program} add it, re-key the cassettes and replay: {program} match suggest --apply\n",
                 table.trim_end()
             )
         }
         Some(Class::SdkShape) => format!(
             "  the same call in another shape (a client or SDK change); keep the recorded answer under the new request: {}\n",
-            crate::hints::rekey_command(test)
+            crate::hints::rekey_command(program, test)
         ),
         _ => String::new(),
     }
 }
 
 /// Why a WebSocket session in replay found no recording.
-pub(crate) fn session_miss(route: &Route, query: Option<&str>) -> String {
+pub(crate) fn session_miss(route: &Route, query: Option<&str>, program: &Program) -> String {
     format!(
         "cargo-llmreplay: no recording for this WebSocket session (replay mode).\n  test: {}\n  session: {} {}{}\n  record it with: {}",
         route.test,
@@ -171,12 +173,17 @@ pub(crate) fn session_miss(route: &Route, query: Option<&str>) -> String {
         query
             .map(|q| format!("?{}", providers::redact::query(q)))
             .unwrap_or_default(),
-        crate::hints::record_command(&route.test),
+        crate::hints::record_command(program, &route.test),
     )
 }
 
 /// Why a client's frame matches no recorded one: the frame, and the fields that differ.
-pub(crate) fn frame_miss(route: &Route, sent: &WsFrame, fields: &[String]) -> String {
+pub(crate) fn frame_miss(
+    route: &Route,
+    sent: &WsFrame,
+    fields: &[String],
+    program: &Program,
+) -> String {
     let preview: String = sent
         .payload()
         .map(|b| {
@@ -192,17 +199,15 @@ pub(crate) fn frame_miss(route: &Route, sent: &WsFrame, fields: &[String]) -> St
         route.provider.name,
         route.upstream_path,
         fields.join(", "),
-        crate::hints::record_command(&route.test),
+        crate::hints::record_command(program, &route.test),
     )
 }
 
 /// The command that records a missing request, and the daemon's own way for other clients.
-fn record_hint(test: &TestId) -> String {
-    let command = crate::hints::record_command(test);
+fn record_hint(program: &Program, test: &TestId) -> String {
+    let command = crate::hints::record_command(program, test);
     if test.is_nextest() {
-        format!(
-            "{command} (with a daemon of your own: cargo llmreplay serve --mode record-missing)"
-        )
+        format!("{command} (with a daemon of your own: {program} serve --mode record-missing)")
     } else {
         format!("LLMREPLAY_MODE=record-missing ({command})")
     }

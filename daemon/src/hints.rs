@@ -1,36 +1,79 @@
 //! Every command the daemon prints for people to paste: each is quoted for the shell and
 //! escaped for nextest, so that pasting it runs exactly that command whatever the test is
-//! called.
+//! called, and each begins with the name the program was started by ([`Program`]).
 
 use cassettes::TestId;
+use std::ffi::OsStr;
+
+/// The name the program was started by, as people type it: `cargo llmreplay` when cargo ran
+/// it, else the file name it was started as (`cargo-llmreplay`, or a package's command), so
+/// that a command it prints works when pasted where it was started (with no cargo there, say).
+/// Decided once, at start, from the arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program(String);
+
+impl Program {
+    /// From `argv[0]` and whether cargo ran it (cargo puts `llmreplay` before the arguments).
+    /// A name a shell would need quoted is not a name people type: then `cargo-llmreplay`.
+    pub fn from_args(argv0: &OsStr, via_cargo: bool) -> Program {
+        if via_cargo {
+            return Program::default();
+        }
+        let name = std::path::Path::new(argv0)
+            .file_name()
+            .and_then(OsStr::to_str)
+            .map(|n| n.strip_suffix(".exe").unwrap_or(n))
+            .filter(|n| {
+                !n.is_empty()
+                    && n.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            })
+            .unwrap_or("cargo-llmreplay");
+        Program(name.to_string())
+    }
+
+    /// The name, as printed.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Program {
+    fn default() -> Program {
+        Program("cargo llmreplay".into())
+    }
+}
+
+impl std::fmt::Display for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
 
 /// The command that records a test's missing requests: a filter on the test under nextest,
 /// else the daemon's record-missing mode for clients naming tests themselves. The filter is
 /// escaped for nextest and the whole argument quoted for the shell, so that pasting it runs
 /// exactly this command whatever the test is called.
-pub fn record_command(test: &TestId) -> String {
-    command_for(test, "--record-missing")
+pub fn record_command(program: &Program, test: &TestId) -> String {
+    command_for(program, test, "--record-missing")
 }
 
 /// The command that records a test again from scratch: its cassettes then hold exactly what
 /// it calls now, and a recording it no longer matches is replaced.
-pub fn rerecord_command(test: &TestId) -> String {
-    command_for(test, "--record")
+pub fn rerecord_command(program: &Program, test: &TestId) -> String {
+    command_for(program, test, "--record")
 }
 
 /// The command that gives a test's closest recordings the requests its client sends now,
 /// keeping their answers (a miss of SDK shape).
-pub fn rekey_command(test: &TestId) -> String {
-    format!(
-        "cargo llmreplay rekey {}",
-        cassettes::shell_quote(test.as_str())
-    )
+pub fn rekey_command(program: &Program, test: &TestId) -> String {
+    format!("{program} rekey {}", cassettes::shell_quote(test.as_str()))
 }
 
 /// One command for several tests: one filterset naming each nextest test (`--record`
 /// replaces what they no longer match, `--record-missing` keeps it); none when fewer than two
 /// of them are nextest's.
-pub fn record_all_command(tests: &[&TestId], replace: bool) -> Option<String> {
+pub fn record_all_command(program: &Program, tests: &[&TestId], replace: bool) -> Option<String> {
     let filters = name_filters(tests);
     let flag = if replace {
         "--record"
@@ -39,7 +82,7 @@ pub fn record_all_command(tests: &[&TestId], replace: bool) -> Option<String> {
     };
     (filters.len() >= 2).then(|| {
         format!(
-            "cargo llmreplay test {flag} -E {}",
+            "{program} test {flag} -E {}",
             cassettes::shell_quote(&filters.join(" | "))
         )
     })
@@ -76,19 +119,19 @@ fn name_filter(test: &TestId) -> String {
     format!("test(={escaped})")
 }
 
-fn command_for(test: &TestId, mode_flag: &str) -> String {
+fn command_for(program: &Program, test: &TestId, mode_flag: &str) -> String {
     match test.is_nextest() {
         true => format!(
-            "cargo llmreplay test {mode_flag} -E {}",
+            "{program} test {mode_flag} -E {}",
             cassettes::shell_quote(&name_filter(test))
         ),
-        false => "cargo llmreplay serve --mode record-missing".into(),
+        false => format!("{program} serve --mode record-missing"),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{record_command, TestId};
+    use super::{record_command, Program, TestId};
 
     /// Pasted into a shell, the command runs itself and nothing else, whatever the test is
     /// called; nextest gets the name as one exact matcher.
@@ -102,7 +145,7 @@ mod tests {
             "back\\slash, comma) paren",
             "new\nline",
         ] {
-            let command = record_command(&TestId::nextest("k::t", name));
+            let command = record_command(&Program::default(), &TestId::nextest("k::t", name));
             let args = command
                 .strip_prefix("cargo llmreplay test --record-missing -E ")
                 .unwrap_or_else(|| panic!("{command}"));
@@ -119,7 +162,7 @@ mod tests {
             assert_eq!(unescaped, name, "{command}");
         }
         assert_eq!(
-            record_command(&TestId::new("k::t$answers_hello")),
+            record_command(&Program::default(), &TestId::new("k::t$answers_hello")),
             "cargo llmreplay test --record-missing -E 'test(=answers_hello)'"
         );
     }
@@ -145,7 +188,7 @@ mod tests {
             TestId::nextest("k::t", "quote'; touch pwned; echo '"),
             TestId::nextest("k::t", "b,c)"),
         );
-        let command = super::record_all_command(&[&a, &b, &a], true).unwrap();
+        let command = super::record_all_command(&Program::default(), &[&a, &b, &a], true).unwrap();
         let args = command
             .strip_prefix("cargo llmreplay test --record -E ")
             .unwrap();
@@ -154,8 +197,49 @@ mod tests {
             pasted(dir.path(), args),
             r"test(=b\,c\)) | test(=quote'; touch pwned; echo ')"
         );
-        assert_eq!(super::record_all_command(&[&a], false), None);
+        assert_eq!(
+            super::record_all_command(&Program::default(), &[&a], false),
+            None
+        );
         let named = TestId::new("suite > one");
-        assert_eq!(super::record_all_command(&[&a, &named], false), None);
+        assert_eq!(
+            super::record_all_command(&Program::default(), &[&a, &named], false),
+            None
+        );
+    }
+
+    /// The name is the one people typed: cargo's subcommand under cargo, else the file name
+    /// started (without a path or `.exe`), else, when a shell would need it quoted, the
+    /// binary's own name; and every command printed begins with it.
+    #[test]
+    fn the_program_is_named_as_it_was_started() {
+        use std::ffi::OsStr;
+        let named = |argv0: &str, cargo: bool| Program::from_args(OsStr::new(argv0), cargo);
+        assert_eq!(
+            named("/home/u/.cargo/bin/cargo-llmreplay", true).as_str(),
+            "cargo llmreplay"
+        );
+        assert_eq!(
+            named("/venv/bin/cargo-llmreplay", false).as_str(),
+            "cargo-llmreplay"
+        );
+        assert_eq!(
+            named("cargo-llmreplay.exe", false).as_str(),
+            "cargo-llmreplay"
+        );
+        assert_eq!(named("llmreplay", false).as_str(), "llmreplay");
+        assert_eq!(named("/tmp/my tool", false).as_str(), "cargo-llmreplay");
+        assert_eq!(named("", false).as_str(), "cargo-llmreplay");
+        let program = named("cargo-llmreplay", false);
+        let test = TestId::nextest("k::t", "answers_hello");
+        assert_eq!(
+            record_command(&program, &test),
+            "cargo-llmreplay test --record-missing -E 'test(=answers_hello)'"
+        );
+        assert!(super::rekey_command(&program, &test).starts_with("cargo-llmreplay rekey "));
+        assert_eq!(
+            record_command(&program, &TestId::new("suite > one")),
+            "cargo-llmreplay serve --mode record-missing"
+        );
     }
 }

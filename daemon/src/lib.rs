@@ -45,7 +45,7 @@ pub mod upstream;
 
 pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
 pub use hints::{
-    record_all_command, record_command, rekey_command, rerecord_command, tests_filter,
+    record_all_command, record_command, rekey_command, rerecord_command, tests_filter, Program,
 };
 pub use journal::{short_json, ErrorAnswer, FieldValues, Journal, Miss, Outcome, Stats};
 pub use sigv4::SigningError;

@@ -182,7 +182,8 @@ pub(crate) async fn begin(
         }
         Plan::Miss | Plan::Acknowledge => {
             let hint = state.settings.record_hint.as_deref();
-            let (mut text, detail) = crate::explain::miss(&route, &call, &request, hint);
+            let (mut text, detail) =
+                crate::explain::miss(&route, &call, &request, hint, &state.settings.program);
             if let Some(tool) = protocol::tool(message) {
                 text = text.replacen(
                     "(replay mode).",

@@ -677,3 +677,108 @@ fn the_release_workflow_passes_actionlint_and_makes_what_binstall_fetches() {
         Some("zip")
     );
 }
+
+/// The packages for suites without Rust are what the release workflow builds and publishes:
+/// a wheel per platform (maturin) named `cargo-llmreplay` with the pytest plugin as its
+/// `pytest11` entry point, and an npm package per target of node/cargo-llmreplay/platforms.cjs,
+/// each an optional dependency of the shim, all at the workspace's version.
+#[test]
+fn the_release_workflow_builds_and_publishes_the_python_and_npm_packages() {
+    let Some(node_dir) = node_clients() else {
+        return;
+    };
+    let text = std::fs::read_to_string(repo().join(".github/workflows/release.yml")).unwrap();
+    let workspace: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo().join("Cargo.toml")).unwrap()).unwrap();
+    let version = workspace["workspace"]["package"]["version"]
+        .as_str()
+        .unwrap();
+
+    let pyproject: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo().join("pyproject.toml")).unwrap()).unwrap();
+    assert_eq!(
+        pyproject["project"]["name"].as_str(),
+        Some("cargo-llmreplay")
+    );
+    assert_eq!(
+        pyproject["project"]["entry-points"]["pytest11"]["llmreplay"].as_str(),
+        Some("pytest_llmreplay")
+    );
+    assert_eq!(
+        pyproject["tool"]["maturin"]["bindings"].as_str(),
+        Some("bin")
+    );
+    assert!(repo()
+        .join(
+            pyproject["tool"]["maturin"]["python-source"]
+                .as_str()
+                .unwrap()
+        )
+        .join("pytest_llmreplay/__init__.py")
+        .is_file());
+    let wheels = text.split("\n  wheels:\n").nth(1).expect("a wheels job");
+    let wheels = wheels.split("\n  sdist:\n").next().unwrap();
+    for target in [
+        "x86_64-unknown-linux-gnu",
+        "aarch64-unknown-linux-gnu",
+        "x86_64-apple-darwin",
+        "aarch64-apple-darwin",
+        "x86_64-pc-windows-msvc",
+    ] {
+        assert!(
+            wheels.contains(&format!("target: {target}\n")),
+            "wheel {target}"
+        );
+    }
+    assert!(text.contains("uses: PyO3/maturin-action@v1"));
+    assert!(text.contains("uses: pypa/gh-action-pypi-publish@release/v1"));
+
+    let platforms = run_client(
+        Path::new("node"),
+        &[
+            "-e",
+            "console.log(JSON.stringify(require(process.argv[1]).PLATFORMS))",
+            repo()
+                .join("node/cargo-llmreplay/platforms.cjs")
+                .to_str()
+                .unwrap(),
+        ],
+        &[],
+    );
+    let platforms: Vec<Value> = serde_json::from_str(&platforms).unwrap();
+    let shim: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("node/cargo-llmreplay/package.json")).unwrap(),
+    )
+    .unwrap();
+    let setup: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("node/llmreplay-test-setup/package.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(shim["version"], version);
+    assert_eq!(setup["version"], version);
+    assert_eq!(shim["dependencies"]["llmreplay-test-setup"], version);
+    assert_eq!(shim["bin"]["cargo-llmreplay"], "bin/cargo-llmreplay.cjs");
+    let optional = shim["optionalDependencies"].as_object().unwrap();
+    assert_eq!(optional.len(), platforms.len());
+    let upload = text.split("\n  wheels:\n").next().unwrap();
+    for p in &platforms {
+        let name = p["name"].as_str().unwrap();
+        assert_eq!(
+            name,
+            format!(
+                "cargo-llmreplay-{}-{}",
+                p["os"].as_str().unwrap(),
+                p["cpu"].as_str().unwrap()
+            )
+        );
+        assert_eq!(optional[name], version, "{name}");
+        let target = p["target"].as_str().unwrap();
+        assert!(
+            upload.contains(&format!("target: {target}\n")),
+            "npm {target}"
+        );
+    }
+    assert!(text.contains("node node/platform-package.mjs \"${{ matrix.target }}\""));
+    assert!(text.contains("node/llmreplay-test-setup node/cargo-llmreplay; do"));
+    let _ = node_dir;
+}

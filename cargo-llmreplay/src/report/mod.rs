@@ -161,9 +161,9 @@ impl ReportExt for Report {
             .into_iter()
             .filter(|m| seen.insert((m.test.clone(), m.key.clone(), m.ordinal)))
             .map(|miss| Missing {
-                command: daemon::record_command(&miss.test),
+                command: daemon::record_command(crate::program(), &miss.test),
                 rerecord: (miss.detail.same_call && miss.test.is_nextest())
-                    .then(|| daemon::rerecord_command(&miss.test)),
+                    .then(|| daemon::rerecord_command(crate::program(), &miss.test)),
                 renamed_from: None,
                 miss,
             })
@@ -469,6 +469,7 @@ impl ReportExt for Report {
     }
 
     fn gate_failures(&self, deny: &[Deny]) -> Vec<String> {
+        let program = crate::program();
         let mut why = Vec::new();
         if !self.missing.is_empty() {
             why.push(format!(
@@ -497,13 +498,13 @@ impl ReportExt for Report {
             .map(|(n, what)| plural(*n, what))
             .collect();
             why.push(format!(
-                "--deny unused: {}; `cargo llmreplay prune` removes them (a renamed test's folder moves with `cargo llmreplay mv OLD NEW`)",
+                "--deny unused: {}; `{program} prune` removes them (a renamed test's folder moves with `{program} mv OLD NEW`)",
                 counted.join(" and ")
             ));
         }
         if deny.contains(&Deny::Changed) && !self.changed.is_empty() {
             why.push(format!(
-                "--deny changed: {} changed against git HEAD; review them (`cargo llmreplay review`) and commit, or record them in a run that is not the gate",
+                "--deny changed: {} changed against git HEAD; review them (`{program} review`) and commit, or record them in a run that is not the gate",
                 plural(self.changed.len(), "cassette file")
             ));
         }

@@ -360,7 +360,7 @@ fn record_all_command(report: &Report) -> Option<String> {
         .collect();
     let tests: Vec<&cassettes::TestId> = recordable.iter().map(|m| &m.miss.test).collect();
     let replace = recordable.iter().all(|m| m.rerecord.is_some());
-    daemon::record_all_command(&tests, replace)
+    daemon::record_all_command(crate::program(), &tests, replace)
 }
 
 /// A message to an MCP server run live whose answer differs from its recording.
@@ -409,13 +409,13 @@ fn missing_call(m: &super::Missing) -> Item {
         Some(Class::Volatile) if !d.rules.is_empty() => advice.push(Advice {
             said: "volatile: values that change every run; add the [match] rule, re-key and replay"
                 .into(),
-            command: "cargo llmreplay match suggest --apply".into(),
+            command: format!("{} match suggest --apply", crate::program()),
         }),
         Some(Class::SdkShape) => advice.push(Advice {
             said:
                 "sdk shape: the same call in another shape; keep its answer under the new request"
                     .into(),
-            command: daemon::rekey_command(&m.miss.test),
+            command: daemon::rekey_command(crate::program(), &m.miss.test),
         }),
         _ => {}
     }

@@ -119,8 +119,9 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     } else if mode.writes() && !report.changed.is_empty() {
         // What this run wrote is for a reviewer to read before it is committed.
         render::stderr(&format!(
-            "review what changed ({}) before committing: cargo llmreplay review\n",
-            crate::render::plural(report.changed.len(), "cassette file")
+            "review what changed ({}) before committing: {} review\n",
+            crate::render::plural(report.changed.len(), "cassette file"),
+            crate::program()
         ));
     }
     reported.end();

@@ -57,7 +57,8 @@ pub(super) fn walk(
         return Ok(());
     };
     render::stderr(&format!(
-        "cargo-llmreplay: cargo llmreplay test --record -E {}\n",
+        "cargo-llmreplay: {} test --record -E {}\n",
+        crate::program(),
         cassettes::shell_quote(&filter)
     ));
     let exe = std::env::current_exe().map_err(|e| Error::io("cannot find this program", e))?;
