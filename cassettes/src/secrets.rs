@@ -510,11 +510,42 @@ impl Guard {
         (true, decoded)
     }
 
+    /// A value as a miss shows it, at `pointer`: when its field's name or its text looks
+    /// secret, only its length and a short hash, enough to see that it changed.
+    pub fn shown(&self, pointer: &str, value: Value) -> Value {
+        let field = pointer.rsplit('/').next().unwrap_or("");
+        let by_name = self
+            .fields
+            .is_secret(&field.replace("~1", "/").replace("~0", "~"));
+        let text = match &value {
+            Value::String(s) if s == PLACEHOLDER => return value,
+            Value::String(s) => s.clone(),
+            Value::Null | Value::Bool(_) => return value,
+            other if by_name => other.to_string(),
+            _ => return value,
+        };
+        if by_name || self.scrub.holds(&text) {
+            Value::String(masked(&text))
+        } else {
+            value
+        }
+    }
+
     /// The first secret the interaction, as it would be stored, still holds.
     pub fn check(&self, interaction: &Interaction) -> Option<Found> {
         let value = serde_json::to_value(interaction).ok()?;
         find_with(&value, &self.scrub)
     }
+}
+
+/// A secret as messages show it: `<secret: 41 chars, sha256 3fa2c1>`.
+pub fn masked(secret: &str) -> String {
+    let hash = crate::body::sha256_hex(secret.as_bytes());
+    format!(
+        "<secret: {} chars, sha256 {}>",
+        secret.chars().count(),
+        &hash[..6]
+    )
 }
 
 /// Bytes with gzip or deflate undone, when they are compressed: as named, or by gzip's magic.
@@ -628,6 +659,27 @@ mod tests {
         assert_eq!(found.pointer, "/a/1/<secret key>");
         assert!(found.what.contains("github"), "{}", found.what);
         assert!(!format!("{found:?}").contains(key));
+    }
+
+    /// A miss shows a secret-named or secret-shaped value as its length and a short hash.
+    #[test]
+    fn misses_mask_secret_looking_values() {
+        let guard = Guard::default();
+        let shown = guard.shown("/body/db_password", Value::String("hunter2-x".into()));
+        assert_eq!(shown, Value::String(masked("hunter2-x")));
+        assert!(shown
+            .as_str()
+            .unwrap()
+            .starts_with("<secret: 9 chars, sha256 "));
+        let key = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX";
+        assert_eq!(
+            guard.shown("/body/note", Value::String(key.into())),
+            Value::String(masked(key))
+        );
+        assert_eq!(
+            guard.shown("/body/model", Value::String("gpt-4o".into())),
+            "gpt-4o"
+        );
     }
 
     /// Each carrier a secret can hide in: gzip bytes, text past the size parsed, XML, spaced

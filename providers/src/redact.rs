@@ -553,7 +553,10 @@ pub fn url(u: &str) -> Cow<'_, str> {
         Some((h, q)) => (h, Some(q)),
         None => (before_fragment, None),
     };
-    let head = userinfo(head);
+    let head = match path_secrets(&userinfo(head)) {
+        Some(masked) => Cow::Owned(masked),
+        None => userinfo(head),
+    };
     let q = q.map(query);
     if matches!(head, Cow::Borrowed(_)) && q.as_ref().is_none_or(|q| matches!(q, Cow::Borrowed(_)))
     {
@@ -611,6 +614,20 @@ pub fn text(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A path with the credentials APIs put in paths masked, by segment: a Telegram bot's
+/// `/bot<id>:<token>/`, a Slack webhook's `/services/T…/B…/<secret>`. `None` when it has none.
+pub fn path_secrets(path: &str) -> Option<String> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(
+            r"(/bot\d{5,16}:|/services/T[A-Z0-9]{6,}/B[A-Z0-9]{6,}/)([A-Za-z0-9_\-]{16,})",
+        )
+        .expect("valid pattern")
+    });
+    re.is_match(path)
+        .then(|| re.replace_all(path, format!("${{1}}{MASK}")).into_owned())
+}
+
 /// `scheme://user:pass@host/...` as `scheme://***@host/...`.
 fn userinfo(head: &str) -> Cow<'_, str> {
     let Some(scheme_end) = head.find("://") else {
@@ -656,6 +673,14 @@ mod tests {
             ("http://127.0.0.1:1/a@b?x=1", "http://127.0.0.1:1/a@b?x=1"),
             ("https://h/p?key=1#frag", "https://h/p?key=***#frag"),
             ("no url at all", "no url at all"),
+            (
+                "/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawQ/sendMessage",
+                "/bot123456789:***/sendMessage",
+            ),
+            (
+                "https://hooks.slack.com/services/T0000000/B0000000/abcdefghijklmnopqrstuvwx",
+                "https://hooks.slack.com/services/T0000000/B0000000/***",
+            ),
         ] {
             assert_eq!(url(given), shown, "{given}");
         }
