@@ -453,7 +453,11 @@ impl Normalizer {
             // A bare `null` would read back as "no body"; keep it as text.
             Some(Value::Null) => Body::Text("null".into()),
             Some(mut value) => {
-                self.secrets.json(&mut value);
+                // A secret sent by name is a secret wherever it turns up next: an answer
+                // that echoes it loses it too.
+                for found in self.secrets.json(&mut value) {
+                    self.guard.scrubber().learn("a secret-named field", &found);
+                }
                 if std::str::from_utf8(body).is_ok_and(|raw| self.guard.scrubber().holds(raw)) {
                     self.guard.scrubber().json(&mut value);
                 }

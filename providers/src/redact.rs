@@ -193,8 +193,23 @@ pub fn is_secret_name(name: &str) -> bool {
         || words
             .windows(2)
             .any(|p| SECRET_PAIRS.contains(&(p[0].as_str(), p[1].as_str())));
-    secret && !NOT_SECRET.contains(&folded(name).as_str())
+    secret
+        && !NOT_SECRET.contains(&folded(name).as_str())
+        && !words.iter().any(|w| NOT_SECRET_WORDS.contains(&w.as_str()))
 }
+
+/// Words that make a name an address or a description of secrets, not a secret: OpenID
+/// discovery's `token_endpoint`, `authorization_endpoint`,
+/// `token_endpoint_auth_methods_supported`, an `auth_url`.
+const NOT_SECRET_WORDS: &[&str] = &[
+    "endpoint",
+    "url",
+    "uri",
+    "methods",
+    "supported",
+    "types",
+    "count",
+];
 
 /// The secret field names of bodies: the word rule, [`BODY_FIELDS`] and those `extra` adds.
 #[derive(Clone, Debug)]
