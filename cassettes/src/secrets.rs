@@ -1,11 +1,10 @@
-//! Secrets in bodies, on their way into a cassette. A recorded answer's secret-named fields
+//! Secrets in bodies, on their way into a key and a cassette. A recorded answer's secret-named fields
 //! (a token endpoint's `access_token`, say) become the placeholder its request's already did,
 //! in whole bodies, stream events and session frames alike. Then a last guard: no recording
 //! that still holds the value of a key variable of the daemon's environment, or a string of a
 //! well-known secret shape, is written; the write fails naming the field and what to do.
 
 use crate::body::Body;
-use crate::format::{ChunkContent, Interaction, ResponseBody};
 use providers::redact::BodyFields;
 use providers::redact::PLACEHOLDER;
 use regex::{Regex, RegexBuilder};
@@ -171,7 +170,7 @@ impl Values {
         let mut all = self.0.write().expect("values lock");
         all.push((name.to_string(), value.to_string()));
         // Longest first: a value that holds another is replaced whole.
-        all.sort_by(|a, b| b.1.len().cmp(&a.1.len()));
+        all.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
     }
 
     /// The name of the first value `text` holds.
@@ -305,7 +304,7 @@ pub fn find(value: &Value, values: &[(String, String)]) -> Option<Found> {
     find_with(value, &Scrubber::new(values.to_vec()))
 }
 
-fn find_with(value: &Value, scrub: &Scrubber) -> Option<Found> {
+pub(crate) fn find_with(value: &Value, scrub: &Scrubber) -> Option<Found> {
     let mut found = None;
     walk(
         value,
@@ -358,7 +357,7 @@ fn walk(
 /// The guard a store applies to every recording it writes.
 #[derive(Clone, Debug, Default)]
 pub struct Guard {
-    fields: BodyFields,
+    pub(crate) fields: BodyFields,
     scrub: Scrubber,
 }
 
@@ -371,67 +370,6 @@ impl Guard {
     /// The credentials by value and shape this guard replaces.
     pub fn scrubber(&self) -> &Scrubber {
         &self.scrub
-    }
-
-    /// Replaces the secrets of the answer, by name, value and shape: a whole body (JSON in its
-    /// layout; text, SSE, XML or form as written; bytes that are text once gzip or deflate is
-    /// undone, or past the size parsed, read loosely), stream events, session frames of both
-    /// sides, text and binary. Returns whether anything changed.
-    pub fn redact_answer(&self, interaction: &mut Interaction) -> bool {
-        let encoding = interaction
-            .response
-            .content_encoding()
-            .map(str::to_ascii_lowercase);
-        let mut decoded = false;
-        let mut changed = false;
-        match &mut interaction.response.body {
-            ResponseBody::Whole(b) => {
-                let (c, d) = self.body(b, encoding.as_deref());
-                changed |= c;
-                decoded |= d;
-            }
-            ResponseBody::Session(frames) => {
-                for f in frames.iter_mut() {
-                    changed |= self.body(&mut f.body, None).0;
-                    if let Some(close) = &mut f.close {
-                        if let Some(t) = self.plain(&close.reason) {
-                            close.reason = t;
-                            changed = true;
-                        }
-                    }
-                }
-            }
-            ResponseBody::Stream { chunks, .. } => {
-                for chunk in chunks {
-                    match &mut chunk.content {
-                        ChunkContent::Event { data, .. } => {
-                            changed |= !self.fields.json(data).is_empty();
-                            changed |= self.scrub.json(data);
-                        }
-                        ChunkContent::Raw(text) => {
-                            if let Some(t) = self.plain(text) {
-                                *text = t;
-                                changed = true;
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if decoded {
-            // The body is kept decoded now; replay sends it as such.
-            let headers = &mut interaction.response.headers;
-            headers.remove("content-encoding");
-            headers.remove("content-length");
-        }
-        for value in interaction.response.headers.values_mut() {
-            if let Some(t) = self.scrub.text(value) {
-                *value = t;
-                changed = true;
-            }
-        }
-        changed |= self.request(&mut interaction.request.body);
-        changed
     }
 
     /// A request body that keying left as bytes (too large to parse, compressed): redacted as
@@ -458,7 +396,7 @@ impl Guard {
     }
 
     /// One body redacted in place; (changed, now kept decoded).
-    fn body(&self, b: &mut Body, encoding: Option<&str>) -> (bool, bool) {
+    pub(crate) fn body(&self, b: &mut Body, encoding: Option<&str>) -> (bool, bool) {
         match b {
             Body::Json { value, .. } => {
                 let by_name = !self.fields.json(value).is_empty();
@@ -529,12 +467,6 @@ impl Guard {
         } else {
             value
         }
-    }
-
-    /// The first secret the interaction, as it would be stored, still holds.
-    pub fn check(&self, interaction: &Interaction) -> Option<Found> {
-        let value = serde_json::to_value(interaction).ok()?;
-        find_with(&value, &self.scrub)
     }
 }
 

@@ -16,6 +16,7 @@ pub mod call;
 mod capture;
 pub mod config;
 mod control;
+mod credentials;
 mod exchange;
 mod explain;
 pub mod faults;
