@@ -476,7 +476,11 @@ impl Entry {
             })?;
         let values = differing
             .iter()
-            .map(|p| (recorded.pointer(p).cloned(), wanted.pointer(p).cloned()))
+            .map(|p| {
+                let shown =
+                    |v: Option<&serde_json::Value>| v.cloned().map(|v| self.guard.shown(p, v));
+                (shown(recorded.pointer(p)), shown(wanted.pointer(p)))
+            })
             .collect();
         Some(Closest {
             index,

@@ -199,6 +199,9 @@ pub struct Normalizer {
     replace: Vec<Replacer>,
     /// Secret-named body fields, whose values become a placeholder before keying.
     secrets: providers::redact::BodyFields,
+    /// The same redaction by name, with credentials by value and shape: what keying and the
+    /// store both apply, so that a request keys as it is stored, whatever its live secrets.
+    guard: crate::secrets::Guard,
 }
 
 impl Normalizer {
@@ -241,13 +244,28 @@ impl Normalizer {
             ignore,
             replace,
             secrets: Default::default(),
+            guard: Default::default(),
         })
     }
 
     /// Adds `[redact] body_fields` to the secret field names of bodies.
     pub fn with_body_fields(mut self, extra: &[String]) -> Self {
         self.secrets = providers::redact::BodyFields::with(extra);
+        self.guard =
+            crate::secrets::Guard::new(self.secrets.clone(), self.guard.scrubber().clone());
         self
+    }
+
+    /// Replaces these credentials (name, value) wherever they stand, beside secret shapes.
+    pub fn with_secret_values(mut self, values: Vec<(String, String)>) -> Self {
+        self.guard =
+            crate::secrets::Guard::new(self.secrets.clone(), crate::secrets::Scrubber::new(values));
+        self
+    }
+
+    /// The redaction the store applies to what it records: the same as keying's.
+    pub fn guard(&self) -> &crate::secrets::Guard {
+        &self.guard
     }
 
     /// The secret field names of bodies, for answers and frames as for requests.
@@ -296,7 +314,7 @@ impl Normalizer {
     fn request_of(
         &self,
         method: &str,
-        path: &str,
+        path_in: &str,
         query: Option<&str>,
         content_type: Option<&str>,
         body: &[u8],
@@ -305,7 +323,9 @@ impl Normalizer {
     ) -> RecordedRequest {
         let n = &mut Numbering::default();
         // Path, query, then body: the order numbered rules count in, here and on re-keying.
-        let path = self.replace_in(path, n);
+        let scrub = self.guard.scrubber();
+        let path = scrub.text(path_in);
+        let path = self.replace_in(path.as_deref().unwrap_or(path_in), n);
         let query = query.and_then(|q| {
             let mut pairs: Vec<&str> = q
                 .split('&')
@@ -315,7 +335,9 @@ impl Normalizer {
                 })
                 .collect();
             pairs.sort_unstable();
-            (!pairs.is_empty()).then(|| self.replace_in(&pairs.join("&"), n))
+            let joined = pairs.join("&");
+            let joined = scrub.text(&joined).unwrap_or(joined);
+            (!pairs.is_empty()).then(|| self.replace_in(&joined, n))
         });
         RecordedRequest {
             method: method.to_string(),
@@ -343,6 +365,7 @@ impl Normalizer {
     pub fn frame(&self, frame: &Value) -> Value {
         let mut value = frame.clone();
         self.secrets.json(&mut value);
+        self.guard.scrubber().json(&mut value);
         for path in &self.ignore {
             remove_at(&mut value, path);
         }
@@ -409,7 +432,7 @@ impl Normalizer {
                 if let Body::Text(t) = &mut p.body {
                     *t = match self.secrets.is_secret(&p.name) {
                         true => providers::redact::PLACEHOLDER.to_string(),
-                        false => self.replace_in(t, n),
+                        false => self.replace_in(&self.guard.plain(t).unwrap_or(t.clone()), n),
                     };
                 }
             }
@@ -422,13 +445,22 @@ impl Normalizer {
             let bytes = shared
                 .cloned()
                 .unwrap_or_else(|| Bytes::copy_from_slice(body));
-            return Body::binary(bytes);
+            let mut kept = Body::binary(bytes);
+            self.guard.request(&mut kept);
+            return kept;
         }
         match json_within_depth(body) {
             // A bare `null` would read back as "no body"; keep it as text.
             Some(Value::Null) => Body::Text("null".into()),
             Some(mut value) => {
-                self.secrets.json(&mut value);
+                // A secret sent by name is a secret wherever it turns up next: an answer
+                // that echoes it loses it too.
+                for found in self.secrets.json(&mut value) {
+                    self.guard.scrubber().learn("a secret-named field", &found);
+                }
+                if std::str::from_utf8(body).is_ok_and(|raw| self.guard.scrubber().holds(raw)) {
+                    self.guard.scrubber().json(&mut value);
+                }
                 for pointer in &self.ignore {
                     remove_at(&mut value, pointer);
                 }
@@ -441,11 +473,16 @@ impl Normalizer {
                 }
             }
             None => match std::str::from_utf8(body) {
-                Ok(text) => match self.secrets.form(text) {
-                    Some(form) => Body::Text(self.replace_in(&form, n)),
+                Ok(text) => match self.guard.plain(text) {
+                    Some(redacted) => Body::Text(self.replace_in(&redacted, n)),
                     None => Body::Text(self.replace_in(text, n)),
                 },
-                Err(_) => Body::binary(Bytes::copy_from_slice(body)),
+                Err(_) => {
+                    // Compressed (a gzip upload): kept decoded once a secret is found inside.
+                    let mut kept = Body::binary(Bytes::copy_from_slice(body));
+                    self.guard.request(&mut kept);
+                    kept
+                }
             },
         }
     }

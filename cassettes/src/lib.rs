@@ -13,6 +13,7 @@ pub mod filter;
 mod format;
 mod fs;
 pub mod glob;
+mod guard;
 mod id;
 mod key;
 pub mod lossy_path;

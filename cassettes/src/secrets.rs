@@ -1,47 +1,292 @@
-//! Secrets in bodies, on their way into a cassette. A recorded answer's secret-named fields
+//! Secrets in bodies, on their way into a key and a cassette. A recorded answer's secret-named fields
 //! (a token endpoint's `access_token`, say) become the placeholder its request's already did,
 //! in whole bodies, stream events and session frames alike. Then a last guard: no recording
 //! that still holds the value of a key variable of the daemon's environment, or a string of a
 //! well-known secret shape, is written; the write fails naming the field and what to do.
 
 use crate::body::Body;
-use crate::format::{ChunkContent, Interaction, ResponseBody};
 use providers::redact::BodyFields;
-use regex::RegexSet;
+use providers::redact::PLACEHOLDER;
+use regex::{Regex, RegexBuilder};
 use serde_json::Value;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock, RwLock};
 
-/// Secret shapes no cassette should ever hold, and what each is, for the error: keys whose
-/// form their issuers document, so that a match is a key and not a coincidence.
-const SHAPES: &[(&str, &str)] = &[
-    (
-        r"sk-ant-(?:api|admin)\d\d-[A-Za-z0-9_\-]{20,}",
-        "an Anthropic API key",
-    ),
-    (r"sk-proj-[A-Za-z0-9_\-]{20,}", "an OpenAI project key"),
-    (
-        r"sk-svcacct-[A-Za-z0-9_\-]{20,}",
-        "an OpenAI service account key",
-    ),
-    (r"\bAKIA[0-9A-Z]{16}\b", "an AWS access key id"),
-    (r"\bAIza[0-9A-Za-z_\-]{35}\b", "a Google API key"),
-    (r"\bghp_[A-Za-z0-9]{36}\b", "a GitHub token"),
-    (r"\bgithub_pat_[A-Za-z0-9_]{22,}", "a GitHub token"),
-    (r"\bxox[abposr]-[A-Za-z0-9\-]{10,}", "a Slack token"),
-    (
-        r"-----BEGIN (?:RSA |EC |DSA |OPENSSH |ENCRYPTED )?PRIVATE KEY-----",
-        "a private key",
-    ),
-];
+/// The vendored rule set: gitleaks' standalone rules and our own (see the file's header).
+const RULES: &str = include_str!("../shapes/gitleaks.toml");
 
-fn shapes() -> &'static RegexSet {
-    static SET: OnceLock<RegexSet> = OnceLock::new();
-    SET.get_or_init(|| RegexSet::new(SHAPES.iter().map(|(re, _)| re)).expect("valid shapes"))
+#[derive(serde::Deserialize)]
+struct RuleFile {
+    rules: Vec<Rule>,
+    local: Vec<Rule>,
 }
 
-/// What kind of secret `text` holds by its shape, if any.
+#[derive(serde::Deserialize)]
+struct Rule {
+    id: String,
+    regex: String,
+    keywords: Vec<String>,
+}
+
+/// The vendored shapes. As gitleaks does, a rule is tried only on text holding one of its
+/// keywords: one literal search over all keywords is cheap, while all rules compiled at once
+/// take seconds and run slowly, so each is compiled the first time a keyword asks for it.
+struct Shapes {
+    keywords: Regex,
+    /// For each keyword (lowercase), the rules it asks for.
+    rules_of: std::collections::HashMap<String, Vec<usize>>,
+    rules: Vec<(Rule, OnceLock<Regex>)>,
+}
+
+impl Shapes {
+    /// The rules whose keywords `text` holds, in file order.
+    fn asked(&self, text: &str) -> Vec<usize> {
+        let mut asked: Vec<usize> = self
+            .keywords
+            .find_iter(text)
+            .flat_map(|m| {
+                self.rules_of
+                    .get(&m.as_str().to_lowercase())
+                    .into_iter()
+                    .flatten()
+                    .copied()
+            })
+            .collect();
+        asked.sort_unstable();
+        asked.dedup();
+        asked
+    }
+
+    fn regex(&self, i: usize) -> &Regex {
+        let (rule, re) = &self.rules[i];
+        re.get_or_init(|| {
+            RegexBuilder::new(&rule.regex)
+                .size_limit(64 << 20)
+                .build()
+                .unwrap_or_else(|e| panic!("shape {} does not compile: {e}", rule.id))
+        })
+    }
+
+    /// The rules that match `text`.
+    fn matching<'a>(&'a self, text: &'a str) -> impl Iterator<Item = usize> + 'a {
+        self.asked(text)
+            .into_iter()
+            .filter(move |i| self.regex(*i).is_match(text))
+    }
+}
+
+fn shapes() -> &'static Shapes {
+    static SET: OnceLock<Shapes> = OnceLock::new();
+    SET.get_or_init(|| {
+        let file: RuleFile = toml::from_str(RULES).expect("the vendored rules parse");
+        let rules: Vec<(Rule, OnceLock<Regex>)> = file
+            .rules
+            .into_iter()
+            .chain(file.local)
+            .map(|r| (r, OnceLock::new()))
+            .collect();
+        let mut rules_of: std::collections::HashMap<String, Vec<usize>> = Default::default();
+        for (i, (rule, _)) in rules.iter().enumerate() {
+            for k in &rule.keywords {
+                rules_of.entry(k.to_lowercase()).or_default().push(i);
+            }
+        }
+        // The search finds one keyword where several overlap (`sk-ant-api03` holds `sk-ant-`
+        // and `sk-`): the longest asks for the rules of those it holds too.
+        let all: Vec<(String, Vec<usize>)> = rules_of
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (k, rules) in rules_of.iter_mut() {
+            for (inner, more) in &all {
+                if inner != k && k.contains(inner.as_str()) {
+                    rules.extend(more);
+                }
+            }
+            rules.sort_unstable();
+            rules.dedup();
+        }
+        let mut words: Vec<&String> = rules_of.keys().collect();
+        // Longest first, so that a keyword inside another (`sk-` in `sk-ant-`) does not hide it.
+        words.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+        let pattern = words
+            .iter()
+            .map(|w| regex::escape(w))
+            .collect::<Vec<_>>()
+            .join("|");
+        let keywords = RegexBuilder::new(&format!("(?i){pattern}"))
+            .build()
+            .expect("keywords are literals");
+        Shapes {
+            keywords,
+            rules_of,
+            rules,
+        }
+    })
+}
+
+/// Which rule of the vendored set `text` matches, if any (its gitleaks id, or ours).
 pub fn shape_in(text: &str) -> Option<&'static str> {
-    shapes().matches(text).iter().next().map(|i| SHAPES[i].1)
+    let shapes = shapes();
+    shapes
+        .matching(text)
+        .next()
+        .map(|i| shapes.rules[i].0.id.as_str())
+}
+
+/// Credentials by value: the secret-looking variables of the environment and what the run
+/// has seen in secret headers and queries. Shared by keying and the guard, so that a request
+/// keys as it is stored.
+#[derive(Debug, Default)]
+pub struct Values(RwLock<Vec<(String, String)>>);
+
+/// Values shorter than this turn up in ordinary text, and are never taken as secrets.
+pub const MIN_SECRET_LEN: usize = 8;
+
+impl Values {
+    /// The given (name, value) pairs, those long enough to be keys.
+    pub fn new(values: Vec<(String, String)>) -> Self {
+        let v = Values::default();
+        for (name, value) in values {
+            v.learn(&name, &value);
+        }
+        v
+    }
+
+    /// Takes `value` (named by where it was seen: `header authorization`) as a secret from now.
+    pub fn learn(&self, name: &str, value: &str) {
+        let value = value.trim();
+        if value.len() < MIN_SECRET_LEN
+            || value == PLACEHOLDER
+            || value.contains(PLACEHOLDER)
+            || self
+                .0
+                .read()
+                .expect("values lock")
+                .iter()
+                .any(|(_, v)| v == value)
+        {
+            return;
+        }
+        let mut all = self.0.write().expect("values lock");
+        all.push((name.to_string(), value.to_string()));
+        // Longest first: a value that holds another is replaced whole.
+        all.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+    }
+
+    /// The name of the first value `text` holds.
+    fn in_text(&self, text: &str) -> Option<String> {
+        let all = self.0.read().expect("values lock");
+        all.iter()
+            .find(|(_, v)| text.contains(v.as_str()))
+            .map(|(name, _)| name.clone())
+    }
+
+    fn replace(&self, text: &str) -> Option<String> {
+        let all = self.0.read().expect("values lock");
+        let mut out: Option<String> = None;
+        for (_, v) in all.iter() {
+            let now = out.as_deref().unwrap_or(text);
+            if now.contains(v.as_str()) {
+                out = Some(now.replace(v.as_str(), PLACEHOLDER));
+            }
+        }
+        out
+    }
+}
+
+/// Replaces credentials by value and by shape, wherever they stand in text.
+#[derive(Clone, Debug, Default)]
+pub struct Scrubber {
+    values: Arc<Values>,
+}
+
+impl Scrubber {
+    /// Replaces `values` and the vendored shapes.
+    pub fn new(values: Vec<(String, String)>) -> Self {
+        Scrubber {
+            values: Arc::new(Values::new(values)),
+        }
+    }
+
+    /// Takes a credential seen in a header or a query as a secret from now on.
+    pub fn learn(&self, name: &str, value: &str) {
+        self.values.learn(name, value);
+    }
+
+    /// Whether `text` holds a known value or a secret's shape: one pass of each.
+    pub fn holds(&self, text: &str) -> bool {
+        self.values.in_text(text).is_some() || shapes().matching(text).next().is_some()
+    }
+
+    /// `text` with known values and shaped secrets replaced by the placeholder; `None` when it
+    /// holds none.
+    pub fn text(&self, text: &str) -> Option<String> {
+        let by_value = self.values.replace(text);
+        let now = by_value.as_deref().unwrap_or(text);
+        let shapes = shapes();
+        let hits: Vec<usize> = shapes.matching(now).collect();
+        if hits.is_empty() {
+            return by_value;
+        }
+        let mut out = now.to_string();
+        for i in hits {
+            let re = shapes.regex(i);
+            out = re
+                .replace_all(&out, |c: &regex::Captures<'_>| {
+                    let whole = c.get(0).expect("a match");
+                    match c.get(1) {
+                        Some(secret) => {
+                            let (a, b) =
+                                (secret.start() - whole.start(), secret.end() - whole.start());
+                            format!(
+                                "{}{PLACEHOLDER}{}",
+                                &whole.as_str()[..a],
+                                &whole.as_str()[b..]
+                            )
+                        }
+                        None => PLACEHOLDER.to_string(),
+                    }
+                })
+                .into_owned();
+        }
+        Some(out)
+    }
+
+    /// Every string of `value`, object keys included, through [`Scrubber::text`]; whether
+    /// anything changed.
+    pub fn json(&self, value: &mut Value) -> bool {
+        match value {
+            Value::String(s) => match self.text(s) {
+                Some(t) => {
+                    *s = t;
+                    true
+                }
+                None => false,
+            },
+            Value::Array(items) => items.iter_mut().fold(false, |c, v| self.json(v) | c),
+            Value::Object(map) => {
+                let mut changed = false;
+                if map.keys().any(|k| self.holds(k)) {
+                    let old = std::mem::take(map);
+                    for (k, v) in old {
+                        let k = self.text(&k).unwrap_or(k);
+                        map.insert(k, v);
+                    }
+                    changed = true;
+                }
+                map.values_mut().fold(changed, |c, v| self.json(v) | c)
+            }
+            _ => false,
+        }
+    }
+
+    /// What `text` holds, for a message: "the value of HF_TOKEN", "shape openai-key".
+    fn what(&self, text: &str) -> Option<String> {
+        self.values
+            .in_text(text)
+            .map(|name| format!("the value of {name}"))
+            .or_else(|| shape_in(text).map(|id| format!("a secret of shape {id}")))
+    }
 }
 
 /// A secret found where it must not be written.
@@ -54,15 +299,18 @@ pub struct Found {
 }
 
 /// The first string in `value` that holds one of `values` (by name) or has a secret's shape.
+/// The pointer masks a segment that is itself a secret (a secret used as an object's key).
 pub fn find(value: &Value, values: &[(String, String)]) -> Option<Found> {
+    find_with(value, &Scrubber::new(values.to_vec()))
+}
+
+pub(crate) fn find_with(value: &Value, scrub: &Scrubber) -> Option<Found> {
     let mut found = None;
-    walk(value, &mut String::new(), &mut |pointer, text| {
-        let what = values
-            .iter()
-            .find(|(_, v)| text.contains(v.as_str()))
-            .map(|(name, _)| format!("the value of {name}"))
-            .or_else(|| shape_in(text).map(str::to_string));
-        match what {
+    walk(
+        value,
+        &mut String::new(),
+        scrub,
+        &mut |pointer, text| match scrub.what(text) {
             Some(what) => {
                 found = Some(Found {
                     pointer: pointer.to_string(),
@@ -71,26 +319,34 @@ pub fn find(value: &Value, values: &[(String, String)]) -> Option<Found> {
                 true
             }
             None => false,
-        }
-    });
+        },
+    );
     found
 }
 
 /// Calls `visit` with each string (object keys included) and its pointer until it says stop.
-fn walk(value: &Value, at: &mut String, visit: &mut dyn FnMut(&str, &str) -> bool) -> bool {
+fn walk(
+    value: &Value,
+    at: &mut String,
+    scrub: &Scrubber,
+    visit: &mut dyn FnMut(&str, &str) -> bool,
+) -> bool {
     let len = at.len();
     let stop = match value {
         Value::String(s) => visit(at, s),
         Value::Array(items) => items.iter().enumerate().any(|(i, v)| {
             at.truncate(len);
             at.push_str(&format!("/{i}"));
-            walk(v, at, visit)
+            walk(v, at, scrub, visit)
         }),
         Value::Object(map) => map.iter().any(|(k, v)| {
             at.truncate(len);
             at.push('/');
-            at.push_str(&k.replace('~', "~0").replace('/', "~1"));
-            visit(at, k) || walk(v, at, visit)
+            match scrub.holds(k) {
+                true => at.push_str("<secret key>"),
+                false => at.push_str(&k.replace('~', "~0").replace('/', "~1")),
+            }
+            visit(at, k) || walk(v, at, scrub, visit)
         }),
         _ => false,
     };
@@ -101,92 +357,205 @@ fn walk(value: &Value, at: &mut String, visit: &mut dyn FnMut(&str, &str) -> boo
 /// The guard a store applies to every recording it writes.
 #[derive(Clone, Debug, Default)]
 pub struct Guard {
-    fields: BodyFields,
-    /// Key variables of the daemon's environment and their values: never written.
-    values: Vec<(String, String)>,
+    pub(crate) fields: BodyFields,
+    scrub: Scrubber,
 }
 
 impl Guard {
-    /// Redacts `fields` from answers and refuses `values` (name, value) and secret shapes.
-    pub fn new(fields: BodyFields, values: Vec<(String, String)>) -> Self {
-        Guard { fields, values }
+    /// Redacts `fields` by name, and what `scrub` knows by value and shape.
+    pub fn new(fields: BodyFields, scrub: Scrubber) -> Self {
+        Guard { fields, scrub }
     }
 
-    /// Replaces the secret-named fields of the answer: a whole body (JSON in its layout, or
-    /// text as written), stream events, session frames. Returns whether anything changed.
-    pub fn redact_answer(&self, interaction: &mut Interaction) -> bool {
-        let mut changed = false;
-        let mut body = |b: &mut Body| match b {
-            Body::Json { value, .. } => changed |= !self.fields.json(value).is_empty(),
-            Body::Text(text) => {
-                if let Some(redacted) = self.fields.text(text) {
-                    *text = redacted;
-                    changed = true;
-                }
+    /// The credentials by value and shape this guard replaces.
+    pub fn scrubber(&self) -> &Scrubber {
+        &self.scrub
+    }
+
+    /// A request body that keying left as bytes (too large to parse, compressed): redacted as
+    /// an answer's would be. Keying calls this too, so a request keys as it is stored.
+    pub fn request(&self, body: &mut Body) -> bool {
+        match body {
+            Body::Bytes(_) | Body::Blob(_) | Body::Text(_) | Body::Parts(_) => {
+                self.body(body, None).0
             }
-            _ => {}
-        };
-        match &mut interaction.response.body {
-            ResponseBody::Whole(b) => body(b),
-            ResponseBody::Session(frames) => frames.iter_mut().for_each(|f| body(&mut f.body)),
-            ResponseBody::Stream { chunks, .. } => {
-                for chunk in chunks {
-                    if let ChunkContent::Event { data, .. } = &mut chunk.content {
-                        changed |= !self.fields.json(data).is_empty();
-                    }
-                }
+            Body::Json { value, .. } => {
+                let by_name = !self.fields.json(value).is_empty();
+                self.scrub.json(value) | by_name
             }
+            _ => false,
         }
-        changed
     }
 
-    /// The first secret the interaction, as it would be stored, still holds.
-    pub fn check(&self, interaction: &Interaction) -> Option<Found> {
-        let value = serde_json::to_value(interaction).ok()?;
-        find(&value, &self.values)
+    /// Text with its secrets replaced by name (as JSON, form, XML, SSE, loosely past the size
+    /// parsed) and by value and shape.
+    pub fn plain(&self, text: &str) -> Option<String> {
+        let by_name = self.fields.text(text);
+        let now = by_name.as_deref().unwrap_or(text);
+        self.scrub.text(now).or(by_name)
     }
+
+    /// One body redacted in place; (changed, now kept decoded).
+    pub(crate) fn body(&self, b: &mut Body, encoding: Option<&str>) -> (bool, bool) {
+        match b {
+            Body::Json { value, .. } => {
+                let by_name = !self.fields.json(value).is_empty();
+                (self.scrub.json(value) | by_name, false)
+            }
+            Body::Text(text) => match self.plain(text) {
+                Some(t) => {
+                    *text = t;
+                    (true, false)
+                }
+                None => (false, false),
+            },
+            Body::Parts(parts) => {
+                let mut changed = false;
+                for p in parts.iter_mut() {
+                    if self.fields.is_secret(&p.name) {
+                        if let Body::Text(t) = &mut p.body {
+                            if t != PLACEHOLDER {
+                                *t = PLACEHOLDER.to_string();
+                                changed = true;
+                            }
+                        }
+                    }
+                    changed |= self.body(&mut p.body, None).0;
+                }
+                (changed, false)
+            }
+            Body::Bytes(bytes) => self.bytes(bytes.clone(), encoding, b),
+            Body::Blob(blob) => match blob.bytes.clone() {
+                Some(bytes) => self.bytes(bytes, encoding, b),
+                None => (false, false),
+            },
+            Body::Empty | Body::Digest(_) => (false, false),
+        }
+    }
+
+    fn bytes(&self, bytes: bytes::Bytes, encoding: Option<&str>, b: &mut Body) -> (bool, bool) {
+        let (plain, decoded) = match decode(&bytes, encoding) {
+            Some(d) => (d, true),
+            None => (bytes.to_vec(), false),
+        };
+        let Ok(text) = std::str::from_utf8(&plain) else {
+            return (false, false);
+        };
+        let Some(redacted) = self.plain(text) else {
+            return (false, false);
+        };
+        *b = Body::exact(redacted.as_bytes());
+        (true, decoded)
+    }
+
+    /// A value as a miss shows it, at `pointer`: when its field's name or its text looks
+    /// secret, only its length and a short hash, enough to see that it changed.
+    pub fn shown(&self, pointer: &str, value: Value) -> Value {
+        let field = pointer.rsplit('/').next().unwrap_or("");
+        let by_name = self
+            .fields
+            .is_secret(&field.replace("~1", "/").replace("~0", "~"));
+        let text = match &value {
+            Value::String(s) if s == PLACEHOLDER => return value,
+            Value::String(s) => s.clone(),
+            Value::Null | Value::Bool(_) => return value,
+            other if by_name => other.to_string(),
+            _ => return value,
+        };
+        if by_name || self.scrub.holds(&text) {
+            Value::String(masked(&text))
+        } else {
+            value
+        }
+    }
+}
+
+/// A secret as messages show it: `<secret: 41 chars, sha256 3fa2c1>`.
+pub fn masked(secret: &str) -> String {
+    let hash = crate::body::sha256_hex(secret.as_bytes());
+    format!(
+        "<secret: {} chars, sha256 {}>",
+        secret.chars().count(),
+        &hash[..6]
+    )
+}
+
+/// Bytes with gzip or deflate undone, when they are compressed: as named, or by gzip's magic.
+fn decode(bytes: &[u8], encoding: Option<&str>) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    let gzip = matches!(encoding, Some("gzip" | "x-gzip")) || bytes.starts_with(&[0x1f, 0x8b]);
+    let ok = if gzip {
+        flate2::read::MultiGzDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .is_ok()
+    } else if encoding == Some("deflate") {
+        flate2::read::ZlibDecoder::new(bytes)
+            .read_to_end(&mut out)
+            .is_ok()
+            || {
+                out.clear();
+                flate2::read::DeflateDecoder::new(bytes)
+                    .read_to_end(&mut out)
+                    .is_ok()
+            }
+    } else {
+        false
+    };
+    ok.then_some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testing::interaction;
+    use std::io::Write;
 
+    /// Every vendored rule compiles with Rust's regex crate, and the shapes the run must catch
+    /// are caught; ordinary text and a git commit id are not.
     #[test]
     fn shapes_are_found_and_ordinary_text_is_not() {
-        for (text, what) in [
-            (
-                "key sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345",
-                "an Anthropic API key",
-            ),
-            ("sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX", "an OpenAI project key"),
-            (
-                "X-Amz-Credential=AKIAIOSFODNN7EXAMPLE/20260101",
-                "an AWS access key id",
-            ),
-            (
-                "AIzaSyA1234567890abcdefghijklmnopqrstuv",
-                "a Google API key",
-            ),
-            ("ghp_0123456789abcdefghijklmnopqrstuvwxyz", "a GitHub token"),
-            ("xoxb-1234567890-abcdef", "a Slack token"),
-            ("-----BEGIN RSA PRIVATE KEY-----\nMII", "a private key"),
+        for text in [
+            "key sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345",
+            "sk-ant-oat01-abcdefghijklmnopqrstuvwxyz012345",
+            "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX",
+            "sk-abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV",
+            "X-Amz-Credential=AKIAIOSFODNN7EXAMPLE/20260101",
+            "AIzaSyA1234567890abcdefghijklmnopqrstuv",
+            "ghp_0123456789abcdefghijklmnopqrstuvwxyz",
+            "ghs_0123456789abcdefghijklmnopqrstuvwxyz",
+            "github_pat_0123456789abcdefghijklmnop",
+            "glpat-0123456789abcdefghij",
+            "ya29.a0AfH6SMBx1234567890abcdef",
+            "gsk_0123456789abcdefghijklmnopqrstuvwxyzABCD",
+            "sk_live_0123456789abcdefghij",
+            "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH",
+            "xoxb-1234567890-abcdef",
+            "https://hooks.slack.com/services/T0000000/B0000000/abcdefghijklmnopqrstuvwx",
+            "/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawQ/sendMessage",
+            "-----BEGIN RSA PRIVATE KEY-----\nMII",
         ] {
-            assert_eq!(shape_in(text), Some(what), "{text}");
+            assert!(shape_in(text).is_some(), "{text}");
+            let scrubbed = Scrubber::default().text(text).unwrap();
+            assert!(scrubbed.contains(PLACEHOLDER), "{text}: {scrubbed}");
         }
-        for text in ["sk-test", "You said: Hello", "AKIA is short", "risk-ant-ic"] {
+        for text in [
+            "sk-test",
+            "You said: Hello",
+            "AKIA is short",
+            "risk-ant-ic",
+            "3f14de6a0c1b2d3e4f5a6b7c8d9e0f1a2b3c4d5e",
+        ] {
             assert_eq!(shape_in(text), None, "{text}");
         }
     }
 
     /// A token endpoint's answer loses its tokens in its own layout; an environment key's
-    /// value anywhere is found with its field.
+    /// value anywhere is replaced, and so is a value learned later.
     #[test]
-    fn answers_are_redacted_and_what_is_left_is_found() {
-        let guard = Guard::new(
-            BodyFields::default(),
-            vec![("OPENAI_API_KEY".into(), "sk-live-0123456789".into())],
-        );
+    fn answers_lose_secrets_by_name_value_and_shape() {
+        let scrub = Scrubber::new(vec![("HF_TOKEN".into(), "hf-live-0123456789".into())]);
+        let guard = Guard::new(BodyFields::default(), scrub.clone());
         let mut x = interaction(
             "q",
             "{\"access_token\": \"ya29.secret\", \"expires_in\": 3599, \"token_type\": \"Bearer\"}",
@@ -198,9 +567,81 @@ mod tests {
             "{\"access_token\": \"llmreplay-redacted\", \"expires_in\": 3599, \"token_type\": \"Bearer\"}"
         );
         assert_eq!(guard.check(&x), None);
-        let leaked = interaction("q", "{\"echo\": \"Bearer sk-live-0123456789\"}");
-        let found = guard.check(&leaked).unwrap();
-        assert_eq!(found.what, "the value of OPENAI_API_KEY");
-        assert!(found.pointer.starts_with("/response/"), "{}", found.pointer);
+        scrub.learn("the authorization header", "seen-in-a-header-42");
+        let mut echoed = interaction(
+            "q",
+            "{\"echo\": \"Bearer hf-live-0123456789 and seen-in-a-header-42\"}",
+        );
+        assert!(guard.redact_answer(&mut echoed));
+        let text = serde_json::to_string(&echoed).unwrap();
+        assert!(
+            !text.contains("hf-live") && !text.contains("seen-in-a"),
+            "{text}"
+        );
+        assert_eq!(guard.check(&echoed), None);
+    }
+
+    /// What the guard says names the place and the rule, never the value; a secret that is an
+    /// object's key is masked in the pointer.
+    #[test]
+    fn the_guard_names_places_and_rules_never_values() {
+        let key = "ghp_0123456789abcdefghijklmnopqrstuvwxyz";
+        let value = serde_json::json!({"a": [{"note": "x"}, {(key): 1}]});
+        let found = find(&value, &[]).unwrap();
+        assert_eq!(found.pointer, "/a/1/<secret key>");
+        assert!(found.what.contains("github"), "{}", found.what);
+        assert!(!format!("{found:?}").contains(key));
+    }
+
+    /// A miss shows a secret-named or secret-shaped value as its length and a short hash.
+    #[test]
+    fn misses_mask_secret_looking_values() {
+        let guard = Guard::default();
+        let shown = guard.shown("/body/db_password", Value::String("hunter2-x".into()));
+        assert_eq!(shown, Value::String(masked("hunter2-x")));
+        assert!(shown
+            .as_str()
+            .unwrap()
+            .starts_with("<secret: 9 chars, sha256 "));
+        let key = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX";
+        assert_eq!(
+            guard.shown("/body/note", Value::String(key.into())),
+            Value::String(masked(key))
+        );
+        assert_eq!(
+            guard.shown("/body/model", Value::String("gpt-4o".into())),
+            "gpt-4o"
+        );
+    }
+
+    /// Each carrier a secret can hide in: gzip bytes, text past the size parsed, XML, spaced
+    /// SSE, a binary frame of JSON.
+    #[test]
+    fn every_carrier_is_redacted() {
+        let guard = Guard::default();
+        let secret = "pw-0123456789-live";
+        let json = format!("{{\"password\": \"{secret}\"}}");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(json.as_bytes()).unwrap();
+        let mut big = format!("[{json},");
+        big.push_str(&"{\"n\": 1},".repeat((crate::body::TREE_LIMIT / 9) + 10));
+        big.push_str("{}]");
+        let carriers = vec![
+            Body::binary(bytes::Bytes::from(gz.finish().unwrap())),
+            Body::binary(bytes::Bytes::from(big)),
+            Body::Text(format!(
+                "<R><Credentials><SecretAccessKey>{secret}</SecretAccessKey><SessionToken>{secret}</SessionToken></Credentials></R>"
+            )),
+            Body::Text(format!("event: x\ndata: {{ \"access_token\" : \"{secret}\" }}\n\n")),
+            Body::Bytes(bytes::Bytes::from(json.clone())),
+            Body::Text(format!("a=1&&flag&client_secret={secret}&b={{x}}&\n")),
+        ];
+        for mut body in carriers {
+            assert!(guard.request(&mut body), "{body:?}");
+            let bytes = body.bytes().unwrap();
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(!text.contains(secret), "{}", &text[..text.len().min(300)]);
+            assert!(text.contains(PLACEHOLDER));
+        }
     }
 }

@@ -381,23 +381,18 @@ fn new_proxy_secret() -> String {
 }
 
 /// The variables whose values are keys, by the names providers and clouds give them.
-const SECRET_VAR_SUFFIXES: &[&str] = &[
-    "_API_KEY",
-    "_SECRET_ACCESS_KEY",
-    "_SESSION_TOKEN",
-    "_CLIENT_SECRET",
-    "_AUTH_TOKEN",
-    "_ACCESS_TOKEN",
-    "_SECRET_KEY",
-];
+const SECRET_VAR_SUFFIXES: &[&str] = &["_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_CREDENTIALS"];
 
-/// The key variables among `vars` with values long enough to be keys (a short value would
-/// turn up in ordinary text); the placeholder replay gives tests is none.
+/// The secret-looking variables among `vars` (`*_TOKEN`, `*_KEY`, `*_SECRET`, `*_PASSWORD`,
+/// `*_CREDENTIALS`: `HF_TOKEN`, `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`) with values long
+/// enough to be keys (a short value would turn up in ordinary text); the placeholder replay
+/// gives tests is none. Tests inherit this environment, so their keys are among these.
 fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars
         .filter(|(name, value)| {
-            SECRET_VAR_SUFFIXES.iter().any(|s| name.ends_with(s))
-                && value.trim().len() >= 12
+            let upper = name.to_ascii_uppercase();
+            SECRET_VAR_SUFFIXES.iter().any(|s| upper.ends_with(s))
+                && value.trim().len() >= cassettes::secrets::MIN_SECRET_LEN
                 && value != runner_placeholder()
         })
         .map(|(name, value)| (name, value.trim().to_string()))
@@ -509,6 +504,8 @@ impl Settings {
         let mut settings =
             Self::build_with_env(root, file, overrides, |name| std::env::var(name).ok())?;
         settings.secret_values = secret_values(std::env::vars());
+        settings.normalizer = std::mem::take(&mut settings.normalizer)
+            .with_secret_values(settings.secret_values.clone());
         Ok(settings)
     }
 

@@ -78,6 +78,7 @@ pub(crate) async fn http_read(
     } else {
         body.clone()
     };
+    crate::credentials::learn(&state, &parts.headers, parts.uri.query());
     let keyed = |state: &State, query: Option<&str>, content_type: Option<&str>| {
         let request = state.settings.normalizer.request_shared(
             parts.method.as_str(),

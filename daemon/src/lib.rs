@@ -16,6 +16,7 @@ pub mod call;
 mod capture;
 pub mod config;
 mod control;
+mod credentials;
 mod exchange;
 mod explain;
 pub mod faults;
@@ -138,10 +139,7 @@ impl Daemon {
         let mut store = Store::new(settings.cassette_dir.clone())
             .with_lock_timeout(settings.limits.lock_timeout)
             .with_budget(settings.limits.cassette_cache_bytes)
-            .with_guard(cassettes::secrets::Guard::new(
-                settings.normalizer.body_fields().clone(),
-                settings.secret_values.clone(),
-            ));
+            .with_guard(settings.normalizer.guard().clone());
         let mut run_log = None;
         if let Some(dir) = &settings.run_dir {
             run_log = settle::begin_run(dir, settings.mode, &settings.cassette_dir);

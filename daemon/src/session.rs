@@ -118,6 +118,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         .get(SEC_WEBSOCKET_KEY)
         .cloned()
         .expect("the handshake was checked: it has a key");
+    crate::credentials::learn(&state, req.headers(), req.uri().query());
     let request = state.settings.normalizer.session(
         &route.upstream_path,
         req.uri().query(),

@@ -14,9 +14,9 @@ pub const MASK: &str = "***";
 /// replays a token an SDK takes.
 pub const PLACEHOLDER: &str = "llmreplay-redacted";
 
-/// Field names whose values are secrets wherever they stand in a JSON or form body, compared
-/// without case, `-` or `_` (`clientSecret` is `client_secret`). Each family's own (OpenAI's
-/// `tools[].authorization` for a hosted MCP server, Anthropic's
+/// Field names whose values are secrets wherever they stand in a JSON, form or XML body, beside
+/// those the word rule ([`is_secret_name`]) finds, compared without case, `-` or `_`. Each
+/// family's own (OpenAI's `tools[].authorization`, Anthropic's
 /// `mcp_servers[].authorization_token`, AWS's `SecretAccessKey` and `SessionToken`) are among
 /// them; `[redact] body_fields` adds more.
 pub const BODY_FIELDS: &[&str] = &[
@@ -42,8 +42,8 @@ pub const BODY_FIELDS: &[&str] = &[
     "subscription_key",
 ];
 
-/// Query parameters that carry secrets for tools and clouds, beside every family's own: they
-/// are masked wherever a URL is shown and left out of keys.
+/// Query parameters that carry secrets for tools and clouds, beside every family's own and
+/// those the word rule finds: they are masked wherever a URL is shown and left out of keys.
 pub const SHARED_PARAMS: &[&str] = &[
     "apikey",
     "appid",
@@ -62,19 +62,156 @@ pub const SHARED_PARAMS: &[&str] = &[
     "signature",
 ];
 
+/// Words that make a name secret wherever they stand in it (`bearer_token`, `GITHUB_TOKEN`,
+/// `clientSecret`, `db_password`).
+const SECRET_WORDS: &[&str] = &[
+    "token",
+    "secret",
+    "secrets",
+    "password",
+    "passwd",
+    "passphrase",
+    "credential",
+    "credentials",
+    "apikey",
+    "auth",
+    "authorization",
+];
+
+/// Two words that make a name secret when they stand together (`openai_api_key`, `accessKey`,
+/// `x-goog-api-key`); neither alone does.
+const SECRET_PAIRS: &[(&str, &str)] = &[
+    ("api", "key"),
+    ("private", "key"),
+    ("access", "key"),
+    ("signing", "key"),
+    ("subscription", "key"),
+];
+
+/// Names the word rule would take that hold no secret, folded: counts and kinds of tokens,
+/// pagination cursors, the ids and names of stored secrets. (`max_tokens`, `input_tokens`,
+/// `tokenizer`, `author` hold no secret word at all.)
+const NOT_SECRET: &[&str] = &[
+    "tokentype",
+    "tokencount",
+    "tokenid",
+    "tokenids",
+    "tokenlogprobs",
+    "tokenusage",
+    "tokenlimit",
+    "tokenbudget",
+    "pagetoken",
+    "nextpagetoken",
+    "prevpagetoken",
+    "previouspagetoken",
+    "continuationtoken",
+    "nexttoken",
+    "secretid",
+    "secretname",
+    "secretarn",
+    "secrettype",
+    "authtype",
+    "authmethod",
+    "credentialtype",
+];
+
+/// Under a secret-named object, fields that say when or what, never the secret itself: they
+/// keep their values so that clients still parse the answer (`expires_at`, STS' `Expiration`).
+const KEPT_UNDER_SECRET: &[&str] = &[
+    "expiresat",
+    "expiresin",
+    "expiration",
+    "expiry",
+    "expires",
+    "type",
+    "tokentype",
+    "createdat",
+    "created",
+    "scope",
+    "object",
+];
+
+/// Query parameters that are secrets only as parameters: an OAuth redirect's `code`.
+const QUERY_ONLY: &[&str] = &["code"];
+
 /// Fields under which nothing is a secret, whatever it is called: a logprob's `token` is the
 /// text the model wrote.
 const NEVER_SECRET_UNDER: &[&str] = &["logprobs", "top_logprobs"];
 
+/// Fields whose members are named by the user, not by meaning: a JSON schema's `properties`
+/// name its fields, and a `password` property there is a schema, not a password.
+const NAMES_NOT_VALUES_UNDER: &[&str] = &["properties"];
+
 /// A field name as compared: lowercase, without `-` and `_`.
 fn folded(name: &str) -> String {
     name.chars()
-        .filter(|c| *c != '-' && *c != '_')
+        .filter(|c| !matches!(c, '-' | '_' | '.' | ' '))
         .flat_map(char::to_lowercase)
         .collect()
 }
 
-/// The secret field names of bodies: [`BODY_FIELDS`] and those `extra` adds, folded.
+/// The words of a name, lowercase: split at `-`, `_`, `.`, spaces and where camelCase turns
+/// (`SecretAccessKey` is `secret access key`, `APIKey` is `api key`).
+pub fn words(name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let chars: Vec<char> = name.chars().collect();
+    for (i, &c) in chars.iter().enumerate() {
+        if !c.is_alphanumeric() {
+            if !word.is_empty() {
+                out.push(std::mem::take(&mut word));
+            }
+            continue;
+        }
+        let prev = i.checked_sub(1).map(|p| chars[p]);
+        let next = chars.get(i + 1).copied();
+        let turns = c.is_uppercase()
+            && prev.is_some_and(|p| {
+                p.is_lowercase()
+                    || p.is_ascii_digit()
+                    || (p.is_uppercase() && next.is_some_and(char::is_lowercase))
+            });
+        if turns && !word.is_empty() {
+            out.push(std::mem::take(&mut word));
+        }
+        word.extend(c.to_lowercase());
+    }
+    if !word.is_empty() {
+        out.push(word);
+    }
+    out
+}
+
+/// Whether a name (a JSON field, a form pair, an XML element, an environment variable) says
+/// its value is a secret, by the words it holds.
+pub fn is_secret_name(name: &str) -> bool {
+    if name.len() > 200 {
+        return false;
+    }
+    let words = words(name);
+    let secret = words.iter().any(|w| SECRET_WORDS.contains(&w.as_str()))
+        || words
+            .windows(2)
+            .any(|p| SECRET_PAIRS.contains(&(p[0].as_str(), p[1].as_str())));
+    secret
+        && !NOT_SECRET.contains(&folded(name).as_str())
+        && !words.iter().any(|w| NOT_SECRET_WORDS.contains(&w.as_str()))
+}
+
+/// Words that make a name an address or a description of secrets, not a secret: OpenID
+/// discovery's `token_endpoint`, `authorization_endpoint`,
+/// `token_endpoint_auth_methods_supported`, an `auth_url`.
+const NOT_SECRET_WORDS: &[&str] = &[
+    "endpoint",
+    "url",
+    "uri",
+    "methods",
+    "supported",
+    "types",
+    "count",
+];
+
+/// The secret field names of bodies: the word rule, [`BODY_FIELDS`] and those `extra` adds.
 #[derive(Clone, Debug)]
 pub struct BodyFields(Vec<String>);
 
@@ -96,27 +233,36 @@ impl BodyFields {
 
     /// Whether a field of this name holds a secret.
     pub fn is_secret(&self, name: &str) -> bool {
-        // The hot path: most names are not, and most are short; fold only when needed.
+        // The hot path: most names are short and plain; fold only when needed.
         let plain = name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        if plain {
+        let listed = if plain {
             self.0.iter().any(|n| n == name)
         } else {
             self.0.contains(&folded(name))
-        }
+        };
+        listed || is_secret_name(name)
     }
 
-    /// Replaces the value of every secret-named field in `value` (a string, or a number) with
-    /// [`PLACEHOLDER`]; returns the secrets replaced, so that text holding them elsewhere can
-    /// lose them too.
+    /// Whether a form pair or query parameter of this name holds a secret: the body rule, and
+    /// an OAuth `code`.
+    pub fn is_secret_param(&self, name: &str) -> bool {
+        self.is_secret(name) || QUERY_ONLY.iter().any(|q| q.eq_ignore_ascii_case(name))
+    }
+
+    /// Replaces the secrets of `value` with [`PLACEHOLDER`]: every string (and number) of a
+    /// secret-named field, every string under a secret-named object (`client_secret: {value}`),
+    /// and the same inside strings that are JSON themselves (a tool call's `arguments`, a tool
+    /// result's text), which keep their layout where they can. Returns the secrets replaced, so
+    /// that text holding them elsewhere can lose them too.
     pub fn json(&self, value: &mut serde_json::Value) -> Vec<String> {
         let mut found = Vec::new();
-        self.walk(value, &mut found);
+        self.walk(value, &mut found, false);
         found
     }
 
-    fn walk(&self, value: &mut serde_json::Value, found: &mut Vec<String>) {
+    fn walk(&self, value: &mut serde_json::Value, found: &mut Vec<String>, names_only: bool) {
         use serde_json::Value;
         match value {
             Value::Object(map) => {
@@ -124,46 +270,108 @@ impl BodyFields {
                     if NEVER_SECRET_UNDER.contains(&name.as_str()) {
                         continue;
                     }
-                    let secret = match v {
-                        Value::String(s) => !s.is_empty() && s != PLACEHOLDER,
-                        Value::Number(_) => true,
-                        _ => false,
-                    };
-                    if secret && self.is_secret(name) {
-                        let old = std::mem::replace(v, Value::String(PLACEHOLDER.into()));
-                        found.push(match old {
-                            Value::String(s) => s,
-                            other => other.to_string(),
-                        });
+                    if !names_only && self.is_secret(name) {
+                        self.hide(v, found, true);
                     } else {
-                        self.walk(v, found);
+                        let names = NAMES_NOT_VALUES_UNDER.contains(&name.as_str());
+                        self.walk(v, found, names);
                     }
                 }
             }
-            Value::Array(items) => items.iter_mut().for_each(|v| self.walk(v, found)),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.walk(v, found, false)),
+            Value::String(s) => {
+                if let Some(inner) = self.inside(s, found) {
+                    *s = inner;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A string that is JSON itself, redacted within; `None` when it is not or holds no secret.
+    fn inside(&self, s: &str, found: &mut Vec<String>) -> Option<String> {
+        if !looks_like_json(s) {
+            return None;
+        }
+        let mut value: serde_json::Value = serde_json::from_str(s).ok()?;
+        let mut here = Vec::new();
+        self.walk(&mut value, &mut here, false);
+        if here.is_empty() {
+            return None;
+        }
+        let out = in_layout(s, &here, &value);
+        found.extend(here);
+        Some(out)
+    }
+
+    /// Everything a secret-named field holds becomes the placeholder: a string or number
+    /// directly, the strings of an object or array under it (but its dates and kinds), the
+    /// strings of JSON written inside a string.
+    fn hide(&self, v: &mut serde_json::Value, found: &mut Vec<String>, direct: bool) {
+        use serde_json::Value;
+        match v {
+            Value::String(s) if s.is_empty() || s == PLACEHOLDER => {}
+            Value::String(s) => {
+                if looks_like_json(s) {
+                    if let Ok(mut inner) = serde_json::from_str::<Value>(s) {
+                        let mut here = Vec::new();
+                        self.hide(&mut inner, &mut here, false);
+                        if !here.is_empty() {
+                            *s = in_layout(s, &here, &inner);
+                            found.extend(here);
+                        }
+                        return;
+                    }
+                }
+                found.push(std::mem::replace(s, PLACEHOLDER.into()));
+            }
+            Value::Number(n) if direct => {
+                found.push(n.to_string());
+                *v = Value::String(PLACEHOLDER.into());
+            }
+            Value::Object(map) => {
+                for (name, inner) in map.iter_mut() {
+                    if !KEPT_UNDER_SECRET.contains(&folded(name).as_str()) {
+                        self.hide(inner, found, false);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| self.hide(i, found, false)),
             _ => {}
         }
     }
 
     /// A `application/x-www-form-urlencoded` body (`grant_type=refresh_token&client_secret=...`)
     /// with the values of its secret-named pairs replaced; `None` when it is no such body or
-    /// has no secret.
+    /// has no secret. Empty pairs, pairs without `=`, a trailing newline and raw brackets in
+    /// values are all still a form.
     pub fn form(&self, text: &str) -> Option<String> {
-        let looks_like_form = !text.is_empty()
-            && !text.contains(|c: char| c.is_whitespace() || matches!(c, '{' | '[' | '"'))
-            && text.split('&').all(|pair| pair.contains('='));
+        let body = text.trim_end_matches(['\r', '\n']);
+        let name_ok = |n: &str| {
+            !n.is_empty()
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_-.%+[]~*".contains(&b))
+        };
+        let looks_like_form = body.contains('=')
+            && !body.contains(char::is_whitespace)
+            && body
+                .split('&')
+                .filter(|p| !p.is_empty())
+                .all(|pair| name_ok(pair.split('=').next().unwrap_or("")));
         if !looks_like_form {
             return None;
         }
         let mut changed = false;
-        let pairs: Vec<String> = text
+        let pairs: Vec<String> = body
             .split('&')
             .map(|pair| {
-                let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+                let Some((name, value)) = pair.split_once('=') else {
+                    return pair.to_string();
+                };
                 let decoded = percent_encoding::percent_decode_str(&name.replace('+', " "))
                     .decode_utf8_lossy()
                     .into_owned();
-                if !value.is_empty() && value != PLACEHOLDER && self.is_secret(&decoded) {
+                if !value.is_empty() && value != PLACEHOLDER && self.is_secret_param(&decoded) {
                     changed = true;
                     format!("{name}={PLACEHOLDER}")
                 } else {
@@ -171,30 +379,136 @@ impl BodyFields {
                 }
             })
             .collect();
-        changed.then(|| pairs.join("&"))
+        changed.then(|| format!("{}{}", pairs.join("&"), &text[body.len()..]))
     }
 
-    /// JSON or form text with its secrets replaced, keeping everything else as it was
-    /// written (spacing, key order, escapes); `None` when it holds none. JSON whose secret
-    /// cannot be found as written is given back compact.
+    /// JSON, form, XML, SSE or other text with its secrets replaced, keeping everything else
+    /// as it was written (spacing, key order, escapes); `None` when it holds none. JSON whose
+    /// secret cannot be found as written is given back compact.
     pub fn text(&self, text: &str) -> Option<String> {
-        if let Ok(mut value) = serde_json::from_str::<serde_json::Value>(text) {
-            let found = self.json(&mut value);
-            if found.is_empty() {
-                return None;
+        if looks_like_json(text) && text.len() <= TEXT_PARSE_LIMIT {
+            if let Ok(mut value) = serde_json::from_str::<serde_json::Value>(text) {
+                let found = self.json(&mut value);
+                return (!found.is_empty()).then(|| in_layout(text, &found, &value));
             }
-            let mut out = text.to_string();
-            for secret in &found {
-                let written = serde_json::to_string(secret).expect("a string serialises");
-                if !out.contains(&written) {
-                    return Some(value.to_string());
-                }
-                out = out.replace(&written, &format!("\"{PLACEHOLDER}\""));
-            }
-            return Some(out);
         }
-        self.form(text)
+        if let Some(form) = self.form(text) {
+            return Some(form);
+        }
+        self.loose(text)
     }
+
+    /// Text that does not parse as a whole: SSE events (each `data:` line's JSON, however
+    /// spaced), XML elements named as secrets (STS' `<SessionToken>`), and `"name": "value"`
+    /// pairs wherever they stand (a body too large to parse, JSON cut short). Reads the text
+    /// in one pass per form; no tree is built for the whole.
+    pub fn loose(&self, text: &str) -> Option<String> {
+        let mut out = std::borrow::Cow::Borrowed(text);
+        if out.contains("data:") && out.len() <= TEXT_PARSE_LIMIT {
+            let mut changed = false;
+            let lines: Vec<String> = out
+                .split('\n')
+                .map(|line| {
+                    let Some(rest) = line.strip_prefix("data:") else {
+                        return line.to_string();
+                    };
+                    let (payload, cr) = match rest.strip_suffix('\r') {
+                        Some(p) => (p, "\r"),
+                        None => (rest, ""),
+                    };
+                    let lead = payload.len() - payload.trim_start().len();
+                    match self.text(payload.trim_start()) {
+                        Some(redacted) => {
+                            changed = true;
+                            format!("data:{}{redacted}{cr}", &payload[..lead])
+                        }
+                        None => line.to_string(),
+                    }
+                })
+                .collect();
+            if changed {
+                out = std::borrow::Cow::Owned(lines.join("\n"));
+            }
+        }
+        if out.contains("</") {
+            let replaced = xml_elements().replace_all(&out, |c: &regex::Captures<'_>| {
+                let (open, close, value) = (&c[1], &c[3], &c[2]);
+                let name = open.rsplit(':').next().unwrap_or(open);
+                if open == close
+                    && !value.trim().is_empty()
+                    && value != PLACEHOLDER
+                    && self.is_secret(name)
+                {
+                    c[0].replace(&format!(">{value}<"), &format!(">{PLACEHOLDER}<"))
+                } else {
+                    c[0].to_string()
+                }
+            });
+            if let std::borrow::Cow::Owned(o) = replaced {
+                out = std::borrow::Cow::Owned(o);
+            }
+        }
+        if out.contains('"') {
+            let replaced = json_pairs().replace_all(&out, |c: &regex::Captures<'_>| {
+                let name = serde_json::from_str::<String>(&format!("\"{}\"", &c[1]))
+                    .unwrap_or_else(|_| c[1].to_string());
+                let value = &c[2];
+                if !value.is_empty() && value != PLACEHOLDER && self.is_secret(&name) {
+                    let at = c[0].len() - value.len() - 1;
+                    format!("{}{PLACEHOLDER}\"", &c[0][..at])
+                } else {
+                    c[0].to_string()
+                }
+            });
+            if let std::borrow::Cow::Owned(o) = replaced {
+                out = std::borrow::Cow::Owned(o);
+            }
+        }
+        match out {
+            std::borrow::Cow::Owned(o) if o != text => Some(o),
+            _ => None,
+        }
+    }
+}
+
+/// Text longer than this is read by [`BodyFields::loose`] alone, never parsed whole.
+pub const TEXT_PARSE_LIMIT: usize = 4 << 20;
+
+fn looks_like_json(s: &str) -> bool {
+    let t = s.trim_start();
+    (t.starts_with('{') || t.starts_with('[')) && s.trim_end().ends_with(['}', ']'])
+}
+
+/// `text` with each of `found` (as JSON strings) replaced by the placeholder, in the layout it
+/// was written; `value` compact when a secret cannot be found as written (escaped otherwise).
+fn in_layout(text: &str, found: &[String], value: &serde_json::Value) -> String {
+    let mut out = text.to_string();
+    for secret in found {
+        let written = serde_json::to_string(secret).expect("a string serialises");
+        if !out.contains(&written) {
+            return value.to_string();
+        }
+        out = out.replace(&written, &format!("\"{PLACEHOLDER}\""));
+    }
+    out
+}
+
+fn xml_elements() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(
+            r"<([A-Za-z_][\w.:-]{0,100})(?:\s[^<>]*)?>([^<]*)</([A-Za-z_][\w.:-]{0,100})\s*>",
+        )
+        .expect("valid pattern")
+    })
+}
+
+fn json_pairs() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(r#""((?:[^"\\\n]|\\.){1,200})"\s*:\s*"((?:[^"\\\n]|\\.)*)""#)
+            .expect("valid pattern")
+    })
 }
 
 /// Whether a query parameter's name (as sent, maybe percent-encoded) names a secret.
@@ -203,11 +517,14 @@ pub fn is_secret_param(raw_name: &str) -> bool {
 }
 
 /// Whether a query parameter's name (as sent, maybe percent-encoded: `k%65y`) is one of
-/// `secrets`, whatever its case: the one check that both keying and redaction make.
+/// `secrets`, whatever its case, or is secret by its words ([`is_secret_name`]) or an OAuth
+/// `code`: the one check that both keying and redaction make.
 pub fn is_one_of(raw_name: &str, secrets: &[&str]) -> bool {
     let name = percent_encoding::percent_decode_str(raw_name).decode_utf8_lossy();
     let name = name.trim();
     secrets.iter().any(|s| s.eq_ignore_ascii_case(name))
+        || is_secret_name(name)
+        || QUERY_ONLY.iter().any(|q| q.eq_ignore_ascii_case(name))
 }
 
 /// Whether a header carries a key or a credential.
@@ -251,7 +568,10 @@ pub fn url(u: &str) -> Cow<'_, str> {
         Some((h, q)) => (h, Some(q)),
         None => (before_fragment, None),
     };
-    let head = userinfo(head);
+    let head = match path_secrets(&userinfo(head)) {
+        Some(masked) => Cow::Owned(masked),
+        None => userinfo(head),
+    };
     let q = q.map(query);
     if matches!(head, Cow::Borrowed(_)) && q.as_ref().is_none_or(|q| matches!(q, Cow::Borrowed(_)))
     {
@@ -309,6 +629,20 @@ pub fn text(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// A path with the credentials APIs put in paths masked, by segment: a Telegram bot's
+/// `/bot<id>:<token>/`, a Slack webhook's `/services/T…/B…/<secret>`. `None` when it has none.
+pub fn path_secrets(path: &str) -> Option<String> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(
+            r"(/bot\d{5,16}:|/services/T[A-Z0-9]{6,}/B[A-Z0-9]{6,}/)([A-Za-z0-9_\-]{16,})",
+        )
+        .expect("valid pattern")
+    });
+    re.is_match(path)
+        .then(|| re.replace_all(path, format!("${{1}}{MASK}")).into_owned())
+}
+
 /// `scheme://user:pass@host/...` as `scheme://***@host/...`.
 fn userinfo(head: &str) -> Cow<'_, str> {
     let Some(scheme_end) = head.find("://") else {
@@ -354,6 +688,14 @@ mod tests {
             ("http://127.0.0.1:1/a@b?x=1", "http://127.0.0.1:1/a@b?x=1"),
             ("https://h/p?key=1#frag", "https://h/p?key=***#frag"),
             ("no url at all", "no url at all"),
+            (
+                "/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawQ/sendMessage",
+                "/bot123456789:***/sendMessage",
+            ),
+            (
+                "https://hooks.slack.com/services/T0000000/B0000000/abcdefghijklmnopqrstuvwx",
+                "https://hooks.slack.com/services/T0000000/B0000000/***",
+            ),
         ] {
             assert_eq!(url(given), shown, "{given}");
         }
@@ -411,6 +753,101 @@ mod tests {
             )
         );
         assert_eq!(fields.text("plain words"), None);
+    }
+
+    /// Names are judged by their words, with a short list of names that only look secret.
+    #[test]
+    fn names_are_secret_by_their_words() {
+        for name in [
+            "api_token",
+            "auth_token",
+            "bearer_token",
+            "secret_key",
+            "client_token",
+            "private_token",
+            "accessKey",
+            "openai_api_key",
+            "credential",
+            "x-goog-api-key",
+            "GITHUB_TOKEN",
+            "SecretAccessKey",
+            "SessionToken",
+            "APIKey",
+            "db.password",
+            "auth",
+        ] {
+            assert!(is_secret_name(name), "{name}");
+        }
+        for name in [
+            "max_tokens",
+            "max_completion_tokens",
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "prompt_tokens",
+            "completion_tokens",
+            "cached_tokens",
+            "reasoning_tokens",
+            "tokenizer",
+            "token_count",
+            "tokens",
+            "author",
+            "authors",
+            "token_type",
+            "next_page_token",
+            "monkey",
+            "keyboard",
+        ] {
+            assert!(!is_secret_name(name), "{name}");
+        }
+        for q in ["api_token", "auth", "access-token", "x-api-key", "code"] {
+            assert!(is_one_of(q, &[]), "{q}");
+        }
+    }
+
+    /// JSON written inside strings, secret-named objects and environment maps lose their
+    /// secrets; a schema's `password` property keeps its schema.
+    #[test]
+    fn secrets_inside_strings_and_under_secret_objects() {
+        let fields = BodyFields::default();
+        let mut v = serde_json::json!({
+            "messages": [
+                {"role": "assistant", "tool_calls": [{"function": {"name": "login",
+                    "arguments": "{\"user\": \"ann\", \"password\": \"hunter2-secret\"}"}}]},
+                {"role": "tool", "content": "{\"result\": {\"access_token\": \"tok-in-tool\"}}"},
+                {"role": "user", "content": "[{\"text\": \"{\\\"api_key\\\": \\\"deep-key\\\"}\"}]"}
+            ],
+            "client_secret": {"value": "ek_live_1", "expires_at": 17},
+            "SecretString": "{\"username\": \"u\", \"password\": \"p-1\"}",
+            "env": {"GITHUB_TOKEN": "gh-env", "PATH": "/bin"},
+            "parameters": {"properties": {"password": {"type": "string", "description": "d"}}}
+        });
+        let found = fields.json(&mut v);
+        let text = v.to_string();
+        for secret in [
+            "hunter2-secret",
+            "tok-in-tool",
+            "deep-key",
+            "ek_live_1",
+            "p-1",
+            "gh-env",
+        ] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+            assert!(found.iter().any(|f| f == secret), "{secret} not found");
+        }
+        assert_eq!(v["client_secret"]["expires_at"], 17);
+        assert_eq!(v["env"]["PATH"], "/bin");
+        assert_eq!(
+            v["parameters"]["properties"]["password"]["description"],
+            "d"
+        );
+        let arguments = v["messages"][0]["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap();
+        assert_eq!(
+            arguments,
+            format!("{{\"user\": \"ann\", \"password\": \"{PLACEHOLDER}\"}}")
+        );
     }
 
     #[test]

@@ -386,7 +386,7 @@ mod tests {
                         what,
                     } => {
                         assert_eq!((*index, pointer.as_str()), (0, "/request/path"));
-                        assert_eq!(what, "an OpenAI project key");
+                        assert_eq!(what, "a secret of shape openai-key");
                         "secret"
                     }
                     Problem::Unsealed { index } => {

@@ -223,3 +223,116 @@ async fn azure_identity_client_secret_through_capture_stores_no_secret_and_repla
         &["live-client-secret", "rotated-secret", "fake-entra"],
     );
 }
+
+/// Realistic secret field names, as a generator: the words the name rule must catch, in the
+/// spellings SDKs and people write them.
+fn secret_names() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let stem = prop::sample::select(vec![
+        "api_token",
+        "auth_token",
+        "bearer_token",
+        "secret_key",
+        "client_token",
+        "private_token",
+        "accessKey",
+        "openai_api_key",
+        "credential",
+        "x-goog-api-key",
+        "password",
+        "db_passwd",
+        "client_secret",
+        "GITHUB_TOKEN",
+        "SessionToken",
+    ]);
+    let case = prop::sample::select(vec![0u8, 1, 2]);
+    (stem, case).prop_map(|(s, c)| match c {
+        0 => s.to_string(),
+        1 => s.to_uppercase(),
+        _ => s.replace('_', "-"),
+    })
+}
+
+/// One chat request carrying `secret` under `name` in every JSON carrier: a tool call's
+/// arguments, a tool result, JSON in a string in a string, an env map, a secret-named object,
+/// and a user message that the fake provider echoes back in its answer.
+fn carrier_request(name: &str, secret: &str) -> Value {
+    let inner = serde_json::json!({ name: secret }).to_string();
+    let deeper = serde_json::json!({"text": inner.clone()}).to_string();
+    serde_json::json!({
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "login", "arguments": inner}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": deeper},
+            {"role": "user", "content": format!("{{\"env\": {{\"{}\": \"{secret}\"}}}}", name.to_uppercase())},
+        ],
+        "metadata": {"client_secret": {"value": secret}},
+    })
+}
+
+/// Secrets drawn under generated names into every JSON carrier, a secret query and a secret
+/// header are recorded through the real daemon: no file it wrote (cassettes, blobs, spool,
+/// journal) and no output holds one, and the recording replays with other secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_every_json_carrier_are_never_stored_and_replay_with_other_values() {
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let names: Vec<String> = (0..6)
+        .map(|_| secret_names().new_tree(&mut runner).unwrap().current())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let send = |serve: &Serve, round: &str| {
+        let base = serve.for_test("secrets::t$carriers");
+        let names = names.clone();
+        let round = round.to_string();
+        async move {
+            let client = crate::support::http();
+            let mut answers = Vec::new();
+            for (i, name) in names.iter().enumerate() {
+                let secret = format!("{round}-secret-{i}-Zq81x");
+                let resp = client
+                    .post(format!(
+                        "{base}/openai/v1/chat/completions?api_token={round}-query-{i}-Zq81x"
+                    ))
+                    .header("authorization", format!("Bearer {round}-header-{i}-Zq81x"))
+                    .json(&carrier_request(name, &secret))
+                    .send()
+                    .await
+                    .unwrap();
+                let status = resp.status();
+                let text = resp.text().await.unwrap();
+                assert_eq!(status, 200, "{name}: {text}");
+                answers.push(text);
+            }
+            answers
+        }
+    };
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let recorded = send(&rec, "live").await;
+    let rec_out = rec.stop();
+    assert!(fake.received().len() == names.len());
+    let replay = Serve::replaying(dir.path());
+    let replayed = send(&replay, "rotated").await;
+    let replay_out = replay.stop();
+    assert_eq!(fake.received().len(), names.len(), "replay went upstream");
+    // The client got the provider's echo live; replay gives the recording, placeholder and all.
+    assert!(recorded.iter().any(|a| a.contains("live-secret")));
+    assert!(
+        replayed.iter().all(|a| a.contains(PLACEHOLDER)),
+        "{replayed:?}"
+    );
+    nowhere(
+        dir.path(),
+        &[&rec_out.stderr, &replay_out.stderr],
+        &[
+            "live-secret",
+            "live-query",
+            "live-header",
+            "rotated-secret",
+            "rotated-query",
+            "rotated-header",
+        ],
+    );
+}
