@@ -451,14 +451,15 @@ async fn the_agents_sdks_traces_are_telemetry_and_its_run_replays_offline_with_n
 
 /// Paths `[telemetry]` names, of any provider, are telemetry too: recorded once a test, without
 /// their bodies; in replay answered with the recorded status whatever they send, or with a 204
-/// when none was recorded; never a miss.
+/// when none was recorded; never a miss. Its `*` stays within one segment of the path: a path
+/// one segment deeper is an ordinary call, and misses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_telemetry_paths_are_answered_whatever_their_body() {
     use crate::support::{http, Serve};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("llmreplay.toml"),
-        "[providers.tracer]\nkind = \"http\"\nupstream = \"https://tracer.example\"\n\n[telemetry]\npaths = [\"/tools/ingest*\"]\n",
+        "[providers.tracer]\nkind = \"http\"\nupstream = \"https://tracer.example\"\n\n[telemetry]\npaths = [\"/tools/ingest/*\"]\n",
     )
     .unwrap();
     let fake = FakeProvider::start().await;
@@ -501,6 +502,9 @@ async fn configured_telemetry_paths_are_answered_whatever_their_body() {
     );
     let sent = http().post(&other).body("anything").send().await.unwrap();
     assert_eq!(sent.status(), 204);
+    let deeper = format!("{}/tracer/tools/ingest/batch/one", replay.for_test(test));
+    let sent = http().post(&deeper).body("anything").send().await.unwrap();
+    assert!(!sent.status().is_success(), "{}", sent.status());
     let journal = replay.journal().await;
     let outcomes: Vec<&str> = journal
         .as_array()
@@ -508,9 +512,13 @@ async fn configured_telemetry_paths_are_answered_whatever_their_body() {
         .iter()
         .map(|r| r["outcome"].as_str().unwrap())
         .collect();
-    assert_eq!(outcomes, ["telemetry"; 4], "{journal}");
+    assert_eq!(
+        outcomes,
+        ["telemetry", "telemetry", "telemetry", "telemetry", "miss"],
+        "{journal}"
+    );
     let stopped = replay.stop();
-    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert!(!stopped.status.success(), "the deeper path missed: {}", stopped.stderr);
     assert!(
         stopped.stderr.contains("4 telemetry answered here"),
         "{}",
