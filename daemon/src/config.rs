@@ -3,7 +3,7 @@
 //! value is reported here, at start-up, never at request time.
 
 use crate::provider::{Kind, Provider, UpstreamSource};
-use cassettes::{Normalizer, ProviderName, ReplaceRule};
+use cassettes::{IgnoreRule, Normalizer, ProviderName, ReplaceRule};
 pub use runlog::report::Mode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -279,7 +279,7 @@ struct ProviderEntry {
 #[serde(deny_unknown_fields)]
 struct MatchSection {
     #[serde(default)]
-    ignore: Vec<String>,
+    ignore: Vec<IgnoreRule>,
     #[serde(default)]
     replace: Vec<ReplaceRule>,
 }
