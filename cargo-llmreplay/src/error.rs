@@ -93,6 +93,23 @@ pub enum Error {
     /// A rerun that cannot start: a bad `--param`, a cassette it cannot read.
     #[error("{0}")]
     Rerun(String),
+    /// `match suggest --apply` found a cassette it would re-key that it cannot read, before it
+    /// changed anything.
+    #[error("{source}\nnothing was changed: no rule added, no cassette re-keyed. Mend or remove that cassette, then run cargo llmreplay match suggest --apply again")]
+    ApplyRefused {
+        #[source]
+        source: Box<cassettes::Error>,
+    },
+    /// `match suggest --apply` wrote its rules, then failed to re-key a cassette.
+    #[error("{written}, but re-keying stopped: {source}\nnot re-keyed: {left}. The rules stay; mend that cassette, then run cargo llmreplay match suggest --apply again")]
+    ApplyUnfinished {
+        /// Which rules went where.
+        written: String,
+        /// The cassettes left with their old keys.
+        left: String,
+        #[source]
+        source: Box<cassettes::Error>,
+    },
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -123,6 +140,8 @@ impl Error {
             | Error::ReportInvalid { .. }
             | Error::Report(_)
             | Error::Rerun(_)
+            | Error::ApplyRefused { .. }
+            | Error::ApplyUnfinished { .. }
             | Error::Io { .. } => exit::USAGE,
         }
     }

@@ -8,6 +8,7 @@ use crate::error::{Error, Outcome, Result};
 use crate::render::{plural, stderr, term};
 use crate::report::{Missing, Report, ReportExt};
 use cassettes::classify::{match_table, Class, Rule};
+use cassettes::{Slug, TestId};
 use clap::{Args, Subcommand};
 use std::path::{Path, PathBuf};
 
@@ -54,14 +55,20 @@ pub fn run(command: MatchCommand) -> Result<Outcome> {
     let (volatile, others): (Vec<&Missing>, Vec<&Missing>) = report.missing.iter().partition(|m| {
         m.miss.detail.class == Some(Class::Volatile) && !m.miss.detail.rules.is_empty()
     });
-    let mut rules: Vec<Rule> = Vec::new();
+    // Each rule with the tests whose misses suggested it: the tests it will apply to.
+    let mut scoped: Vec<(Rule, Vec<TestId>)> = Vec::new();
     for m in &volatile {
         for rule in &m.miss.detail.rules {
-            if !rules.contains(rule) {
-                rules.push(rule.clone());
+            match scoped.iter_mut().find(|(r, _)| r == rule) {
+                Some((_, tests)) if !tests.contains(&m.miss.test) => {
+                    tests.push(m.miss.test.clone())
+                }
+                Some(_) => {}
+                None => scoped.push((rule.clone(), vec![m.miss.test.clone()])),
             }
         }
     }
+    let rules: Vec<Rule> = scoped.iter().map(|(r, _)| r.clone()).collect();
     say_others(&others);
     if rules.is_empty() {
         stderr(&format!(
@@ -70,7 +77,7 @@ pub fn run(command: MatchCommand) -> Result<Outcome> {
         ));
         return Ok(Outcome::gate(!others.is_empty()));
     }
-    let tests: Vec<&cassettes::TestId> = unique(volatile.iter().map(|m| &m.miss.test));
+    let tests: Vec<&TestId> = unique(volatile.iter().map(|m| &m.miss.test));
     let mut out = format!(
         "{} for {} of the last run ({}):\n\n",
         plural(rules.len(), "[match] rule"),
@@ -93,9 +100,27 @@ pub fn run(command: MatchCommand) -> Result<Outcome> {
         print!("{out}");
         return Ok(Outcome::Success);
     }
+    out.push_str(&format!(
+        "\n--apply writes each for the tests whose misses suggested it ({}); widen one by adding ids or globs to its `tests`, or removing `tests`\n",
+        term(
+            &tests
+                .iter()
+                .map(|t| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    ));
     print!("{out}");
+    // Every cassette the rules will re-key is read before anything is written: a broken one
+    // stops the command with nothing changed.
+    let files = cassettes_of(&resolved, &tests)?;
+    for file in &files {
+        cassettes::read_cassette_with_blobs(file).map_err(|source| Error::ApplyRefused {
+            source: Box::new(source),
+        })?;
+    }
     let config = resolved.root.join(daemon::CONFIG_FILE);
-    let added = add_rules(&config, &rules)?;
+    let added = add_rules(&config, &scoped)?;
     // The rules as the daemon will read them: a file that no longer loads is put back.
     let reloaded = match Resolved::workspace(&args.cassettes) {
         Ok(r) => r,
@@ -104,16 +129,27 @@ pub fn run(command: MatchCommand) -> Result<Outcome> {
             return Err(e);
         }
     };
-    stderr(&format!(
-        "\nadded {} to {}\n",
+    let written = format!(
+        "added {} to {}",
         plural(added.count, "rule"),
         term(&reloaded.rel(&config))
-    ));
-    let (recordings, files) = rekey_all(&reloaded)?;
+    );
+    stderr(&format!("\n{written}\n"));
+    let (recordings, changed) = rekey(&reloaded, &files).map_err(|(done, source)| {
+        let left: Vec<String> = files[done..]
+            .iter()
+            .map(|f| term(&reloaded.rel(f)).into_owned())
+            .collect();
+        Error::ApplyUnfinished {
+            written: written.clone(),
+            left: left.join(", "),
+            source: Box::new(source),
+        }
+    })?;
     stderr(&format!(
         "re-keyed {} in {} under the new rules; answers unchanged\n",
         plural(recordings, "recording"),
-        plural(files, "cassette")
+        plural(changed, "cassette")
     ));
     if args.no_replay {
         return Ok(Outcome::Success);
@@ -142,8 +178,8 @@ fn say_others(others: &[&Missing]) {
     }
 }
 
-fn unique<'a>(tests: impl Iterator<Item = &'a cassettes::TestId>) -> Vec<&'a cassettes::TestId> {
-    let mut out: Vec<&cassettes::TestId> = Vec::new();
+fn unique<'a>(tests: impl Iterator<Item = &'a TestId>) -> Vec<&'a TestId> {
+    let mut out: Vec<&TestId> = Vec::new();
     for t in tests {
         if !out.contains(&t) {
             out.push(t);
@@ -169,10 +205,10 @@ impl Added {
     }
 }
 
-/// Appends `rules` to `[match] ignore` and `[match] replace`, creating the file or the table
-/// when there is none and leaving every other line as it was; a rule already there is not
-/// added twice.
-fn add_rules(path: &Path, rules: &[Rule]) -> Result<Added> {
+/// Appends `rules` to `[match] ignore` and `[match] replace`, each naming its tests, creating
+/// the file or the table when there is none and leaving every other line as it was; a rule
+/// already there is not added twice (one that names its tests gets those it lacks).
+fn add_rules(path: &Path, rules: &[(Rule, Vec<TestId>)]) -> Result<Added> {
     let before = match std::fs::read_to_string(path) {
         Ok(text) => Some(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -194,16 +230,25 @@ fn add_rules(path: &Path, rules: &[Rule]) -> Result<Added> {
             ))
         })?;
     let mut count = 0;
-    for rule in rules {
-        let (name, value) = match rule {
-            Rule::Ignore { pointer } => ("ignore", toml_edit::Value::from(pointer.as_str())),
+    for (rule, tests) in rules {
+        let mut t = toml_edit::InlineTable::new();
+        let name = match rule {
+            Rule::Ignore { pointer } => {
+                t.insert("pointer", pointer.as_str().into());
+                "ignore"
+            }
             Rule::Replace { pattern, with } => {
-                let mut t = toml_edit::InlineTable::new();
                 t.insert("pattern", pattern.as_str().into());
                 t.insert("with", with.as_str().into());
-                ("replace", toml_edit::Value::InlineTable(t))
+                "replace"
             }
         };
+        let same_rule = t.clone();
+        t.insert(
+            "tests",
+            toml_edit::Value::Array(tests.iter().map(|t| t.as_str()).collect()),
+        );
+        let value = toml_edit::Value::InlineTable(t);
         let array = table
             .entry(name)
             .or_insert_with(|| toml_edit::value(toml_edit::Array::new()))
@@ -214,10 +259,16 @@ fn add_rules(path: &Path, rules: &[Rule]) -> Result<Added> {
                     path.display()
                 ))
             })?;
-        let same = |v: &toml_edit::Value| v.to_string().trim() == value.to_string().trim();
-        if !array.iter().any(same) {
-            array.push(value);
-            count += 1;
+        let found = array.iter().position(|v| is_rule(v, &same_rule));
+        match found {
+            Some(at) => {
+                let existing = array.get_mut(at).expect("found there");
+                count += usize::from(widen(existing, tests));
+            }
+            None => {
+                array.push(value);
+                count += 1;
+            }
         }
         // One rule a line: a list of patterns reads, and diffs, better that way.
         if array.len() > 1 {
@@ -238,24 +289,75 @@ fn add_rules(path: &Path, rules: &[Rule]) -> Result<Added> {
     })
 }
 
-/// Every cassette re-keyed under the rules `resolved` compiled: how many recordings changed
-/// key, in how many files.
-fn rekey_all(resolved: &Resolved) -> Result<(usize, usize)> {
-    let normalizer = &resolved.settings.normalizer;
-    let (mut recordings, mut files) = (0, 0);
-    for file in cassettes::cassette_files(resolved.cassette_dir())? {
-        let changed = cassettes::rekey_cassette(&file, |r| normalizer.renormalize(r))?;
-        if !changed.is_empty() {
-            recordings += changed.len();
-            files += 1;
+/// Whether `v` (a bare pointer, or a table) is the rule `rule` holds, whatever tests it names.
+fn is_rule(v: &toml_edit::Value, rule: &toml_edit::InlineTable) -> bool {
+    let text = |v: Option<&toml_edit::Value>| v.and_then(|v| v.as_str()).map(str::to_owned);
+    match v {
+        toml_edit::Value::String(s) => text(rule.get("pointer")).as_deref() == Some(s.value()),
+        toml_edit::Value::InlineTable(t) => rule
+            .iter()
+            .all(|(k, want)| text(t.get(k)) == text(Some(want))),
+        _ => false,
+    }
+}
+
+/// Adds to a rule already written the tests it does not name yet; one that names none applies
+/// to every test already. Whether it changed.
+fn widen(existing: &mut toml_edit::Value, tests: &[TestId]) -> bool {
+    let Some(named) = existing
+        .as_inline_table_mut()
+        .and_then(|t| t.get_mut("tests"))
+        .and_then(|t| t.as_array_mut())
+    else {
+        return false;
+    };
+    let mut changed = false;
+    for test in tests {
+        if !named.iter().any(|n| n.as_str() == Some(test.as_str())) {
+            named.push(test.as_str());
+            changed = true;
         }
     }
-    Ok((recordings, files))
+    changed
+}
+
+/// The cassette files of `tests`' folders: what their rules re-key, and nothing else.
+fn cassettes_of(resolved: &Resolved, tests: &[&TestId]) -> Result<Vec<PathBuf>> {
+    let folders: Vec<Slug> = tests.iter().map(|t| Slug::from_test_id(t)).collect();
+    Ok(cassettes::cassette_files(resolved.cassette_dir())?
+        .into_iter()
+        .filter(|f| {
+            let folder = f.parent().and_then(|p| p.file_name());
+            folders
+                .iter()
+                .any(|s| folder == Some(std::ffi::OsStr::new(s.as_str())))
+        })
+        .collect())
+}
+
+/// `files` re-keyed, each under the rules of the test it is for: how many recordings changed
+/// key, in how many files; or how many files were done when one failed, and why.
+fn rekey(
+    resolved: &Resolved,
+    files: &[PathBuf],
+) -> std::result::Result<(usize, usize), (usize, cassettes::Error)> {
+    let normalizer = &resolved.settings.normalizer;
+    let (mut recordings, mut changed_files) = (0, 0);
+    for (done, file) in files.iter().enumerate() {
+        let changed =
+            cassettes::rekey_cassette(file, |test, r| normalizer.for_test(test).renormalize(r))
+                .map_err(|e| (done, e))?;
+        if !changed.is_empty() {
+            recordings += changed.len();
+            changed_files += 1;
+        }
+    }
+    Ok((recordings, changed_files))
 }
 
 /// Replays `tests` with `cargo llmreplay test`, offline, to show the fix works; its status is
 /// this command's.
-pub fn replay(tests: &[&cassettes::TestId], report: &Path) -> Result<Outcome> {
+pub fn replay(tests: &[&TestId], report: &Path) -> Result<Outcome> {
     let Some(filter) = daemon::tests_filter(tests) else {
         stderr("the tests that missed are not nextest's: run them again against cargo llmreplay serve to check\n");
         return Ok(Outcome::Success);

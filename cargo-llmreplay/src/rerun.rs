@@ -290,6 +290,7 @@ async fn send_one(item: &Item, request: &Request<'_>, resender: &Resender) -> Se
         )
     })?;
     let outgoing = outgoing(
+        &item.test,
         &item.old,
         provider,
         request.model,
@@ -524,6 +525,7 @@ fn set_at(target: &mut Value, pointer: &str, value: Value) -> Result<(), String>
 }
 
 fn outgoing(
+    test: &TestId,
     old: &Interaction,
     provider: &Provider,
     model: Option<&str>,
@@ -552,7 +554,7 @@ fn outgoing(
         // Multipart goes out with a fresh boundary; the key hashes the parts, so it is unchanged.
         None => request.body.encode()?,
     };
-    let recorded = settings.normalizer.request(
+    let recorded = settings.normalizer.for_test(test).request(
         &request.method,
         &path,
         request.query.as_deref(),
@@ -757,7 +759,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let settings = Settings::load(dir.path(), None, &daemon::Overrides::default()).unwrap();
         let body = r#"{"contents":[{"role":"user","parts":[{"text":"Hi"}]}]}"#;
-        let request = settings.normalizer.request(
+        let request = settings.normalizer.for_test(&TestId::new("t")).request(
             "POST",
             "/v1beta/models/gemini-1.5-flash:streamGenerateContent",
             Some("alt=sse"),
@@ -776,8 +778,17 @@ mod tests {
             step: None,
         };
         let gemini = Provider::builtin(daemon::provider::Kind::Gemini);
+        let t = TestId::new("t");
         let params = [parse_param("generationConfig.temperature=0").unwrap()];
-        let out = outgoing(&old, &gemini, Some("gemini-2.5-pro"), &params, &settings).unwrap();
+        let out = outgoing(
+            &t,
+            &old,
+            &gemini,
+            Some("gemini-2.5-pro"),
+            &params,
+            &settings,
+        )
+        .unwrap();
         assert_eq!(
             out.request.path,
             "/v1beta/models/gemini-2.5-pro:streamGenerateContent"
@@ -787,7 +798,7 @@ mod tests {
         assert_eq!(sent["generationConfig"]["temperature"], 0);
         assert!(sent.get("model").is_none());
         assert_ne!(Key::of(&out.request), old.key);
-        let same = outgoing(&old, &gemini, None, &[], &settings).unwrap();
+        let same = outgoing(&t, &old, &gemini, None, &[], &settings).unwrap();
         assert_eq!(Key::of(&same.request), old.key, "no override, the same key");
     }
 

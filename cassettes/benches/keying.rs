@@ -16,6 +16,7 @@ fn main() {
     let rule = |pattern: &str| ReplaceRule {
         pattern: pattern.into(),
         replacement: "x".into(),
+        tests: vec![],
     };
     for pattern in [
         r"a{990}b",
@@ -26,10 +27,11 @@ fn main() {
         r"\d{4}-\d{2}-\d{2}T[0-9:.]+Z",
     ] {
         let n = Normalizer::new(&[], &[rule(pattern)]).expect("accepted");
+        let test = llmreplay_cassettes::TestId::new("t");
         let mut times: Vec<Duration> = (0..7)
             .map(|_| {
                 let started = Instant::now();
-                let request = n.request(
+                let request = n.for_test(&test).request(
                     "POST",
                     "/v1/chat/completions",
                     None,

@@ -42,7 +42,7 @@ fn main() {
         Some("--modify") => Some(args.get(5).and_then(|n| n.parse().ok()).expect(usage)),
         _ => None,
     };
-    let normalizer = Normalizer::default();
+    let normalizer = Normalizer::plain();
     let provider = ProviderName::new("openai").expect("a name");
     let (first, last, version) = match modify {
         Some(n) => (0, n, "v2"),

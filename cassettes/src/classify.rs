@@ -657,10 +657,13 @@ mod tests {
         let rule = crate::key::ReplaceRule {
             pattern: pattern.clone(),
             replacement: with.clone(),
+            tests: vec![],
         };
         let normalizer = crate::Normalizer::new(&[], &[rule]).unwrap();
+        let test = crate::TestId::new("t");
         let keyed = |text: &str| {
             normalizer
+                .for_test(&test)
                 .request(
                     "POST",
                     "/",

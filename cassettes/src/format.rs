@@ -1053,9 +1053,9 @@ mod tests {
         );
         assert_eq!(r.body_bytes(), parts.concat().as_bytes());
         let p = Prepared::of(&Interaction {
-            key: Key::of(&crate::Normalizer::default().request("POST", "/", None, None, b"", &[])),
+            key: Key::of(&crate::Normalizer::plain().request("POST", "/", None, None, b"", &[])),
             seal: None,
-            request: crate::Normalizer::default().request("POST", "/", None, None, b"", &[]),
+            request: crate::Normalizer::plain().request("POST", "/", None, None, b"", &[]),
             response: r,
             timing: None,
             summary: None,

@@ -41,7 +41,7 @@ pub use format::{
 };
 pub use fs::{confined, DEFAULT_LOCK_TIMEOUT};
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
-pub use key::{differing_fields, Key, Normalizer, RecordedRequest, ReplaceRule};
+pub use key::{differing_fields, IgnoreRule, Key, Normalizer, RecordedRequest, ReplaceRule, Rules};
 pub use maintenance::{
     cassette_files, fix_cassette, move_test, mv_command, read_cassette, read_cassette_with_blobs,
     rekey_cassette, remove_folder, remove_leftover_temp, remove_recordings,

@@ -253,20 +253,21 @@ pub fn fix_cassette(path: &Path) -> Result<Vec<Fixed>, Error> {
     Ok(fixed)
 }
 
-/// Gives each interaction of a cassette the request (and key) `renormalize` makes of its own,
+/// Gives each interaction of a cassette the request (and key) `renormalize` makes of its own
+/// (given the test the cassette is for, whose rules apply),
 /// under the folder's lock, keeping every answer byte for byte; writes the file when a key
 /// changed. For `[match]` rules added after the recordings were made. Returns each changed
 /// position with its old and new key.
 pub fn rekey_cassette(
     path: &Path,
-    renormalize: impl Fn(&RecordedRequest) -> RecordedRequest,
+    renormalize: impl Fn(&TestId, &RecordedRequest) -> RecordedRequest,
 ) -> Result<Vec<(usize, Key, Key)>, Error> {
     let dir = path.parent().expect("cassette paths have a folder");
     let _lock = lock_folder(dir, DEFAULT_LOCK_TIMEOUT)?;
     let mut cassette = read_cassette_with_blobs(path)?;
     let mut changed = Vec::new();
     for (index, x) in cassette.interactions.iter_mut().enumerate() {
-        let request = renormalize(&x.request);
+        let request = renormalize(&cassette.test, &x.request);
         let key = Key::of(&request);
         if key != x.key {
             changed.push((index, x.key.clone(), key.clone()));

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 /// A chat completion interaction: `prompt` as the user's message, `answer` as the body.
 pub fn interaction(prompt: &str, answer: &str) -> Interaction {
     let body = format!(r#"{{"messages":[{{"role":"user","content":"{prompt}"}}]}}"#);
-    let request = Normalizer::default().request(
+    let request = Normalizer::plain().request(
         "POST",
         "/v1/chat/completions",
         None,

@@ -3,7 +3,7 @@
 //! value is reported here, at start-up, never at request time.
 
 use crate::provider::{Kind, Provider, UpstreamSource};
-use cassettes::{Normalizer, ProviderName, ReplaceRule};
+use cassettes::{IgnoreRule, Normalizer, ProviderName, ReplaceRule};
 pub use runlog::report::Mode;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -279,7 +279,7 @@ struct ProviderEntry {
 #[serde(deny_unknown_fields)]
 struct MatchSection {
     #[serde(default)]
-    ignore: Vec<String>,
+    ignore: Vec<IgnoreRule>,
     #[serde(default)]
     replace: Vec<ReplaceRule>,
 }
@@ -324,9 +324,9 @@ pub struct Settings {
     pub providers: Vec<Arc<Provider>>,
     /// The `[match]` rules, compiled.
     pub normalizer: Normalizer,
-    /// `[telemetry] paths`: paths of any provider that only report; a trailing `*` takes
-    /// every path under it.
-    pub telemetry: Vec<String>,
+    /// `[telemetry] paths`: paths of any provider that only report, as globs over the path:
+    /// `*` stays within one segment, `**` takes any number of them.
+    pub telemetry: Vec<cassettes::glob::GlobMatcher>,
     /// Response headers never written, lowercase, on top of the built-in secret list.
     pub redact_headers: Vec<String>,
     /// Replay streams at their recorded pace.
@@ -449,11 +449,12 @@ impl Settings {
     /// `[telemetry] paths`.
     pub fn is_telemetry(&self, route: &crate::route::Route) -> bool {
         let path = route.upstream_path.as_str();
-        route.provider.family().telemetry_paths().contains(&path)
-            || self.telemetry.iter().any(|p| match p.strip_suffix('*') {
-                Some(prefix) => path.starts_with(prefix),
-                None => p == path,
-            })
+        route.provider.family().telemetry_paths().contains(&path) || self.configured_telemetry(path)
+    }
+
+    /// Whether `path` is one of `[telemetry] paths`.
+    fn configured_telemetry(&self, path: &str) -> bool {
+        self.telemetry.iter().any(|p| p.is_match(path))
     }
 
     /// Reads `config` (when it exists; a missing `llmreplay.toml` means every default), relative
@@ -637,6 +638,13 @@ impl Settings {
                 "[telemetry] paths: {bad:?} is not a path; write it as the API has it, from its first '/', e.g. \"/api/public/ingestion\""
             )));
         }
+        let telemetry = file
+            .telemetry
+            .paths
+            .iter()
+            .map(|p| cassettes::glob::glob(p, cassettes::glob::Separator::Literal))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConfigError::Invalid(format!("[telemetry] paths: {e}")))?;
         let network = crate::upstream::Network {
             ca_file: file.upstream.ca_file.as_ref().map(|f| root.join(f)),
             proxy: file.upstream.proxy.clone(),
@@ -687,7 +695,7 @@ impl Settings {
             cassette_dir: root.join(cassette_dir),
             providers: providers.into_values().map(Arc::new).collect(),
             normalizer,
-            telemetry: file.telemetry.paths,
+            telemetry,
             redact_headers: file
                 .redact
                 .headers
@@ -793,6 +801,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
         Settings::load(dir.path(), None, overrides)
+    }
+
+    /// A `*` in `[telemetry] paths` stays within one segment of the path; `**` crosses them.
+    #[test]
+    fn telemetry_globs_match_whole_segments() {
+        let s = load(
+            "[telemetry]\npaths = [\"/runs/batch*\", \"/api/public/ingestion\", \"/traces/**\", \"/v1/*/ingest\"]\n",
+            &Overrides::default(),
+        )
+        .unwrap();
+        let t = |p| s.configured_telemetry(p);
+        assert!(t("/runs/batch") && t("/runs/batches"));
+        assert!(!t("/runs/batch/one"), "a * does not cross a '/'");
+        assert!(t("/api/public/ingestion"));
+        assert!(!t("/api/public/ingestion/more") && !t("/api/public/ingestions"));
+        assert!(t("/traces/a") && t("/traces/a/b/c"));
+        assert!(!t("/tracesx/a"));
+        assert!(t("/v1/abc/ingest") && !t("/v1/a/b/ingest"));
     }
 
     #[test]
@@ -945,6 +971,10 @@ mod tests {
             e.contains("[telemetry] paths: \"api/public/ingestion\" is not a path"),
             "{e}"
         );
+        let e = load("[telemetry]\npaths = [\"/a/[\"]\n", &o)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("[telemetry] paths") && e.contains("/a/["), "{e}");
         let e = load("casette_dir = 1\n", &o).unwrap_err().to_string();
         assert!(e.contains("line 1") && e.contains("casette_dir"), "{e}");
         let e = load("[providers.x]\nkind = \"openai\"\n", &o)

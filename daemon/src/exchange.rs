@@ -80,14 +80,18 @@ pub(crate) async fn http_read(
     };
     crate::credentials::learn(&state, &parts.headers, parts.uri.query());
     let keyed = |state: &State, query: Option<&str>, content_type: Option<&str>| {
-        let request = state.settings.normalizer.request_shared(
-            parts.method.as_str(),
-            &route.upstream_path,
-            query,
-            content_type,
-            &keyed_body,
-            providers::secret_params(),
-        );
+        let request = state
+            .settings
+            .normalizer
+            .for_test(&route.test)
+            .request_shared(
+                parts.method.as_str(),
+                &route.upstream_path,
+                query,
+                content_type,
+                &keyed_body,
+                providers::secret_params(),
+            );
         let key = Key::of(&request);
         (request, key)
     };

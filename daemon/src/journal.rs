@@ -621,7 +621,7 @@ mod tests {
                 entry,
                 method: http::Method::POST,
                 path: "/v1/chat/completions".into(),
-                key: cassettes::Key::of(&cassettes::Normalizer::default().request(
+                key: cassettes::Key::of(&cassettes::Normalizer::plain().request(
                     "POST",
                     "/",
                     None,

@@ -112,7 +112,7 @@ pub(crate) async fn begin(
     let method_name = protocol::method(message).unwrap_or("").to_string();
     let keyed = protocol::keyed(message);
     let bytes = serde_json::to_vec(&keyed).expect("JSON values serialise");
-    let request = state.settings.normalizer.request(
+    let request = state.settings.normalizer.for_test(&test).request(
         "MCP",
         &method_name,
         None,

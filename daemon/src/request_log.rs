@@ -173,7 +173,7 @@ mod tests {
             entry: store.entry(&test, &provider).unwrap(),
             method,
             path: path.into(),
-            key: Key::of(&Normalizer::default().request("POST", path, None, None, b"{}", &[])),
+            key: Key::of(&Normalizer::plain().request("POST", path, None, None, b"{}", &[])),
             ordinal: 1,
             started: std::time::Instant::now(),
             bytes,

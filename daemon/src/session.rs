@@ -119,7 +119,7 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         .cloned()
         .expect("the handshake was checked: it has a key");
     crate::credentials::learn(&state, req.headers(), req.uri().query());
-    let request = state.settings.normalizer.session(
+    let request = state.settings.normalizer.for_test(&route.test).session(
         &route.upstream_path,
         req.uri().query(),
         providers::secret_params(),
@@ -302,7 +302,7 @@ async fn replay(
         let expected = frames.get(next);
         let differing = match expected {
             None => Some(vec!["(a frame after the last recorded one)".to_string()]),
-            Some(e) => differing(&state, e, binary, &payload),
+            Some(e) => differing(&state, &route.test, e, binary, &payload),
         };
         match differing {
             None => next += 1,
@@ -327,6 +327,7 @@ async fn replay(
 /// `None` when the client's frame matches the recorded one; else the fields that differ.
 fn differing(
     state: &State,
+    test: &cassettes::TestId,
     expected: &WsFrame,
     binary: bool,
     payload: &Bytes,
@@ -337,7 +338,7 @@ fn differing(
     let got = WsFrame::new(Side::Client, binary, payload.clone(), 0);
     match (expected.json(), got.json()) {
         (Some(a), Some(b)) => {
-            let norm = &state.settings.normalizer;
+            let norm = state.settings.normalizer.for_test(test);
             let (a, b) = (comparable(&norm.frame(&a)), comparable(&norm.frame(&b)));
             if a == b {
                 None

@@ -382,7 +382,7 @@ mod tests {
         let path = folder.join("openai.json");
         let mut audio = interaction("speak", "{}");
         // Another path: a call of its own, never paired with another as a drifted prompt.
-        audio.request = cassettes::Normalizer::default().request(
+        audio.request = cassettes::Normalizer::plain().request(
             "POST",
             "/v1/audio/speech",
             None,

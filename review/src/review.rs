@@ -540,7 +540,7 @@ mod tests {
                 let v = serde_json::json!({"type": "response.output_text.delta", "event_id": ids, "delta": d});
                 frames.push(WsFrame::new(Side::Server, false, v.to_string().into(), 2));
             }
-            let request = cassettes::Normalizer::default().session(
+            let request = cassettes::Normalizer::plain().session(
                 "/v1/realtime",
                 Some("model=gpt-realtime"),
                 &[],

@@ -177,6 +177,114 @@ async fn volatile_prompts_miss_then_match_suggest_apply_makes_them_replay_offlin
     assert_eq!(again.report["counts"]["hits"], 3, "{}", again.report);
 }
 
+/// A rule `match suggest --apply` writes names the tests whose misses suggested it: two tests
+/// send the same kind of prompt (a time and a UUID); the rule one test's miss suggested lets
+/// that test replay, and the other's keys stay as they were (it still misses) until its own
+/// miss widens the rule. Before any of that, an apply that would re-key a cassette it cannot
+/// read refuses, having written nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_rule_applies_to_the_tests_that_missed_until_widened() {
+    let one = "test(=volatile_time_and_uuid)";
+    let both = "test(/time_and_uuid$/)";
+    let Some(mut r) = Recorded::new("0.1.47", both).await else {
+        return;
+    };
+    let env = r.env(&[]);
+    let sample = &r.sample;
+    let config = sample.root.join("llmreplay.toml");
+    let one_file = sample.cassette("sample--volatile--volatile_time_and_uuid", "openai");
+    let other_file = sample.cassette("sample--volatile--scoped_time_and_uuid", "openai");
+    let other_before = std::fs::read(&other_file).unwrap();
+
+    let missed = sample.run(&["-E", one], &env);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    assert_eq!(classes(&missed.report), ["volatile"], "{}", missed.report);
+    let report = missed.report_path.to_str().unwrap().to_string();
+
+    // A cassette that does not parse in the folder apply would re-key: nothing is written.
+    let one_before = std::fs::read(&one_file).unwrap();
+    let broken = one_file.with_file_name("anthropic.json");
+    std::fs::write(&broken, "{ \"llmreplay\": 2, \"interactions\": [").unwrap();
+    let refused =
+        sample.llmreplay_with(&["match", "suggest", "--apply", "--report", &report], &env);
+    assert_eq!(
+        refused.code,
+        Some(2),
+        "{}\n{}",
+        refused.stdout,
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("anthropic.json")
+            && refused
+                .stderr
+                .contains("nothing was changed: no rule added"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!config.exists(), "no rule written");
+    assert_eq!(
+        std::fs::read(&one_file).unwrap(),
+        one_before,
+        "no cassette re-keyed"
+    );
+    std::fs::remove_file(&broken).unwrap();
+
+    // Applied from the one test's miss: written for that test, its cassette alone re-keyed.
+    let applied = apply(sample, &report, &env);
+    assert!(
+        applied
+            .stdout
+            .contains("--apply writes each for the tests whose misses suggested it"),
+        "{}",
+        applied.stdout
+    );
+    let toml = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        toml.contains(r#"tests = ["sample::volatile$volatile_time_and_uuid"]"#)
+            && !toml.contains("scoped_time_and_uuid"),
+        "{toml}"
+    );
+    assert_ne!(std::fs::read(&one_file).unwrap(), one_before, "re-keyed");
+    assert_eq!(
+        std::fs::read(&other_file).unwrap(),
+        other_before,
+        "the other test's keys are untouched"
+    );
+
+    // Both, offline: the one replays, the other still misses.
+    let ci = r.env(&[("CI", "true")]);
+    let next = sample.run(&["-E", both], &ci);
+    assert_ne!(next.code, Some(0), "{}", next.stderr);
+    let missing = next.report["missing"].as_array().unwrap();
+    assert_eq!(missing.len(), 1, "{}", next.report);
+    assert!(
+        missing[0]["test"]
+            .as_str()
+            .unwrap()
+            .ends_with("scoped_time_and_uuid"),
+        "{}",
+        next.report
+    );
+    assert_eq!(next.report["counts"]["hits"], 1, "{}", next.report);
+
+    // Widened by the other test's own miss: the same rule now names both, and both replay.
+    let report = next.report_path.to_str().unwrap().to_string();
+    apply(sample, &report, &env);
+    let toml = std::fs::read_to_string(&config).unwrap();
+    assert!(toml.contains("scoped_time_and_uuid"), "{toml}");
+    assert_eq!(
+        toml.matches("<TIME>").count(),
+        1,
+        "one rule, widened: {toml}"
+    );
+    drop((env, ci));
+    r.fake.stop();
+    let again = r.sample.run(&["-E", both], &r.env(&[("CI", "true")]));
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(again.report["counts"]["hits"], 2, "{}", again.report);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sdk_option_rekeys_keeping_the_answer_and_a_new_prompt_is_refused() {
     let filter = "test(=shape_streams_a_greeting)";
@@ -451,14 +559,15 @@ async fn the_agents_sdks_traces_are_telemetry_and_its_run_replays_offline_with_n
 
 /// Paths `[telemetry]` names, of any provider, are telemetry too: recorded once a test, without
 /// their bodies; in replay answered with the recorded status whatever they send, or with a 204
-/// when none was recorded; never a miss.
+/// when none was recorded; never a miss. Its `*` stays within one segment of the path: a path
+/// one segment deeper is an ordinary call, and misses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_telemetry_paths_are_answered_whatever_their_body() {
     use crate::support::{http, Serve};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("llmreplay.toml"),
-        "[providers.tracer]\nkind = \"http\"\nupstream = \"https://tracer.example\"\n\n[telemetry]\npaths = [\"/tools/ingest*\"]\n",
+        "[providers.tracer]\nkind = \"http\"\nupstream = \"https://tracer.example\"\n\n[telemetry]\npaths = [\"/tools/ingest/*\"]\n",
     )
     .unwrap();
     let fake = FakeProvider::start().await;
@@ -501,6 +610,9 @@ async fn configured_telemetry_paths_are_answered_whatever_their_body() {
     );
     let sent = http().post(&other).body("anything").send().await.unwrap();
     assert_eq!(sent.status(), 204);
+    let deeper = format!("{}/tracer/tools/ingest/batch/one", replay.for_test(test));
+    let sent = http().post(&deeper).body("anything").send().await.unwrap();
+    assert!(!sent.status().is_success(), "{}", sent.status());
     let journal = replay.journal().await;
     let outcomes: Vec<&str> = journal
         .as_array()
@@ -508,9 +620,17 @@ async fn configured_telemetry_paths_are_answered_whatever_their_body() {
         .iter()
         .map(|r| r["outcome"].as_str().unwrap())
         .collect();
-    assert_eq!(outcomes, ["telemetry"; 4], "{journal}");
+    assert_eq!(
+        outcomes,
+        ["telemetry", "telemetry", "telemetry", "telemetry", "miss"],
+        "{journal}"
+    );
     let stopped = replay.stop();
-    assert!(stopped.status.success(), "{}", stopped.stderr);
+    assert!(
+        !stopped.status.success(),
+        "the deeper path missed: {}",
+        stopped.stderr
+    );
     assert!(
         stopped.stderr.contains("4 telemetry answered here"),
         "{}",

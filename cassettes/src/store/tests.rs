@@ -547,7 +547,7 @@ proptest::proptest! {
         if big {
             answer = answer.repeat(crate::INLINE_LIMIT / answer.len().max(1) + 1);
         }
-        let req = crate::Normalizer::default().request("POST", "/p", None, None, &request, &[]);
+        let req = crate::Normalizer::plain().request("POST", "/p", None, None, &request, &[]);
         let x = Interaction {
             key: Key::of(&req),
             seal: None,

@@ -469,11 +469,14 @@ async fn listen(
             ),
         );
     }
-    let request =
-        state
-            .settings
-            .normalizer
-            .request("GET", &route.upstream_path, None, None, b"", &[]);
+    let request = state.settings.normalizer.for_test(&route.test).request(
+        "GET",
+        &route.upstream_path,
+        None,
+        None,
+        b"",
+        &[],
+    );
     let key = Key::of(&request);
     let planned = match plan(state, route, Method::GET, key, Form::Listen, None) {
         Ok(planned) => planned,
