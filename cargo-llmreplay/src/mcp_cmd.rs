@@ -265,10 +265,19 @@ pub fn run(args: McpArgs) -> Result<Outcome> {
             .map_err(|m| Error::Usage(format!("the daemon refused MCP server {name:?}: {m}")))?;
         let mode = opened["mode"].as_str().unwrap_or("replay").to_string();
         let live = opened["live"].as_bool().unwrap_or(false);
+        let max_line = opened["body_bytes"]
+            .as_u64()
+            .map_or(DEFAULT_MAX_LINE, |b| b as usize);
         let code = if mode == "replay" && !live {
-            replay(daemon).await
+            replay(daemon, max_line).await
         } else {
-            relay(daemon, &args.command, mode == "record-missing" && !live).await?
+            relay(
+                daemon,
+                &args.command,
+                mode == "record-missing" && !live,
+                max_line,
+            )
+            .await?
         };
         std::process::exit(code)
     })
@@ -318,6 +327,9 @@ impl std::fmt::Display for Side {
     }
 }
 
+/// The longest line when the daemon does not say (`[limits] body_mib`'s default, 100 MiB).
+const DEFAULT_MAX_LINE: usize = 100 << 20;
+
 /// One line of stdio MCP framing (newline-delimited, UTF-8 JSON-RPC), as read.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Line {
@@ -330,29 +342,66 @@ pub(crate) enum Line {
         number: u64,
         at: u64,
     },
+    /// A line longer than the cap, without its end read: its number from 1 and the offset of
+    /// its first byte. Nothing after it is read.
+    TooLong { number: u64, at: u64 },
 }
 
 /// Reads stdio MCP framing line by line, counting lines and bytes, so that a broken line can
 /// be named where it is; `tokio`'s `lines()` instead ends the stream at the first bad byte.
+/// A line is at most `max` bytes before its `\n`, so that a peer that never sends one cannot
+/// grow the shim's memory without bound.
 pub(crate) struct Lines<R> {
     reader: BufReader<R>,
     number: u64,
     offset: u64,
+    max: usize,
+    /// Set after a line over the cap: the rest of the stream is not framed.
+    overlong: bool,
 }
 
 impl<R: tokio::io::AsyncRead + Unpin> Lines<R> {
-    pub(crate) fn new(read: R) -> Self {
+    pub(crate) fn new(read: R, max: usize) -> Self {
         Lines {
             reader: BufReader::new(read),
             number: 0,
             offset: 0,
+            max,
+            overlong: false,
         }
     }
 
     /// The next line; none at the end.
     pub(crate) async fn next(&mut self) -> std::io::Result<Option<Line>> {
+        if self.overlong {
+            return Ok(None);
+        }
         let mut bytes = Vec::new();
-        if self.reader.read_until(b'\n', &mut bytes).await? == 0 {
+        loop {
+            let buf = self.reader.fill_buf().await?;
+            if buf.is_empty() {
+                break;
+            }
+            let (used, done) = match buf.iter().position(|b| *b == b'\n') {
+                Some(at) => (at + 1, true),
+                None => (buf.len(), false),
+            };
+            bytes.extend_from_slice(&buf[..used]);
+            self.reader.consume(used);
+            let content = bytes.len() - usize::from(done);
+            if content > self.max {
+                self.overlong = true;
+                self.number += 1;
+                return Ok(Some(Line::TooLong {
+                    number: self.number,
+                    at: self.offset,
+                }));
+            }
+            if done {
+                break;
+            }
+        }
+        if bytes.is_empty() {
             return Ok(None);
         }
         self.number += 1;
@@ -390,18 +439,27 @@ fn not_utf8(side: Side, number: u64, at: u64) -> String {
     format!("cargo-llmreplay mcp: {side} sent a line that is not UTF-8 (line {number}, byte offset {at}); MCP's stdio messages are UTF-8 JSON, one a line")
 }
 
+/// What the shim says when `side` sent a line longer than the cap.
+fn too_long(side: Side, number: u64, at: u64, max: usize) -> String {
+    format!("cargo-llmreplay mcp: {side} sent a line longer than {max} bytes (line {number}, starting at byte offset {at}) without its newline; MCP's stdio messages are one a line, and a larger one than [limits] body_mib in llmreplay.toml allows cannot be recorded")
+}
+
 /// Replay: every answer from the cassette; the server never starts.
-async fn replay(daemon: Daemon) -> i32 {
+async fn replay(daemon: Daemon, max_line: usize) -> i32 {
     let (out, writing) = writer();
     // The server's requests waiting for the client's answer, by id.
     let waiting: Arc<Mutex<HashMap<String, oneshot::Sender<()>>>> = Arc::default();
-    let mut lines = Lines::new(tokio::io::stdin());
+    let mut lines = Lines::new(tokio::io::stdin(), max_line);
     loop {
         let line = match lines.next().await {
             Ok(Some(Line::Text(line))) => line,
             Ok(None) => break,
             Ok(Some(Line::NotUtf8 { number, at, .. })) => {
                 eprintln!("{}", not_utf8(Side::Client, number, at));
+                return 1;
+            }
+            Ok(Some(Line::TooLong { number, at })) => {
+                eprintln!("{}", too_long(Side::Client, number, at, max_line));
                 return 1;
             }
             Err(e) => {
@@ -505,7 +563,12 @@ struct Flows {
 }
 
 /// The recording modes and --live: the server runs and each exchange goes to the daemon.
-async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Result<i32> {
+async fn relay(
+    daemon: Daemon,
+    command: &[OsString],
+    lazy_handshake: bool,
+    max_line: usize,
+) -> Result<i32> {
     let mut child = tokio::process::Command::new(&command[0])
         .args(&command[1..])
         .stdin(std::process::Stdio::piped())
@@ -550,15 +613,20 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
             }
         }
     };
-    // The server's messages: to the client, and into the exchange they belong to.
+    // The server's messages: to the client, and into the exchange they belong to. Ends
+    // true when the server broke the framing past repair (a line over the cap).
     let from_server = {
         let (out, flows, save, broken) = (out.clone(), flows.clone(), save.clone(), broken.clone());
         tokio::spawn(async move {
-            let mut lines = Lines::new(server_out);
+            let mut lines = Lines::new(server_out, max_line);
             loop {
                 let line = match lines.next().await {
                     Ok(Some(Line::Text(line))) => line,
                     Ok(None) => break,
+                    Ok(Some(Line::TooLong { number, at })) => {
+                        eprintln!("{}", too_long(Side::Server, number, at, max_line));
+                        return true;
+                    }
                     // The client gets the line as the server wrote it, as it would without the
                     // shim: the shim changes nothing a client sees. It cannot be recorded (a
                     // cassette holds JSON), so the exchange it belongs to is not saved, and the
@@ -633,20 +701,27 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
                     let _ = out.send(line.into_bytes());
                 }
             }
+            false
         })
     };
     let mut from_server = from_server;
-    let mut lines = Lines::new(tokio::io::stdin());
+    let mut lines = Lines::new(tokio::io::stdin(), max_line);
     let mut exit = None;
     let mut server_gone = false;
+    let mut server_broke = false;
     loop {
         let line = tokio::select! {
             biased;
             line = lines.next() => line,
             // The server closed its stdout (it exited) while the client still talks: the
             // client would wait for ever for an answer.
-            _ = &mut from_server => {
-                server_gone = true;
+            framing_broke = &mut from_server => {
+                if matches!(framing_broke, Ok(true)) {
+                    exit = Some(1);
+                    server_broke = true;
+                } else {
+                    server_gone = true;
+                }
                 break;
             }
         };
@@ -655,6 +730,11 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
             Ok(None) => break,
             Ok(Some(Line::NotUtf8 { number, at, .. })) => {
                 eprintln!("{}", not_utf8(Side::Client, number, at));
+                exit = Some(1);
+                break;
+            }
+            Ok(Some(Line::TooLong { number, at })) => {
+                eprintln!("{}", too_long(Side::Client, number, at, max_line));
                 exit = Some(1);
                 break;
             }
@@ -766,11 +846,11 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
     }
     if let Some(code) = exit {
         let _ = child.kill().await;
-        release_open(&daemon, &flows).await;
+        release_open(&daemon, &flows, server_broke).await;
         return Ok(code);
     }
     if server_gone {
-        release_open(&daemon, &flows).await;
+        release_open(&daemon, &flows, true).await;
         return Ok(server_exited(child, command, server_err, out, writing).await);
     }
     // The client is done: the server's stdin closes, and what it still says is relayed.
@@ -780,7 +860,7 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
     if let Some(flow) = ended {
         save(flow).await;
     }
-    release_open(&daemon, &flows).await;
+    release_open(&daemon, &flows, false).await;
     drop(out);
     let _ = writing.await;
     let status = child.wait().await.ok().and_then(|s| s.code()).unwrap_or(0);
@@ -794,8 +874,9 @@ async fn relay(daemon: Daemon, command: &[OsString], lazy_handshake: bool) -> Re
 
 /// Lets the daemon forget the exchanges still open when the shim ends (the server never
 /// answered them, or its answer was not UTF-8): nothing is saved for them, and the run's end
-/// does not wait for them.
-async fn release_open(daemon: &Daemon, flows: &Mutex<Flows>) {
+/// does not wait for them. When `server_ended`, each ends broken, saying the server ended
+/// before answering.
+async fn release_open(daemon: &Daemon, flows: &Mutex<Flows>, server_ended: bool) {
     let open: Vec<Flow> = {
         let mut f = flows.lock().expect("lock");
         let mut open: Vec<Flow> = f.open.drain(..).map(|(_, flow)| flow).collect();
@@ -804,7 +885,14 @@ async fn release_open(daemon: &Daemon, flows: &Mutex<Flows>) {
     };
     for ticket in open.into_iter().filter_map(|flow| flow.ticket) {
         let _ = daemon
-            .post("save", &format!("&ticket={ticket}&ms=0"), b"[]".to_vec())
+            .post(
+                "save",
+                &format!(
+                    "&ticket={ticket}&ms=0{}",
+                    if server_ended { "&ended=server" } else { "" }
+                ),
+                b"[]".to_vec(),
+            )
             .await;
     }
 }
@@ -912,11 +1000,15 @@ mod framing {
     const CASES: u32 = 256;
 
     fn read_all(input: &[u8]) -> Vec<Line> {
+        read_capped(input, usize::MAX)
+    }
+
+    fn read_capped(input: &[u8], max: usize) -> Vec<Line> {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
             .block_on(async {
-                let mut lines = Lines::new(input);
+                let mut lines = Lines::new(input, max);
                 let mut out = Vec::new();
                 while let Some(line) = lines.next().await.unwrap() {
                     out.push(line);
@@ -974,9 +1066,43 @@ mod framing {
                         prop_assert!(std::str::from_utf8(&bytes[valid..]).is_err());
                         rebuilt.extend_from_slice(&bytes);
                     }
+                    Line::TooLong { .. } => prop_assert!(false, "uncapped"),
                 }
             }
             prop_assert_eq!(rebuilt, input);
+        }
+
+        /// Capped, a line's bytes before its newline are at most the cap; the first longer
+        /// line is named by its number and offset and is the last thing read; the lines
+        /// before it are what the uncapped reader gives.
+        #[test]
+        fn no_line_passes_the_cap(
+            input in prop::collection::vec(prop_oneof![any::<u8>(), Just(b'\n'), Just(b'a')], 0..512),
+            max in 0usize..64,
+        ) {
+            let capped = read_capped(&input, max);
+            let whole = read_all(&input);
+            let mut offset = 0u64;
+            for (i, line) in capped.iter().enumerate() {
+                let length = input[offset as usize..].iter().position(|b| *b == b'\n');
+                let content = length.unwrap_or(input.len() - offset as usize);
+                match line {
+                    Line::TooLong { number, at } => {
+                        prop_assert_eq!(i + 1, capped.len());
+                        prop_assert_eq!(*number, i as u64 + 1);
+                        prop_assert_eq!(*at, offset);
+                        prop_assert!(content > max);
+                    }
+                    _ => {
+                        prop_assert!(content <= max);
+                        prop_assert_eq!(line, &whole[i]);
+                    }
+                }
+                offset += (content + usize::from(length.is_some())) as u64;
+            }
+            if !matches!(capped.last(), Some(Line::TooLong { .. })) {
+                prop_assert_eq!(capped.len(), whole.len());
+            }
         }
 
         /// Mutated JSON-RPC lines frame and classify without a panic.

@@ -797,4 +797,104 @@ mod tests {
             prop_assert_eq!(&round_trip(&body).bytes().unwrap()[..], text.as_bytes());
         }
     }
+
+    /// The multipart splitter fed hostile bodies: what it accepts must hold up for every input.
+    mod multipart_fuzz {
+        use super::*;
+
+        /// Cases per property: the three together take well under a second in a debug build.
+        const CASES: u32 = 256;
+
+        /// An edit to a valid input: flip the byte at a position, insert one, or delete one.
+        fn edits() -> impl Strategy<Value = Vec<(u8, usize, u8)>> {
+            prop::collection::vec((0u8..3, any::<usize>(), any::<u8>()), 0..6)
+        }
+
+        fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8)]) -> Vec<u8> {
+            for &(op, at, b) in edits {
+                let n = bytes.len();
+                match op {
+                    0 if n > 0 => bytes[at % n] = b,
+                    1 => bytes.insert(at % (n + 1), b),
+                    _ if n > 0 => {
+                        bytes.remove(at % n);
+                    }
+                    _ => {}
+                }
+            }
+            bytes
+        }
+
+        /// What holds for any parts the splitter returns: their contents fit in the body they
+        /// came from, the parts survive the cassette, and written back under a fresh boundary
+        /// (as the key does) they split into the same parts.
+        fn check(body: &[u8], boundary: &str) -> Result<(), TestCaseError> {
+            let Some(parts) = parse_multipart(body, boundary) else {
+                return Ok(());
+            };
+            let content: usize = parts
+                .iter()
+                .map(|p| p.body.bytes().map_or(0, |b| b.len()))
+                .sum();
+            prop_assert!(content <= body.len());
+            let kept = Body::Parts(parts.clone());
+            prop_assert_eq!(&round_trip(&kept), &kept);
+            let (again, ct) = kept.encode().unwrap();
+            let fresh = multipart_boundary(ct.as_deref().unwrap()).unwrap();
+            prop_assert_eq!(parse_multipart(&again, fresh), Some(parts));
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+            /// Any bytes, with the boundary or without it: no panic, and the rules above.
+            #[test]
+            fn any_body_splits_or_is_refused(
+                bytes in prop::collection::vec(any::<u8>(), 0..512),
+                boundary in "[A-Za-z0-9'()+_,./:=? -]{1,12}",
+                framed in any::<bool>(),
+            ) {
+                let body = if framed {
+                    [format!("--{boundary}\r\n").into_bytes(), bytes, format!("\r\n--{boundary}--").into_bytes()].concat()
+                } else {
+                    bytes
+                };
+                check(&body, &boundary)?;
+            }
+
+            /// A real upload with bytes flipped, inserted and deleted.
+            #[test]
+            fn a_mutated_upload_splits_or_is_refused(edits in edits()) {
+                check(&mutate(UPLOAD.as_bytes().to_vec(), &edits), "XyZ")?;
+            }
+
+            /// Parts as a client writes them split back into themselves.
+            #[test]
+            fn written_parts_split_into_themselves(
+                parts in prop::collection::vec(
+                    ("[a-z_]{1,8}", proptest::option::of("[a-z]{1,8}\\.[a-z]{1,3}"), proptest::option::of("[a-z]{1,6}/[a-z]{1,6}"), prop::collection::vec(any::<u8>(), 0..64)),
+                    0..5,
+                ),
+            ) {
+                let parts: Vec<Part> = parts
+                    .into_iter()
+                    .map(|(name, filename, content_type, content)| Part {
+                        name,
+                        filename,
+                        content_type,
+                        body: match std::str::from_utf8(&content) {
+                            _ if content.is_empty() => Body::Empty,
+                            Ok(text) => Body::Text(text.to_string()),
+                            Err(_) => Body::binary(content.into()),
+                        },
+                    })
+                    .collect();
+                let (bytes, ct) = Body::Parts(parts.clone()).encode().unwrap();
+                let boundary = multipart_boundary(ct.as_deref().unwrap()).unwrap();
+                prop_assert_eq!(parse_multipart(&bytes, boundary), Some(parts));
+                check(&bytes, boundary)?;
+            }
+        }
+    }
 }

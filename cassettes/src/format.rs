@@ -1133,7 +1133,13 @@ mod tests {
         }
     }
 
+    /// Cases per property here and in `stream_fuzz`: all of them together take about a second
+    /// in a debug build.
+    const CASES: u32 = 256;
+
     proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(CASES))]
+
         /// Streams of any bytes, cut into frames anywhere, split into events that give back
         /// every byte, and a cassette of them reads back equal.
         #[test]
@@ -1184,6 +1190,250 @@ mod tests {
             let c = Cassette::parse(Path::new("x.json"), &text).unwrap();
             let again = Cassette::parse(Path::new("x.json"), std::str::from_utf8(&c.to_bytes()).unwrap()).unwrap();
             proptest::prop_assert_eq!(again, c);
+        }
+    }
+
+    /// The SSE and NDJSON assembler fed real streams with bytes flipped, inserted and deleted,
+    /// cut into network frames anywhere: it must take them all, the same way whatever the cuts.
+    mod stream_fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Streams as providers send them: OpenAI, Anthropic, Gemini (CRLF), Ollama (NDJSON).
+        const STREAMS: [(&str, StreamFormat); 4] = [
+            ("data: {\"choices\":[{\"delta\":{\"content\":\"He\"}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"llo\"}}]}\n\ndata: [DONE]\n\n", StreamFormat::Sse),
+            ("event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"Hi \u{e9}\"}}\n\n: ping\n\n", StreamFormat::Sse),
+            ("data: {\"a\":1}\r\n\r\ndata: {\"a\":[2,{\"b\":null}]}\r\n\r\n", StreamFormat::Sse),
+            ("{\"message\":{\"content\":\"Ol\"},\"done\":false}\n{\"done\":true,\"eval_count\":2}\n", StreamFormat::Ndjson),
+        ];
+
+        /// Flip the byte at a position (0), insert one (1) or delete one (2).
+        fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8)]) -> Vec<u8> {
+            for &(op, at, b) in edits {
+                let n = bytes.len();
+                match op {
+                    0 if n > 0 => bytes[at % n] = b,
+                    1 => bytes.insert(at % (n + 1), b),
+                    _ if n > 0 => {
+                        bytes.remove(at % n);
+                    }
+                    _ => {}
+                }
+            }
+            bytes
+        }
+
+        /// `bytes` cut before each of `cuts` (taken modulo its length), each frame stamped
+        /// with its end.
+        fn cut(bytes: &[u8], cuts: &[usize]) -> Vec<(Bytes, u64)> {
+            let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+            cuts.sort_unstable();
+            let mut frames = Vec::new();
+            let mut start = 0;
+            for c in cuts.into_iter().chain([bytes.len()]) {
+                frames.push((Bytes::copy_from_slice(&bytes[start..c]), c as u64));
+                start = c;
+            }
+            frames
+        }
+
+        /// The events without their times.
+        fn contents(r: &RecordedResponse) -> Option<Vec<ChunkContent>> {
+            match &r.body {
+                ResponseBody::Stream { chunks, .. } => {
+                    Some(chunks.iter().map(|c| c.content.clone()).collect())
+                }
+                _ => None,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+            /// A mutated stream, cut anywhere: the same events as from one frame; every byte
+            /// given back, in order; no more events than bytes, each stamped no later than the
+            /// last frame; payloads read without a panic; a cassette of it reads back equal.
+            #[test]
+            fn mutated_streams_assemble_alike_however_cut(
+                which in 0..STREAMS.len(),
+                edits in prop::collection::vec((0u8..3, any::<usize>(), any::<u8>()), 0..6),
+                cuts in prop::collection::vec(any::<usize>(), 0..12),
+            ) {
+                let (stream, format) = STREAMS[which];
+                let bytes = mutate(stream.as_bytes().to_vec(), &edits);
+                let whole = RecordedResponse::with_stream(200, BTreeMap::new(), format, &cut(&bytes, &[]));
+                let r = RecordedResponse::with_stream(200, BTreeMap::new(), format, &cut(&bytes, &cuts));
+                prop_assert_eq!(contents(&r), contents(&whole));
+                prop_assert_eq!(&r.body_bytes()[..], &bytes[..]);
+                if let ResponseBody::Stream { chunks, .. } = &r.body {
+                    prop_assert!(chunks.len() <= bytes.len());
+                    prop_assert!(chunks.iter().all(|c| c.at_ms <= bytes.len() as u64));
+                    prop_assert!(chunks.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+                }
+                let _ = r.payloads();
+                let _ = r.comparable();
+                let text = serde_json::to_string_pretty(&r).unwrap();
+                let back: RecordedResponse = serde_json::from_str(&text).unwrap();
+                prop_assert_eq!(back, r);
+            }
+
+            /// Unmutated, every provider's events parse, and only a comment or `[DONE]` is kept
+            /// as raw text.
+            #[test]
+            fn valid_streams_parse_however_cut(
+                which in 0..STREAMS.len(),
+                cuts in prop::collection::vec(any::<usize>(), 0..12),
+            ) {
+                let (stream, format) = STREAMS[which];
+                let r = RecordedResponse::with_stream(200, BTreeMap::new(), format, &cut(stream.as_bytes(), &cuts));
+                let contents = contents(&r).unwrap();
+                prop_assert!(!contents.is_empty());
+                for c in contents {
+                    if let ChunkContent::Raw(raw) = c {
+                        prop_assert!(raw.starts_with(':') || raw.contains("[DONE]") || raw.contains('\r'), "{raw:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The cassette loader fed real cassette files with bytes flipped, inserted and deleted, as
+    /// a bad merge or a hand edit leaves them: it loads them, or says what is wrong and where.
+    mod loader_fuzz {
+        use super::*;
+        use crate::session::{Side, WsFrame};
+        use proptest::prelude::*;
+
+        /// A cassette of every form the fixture lacks: a multipart upload answered by a
+        /// stream, and a WebSocket session with JSON, text, bytes, a blob and a close.
+        fn built() -> (Vec<u8>, Bytes) {
+            let normalizer = crate::Normalizer::default();
+            let upload = normalizer.request(
+                "POST",
+                "/v1/audio/transcriptions",
+                None,
+                Some("multipart/form-data; boundary=XyZ"),
+                b"--XyZ\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\nRIFF\x00\x01\r\n--XyZ--\r\n",
+                &[],
+            );
+            let stream = RecordedResponse::with_stream(
+                200,
+                BTreeMap::new(),
+                StreamFormat::Sse,
+                &[(
+                    Bytes::from_static(b"data: {\"text\":\"hi\"}\n\ndata: [DONE]\n\n"),
+                    4,
+                )],
+            );
+            let big = Bytes::from(vec![7u8; crate::INLINE_LIMIT + 1]);
+            let frames = vec![
+                WsFrame::new(
+                    Side::Client,
+                    false,
+                    Bytes::from_static(b"{\"type\":\"session.update\"}"),
+                    0,
+                ),
+                WsFrame::new(Side::Server, false, Bytes::from_static(b"plain text"), 1),
+                WsFrame::new(Side::Server, true, Bytes::from_static(b"\x00\xff"), 2),
+                WsFrame::new(Side::Server, true, big.clone(), 3),
+                WsFrame::close(Side::Server, 1008, "quota exceeded".into(), 4),
+            ];
+            let ws = normalizer.request("GET", "/v1/realtime", Some("model=m"), None, b"", &[]);
+            let timing = Timing {
+                ttfb_ms: 1,
+                total_ms: 4,
+            };
+            let mut c = Cassette::new(
+                &crate::TestId::new("fuzz$built"),
+                &crate::ProviderName::new("openai").unwrap(),
+            );
+            c.interactions.push(Interaction::recorded(
+                Key::of(&upload),
+                upload,
+                stream,
+                timing.clone(),
+            ));
+            c.interactions.push(Interaction::recorded(
+                Key::of(&ws),
+                ws,
+                RecordedResponse::session(frames),
+                timing,
+            ));
+            (c.to_bytes(), big)
+        }
+
+        /// Flip the byte at a position (0), insert one (1) or delete one (2).
+        fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8)]) -> Vec<u8> {
+            for &(op, at, b) in edits {
+                let n = bytes.len();
+                match op {
+                    0 if n > 0 => bytes[at % n] = b,
+                    1 => bytes.insert(at % (n + 1), b),
+                    _ if n > 0 => {
+                        bytes.remove(at % n);
+                    }
+                    _ => {}
+                }
+            }
+            bytes
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+            /// Loaded from a folder with its blob: either a cassette that writes back and reads
+            /// back equal and prepares for replay without a panic, or an error naming the file
+            /// (or the blob) it is about.
+            #[test]
+            fn a_damaged_cassette_loads_or_names_its_file(
+                fixture in any::<bool>(),
+                edits in prop::collection::vec((0u8..3, any::<usize>(), any::<u8>()), 1..6),
+            ) {
+                let (text, blob) = if fixture {
+                    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+                    (std::fs::read(root.join("src/fixtures/legacy-v1.json")).unwrap(), Bytes::new())
+                } else {
+                    built()
+                };
+                let dir = tempfile::tempdir().unwrap();
+                let blobs = dir.path().join(crate::BLOB_DIR);
+                std::fs::create_dir(&blobs).unwrap();
+                std::fs::write(blobs.join(crate::body::sha256_hex(&blob)), &blob).unwrap();
+                let path = dir.path().join("openai.json");
+                std::fs::write(&path, mutate(text, &edits)).unwrap();
+                match crate::maintenance::read_cassette_with_blobs(&path) {
+                    Ok(c) => {
+                        let again = Cassette::parse(&path, std::str::from_utf8(&c.to_bytes()).unwrap()).unwrap();
+                        prop_assert_eq!(&again, &c);
+                        let _ = (c.key_mismatches(), c.seal_mismatches());
+                        for x in &c.interactions {
+                            let _ = (x.response.comparable(), x.response.payloads());
+                            Prepared::of(x);
+                        }
+                    }
+                    Err(e) => {
+                        let said = e.to_string();
+                        prop_assert!(said.contains(&*dir.path().to_string_lossy()), "{}", said);
+                    }
+                }
+            }
+        }
+
+        /// Unmutated, both load whole, blob and all.
+        #[test]
+        fn the_valid_cassettes_load() {
+            let (text, blob) = built();
+            let dir = tempfile::tempdir().unwrap();
+            let blobs = dir.path().join(crate::BLOB_DIR);
+            std::fs::create_dir(&blobs).unwrap();
+            std::fs::write(blobs.join(crate::body::sha256_hex(&blob)), &blob).unwrap();
+            let path = dir.path().join("openai.json");
+            std::fs::write(&path, &text).unwrap();
+            let c = crate::maintenance::read_cassette_with_blobs(&path).unwrap();
+            assert_eq!(c.interactions.len(), 2);
+            assert_eq!(c.key_mismatches(), Vec::<usize>::new());
+            assert!(matches!(c.interactions[0].request.body, Body::Parts(_)));
+            assert_eq!(c.to_bytes(), text);
         }
     }
 

@@ -464,6 +464,8 @@ pub(crate) async fn control(
             "mode": state.settings.mode.as_str(),
             "live": state.settings.live_mcp(provider.name.as_str()),
             "test": test.as_str(),
+            // The shim caps a stdio line at it: a longer message could not be recorded.
+            "body_bytes": state.settings.limits.body_bytes,
         })),
         Some("call") => {
             let started = Instant::now();
@@ -495,6 +497,23 @@ pub(crate) async fn control(
                 );
             };
             let steps = match value {
+                // The shim's server ended with this exchange open: it ends broken, saying so
+                // (dropped, it would blame the client).
+                Value::Array(steps)
+                    if steps.is_empty() && param("ended").as_deref() == Some("server") =>
+                {
+                    let call = pending.call;
+                    call.entry.note_unsaved();
+                    call.end(
+                        Outcome::Broken,
+                        502,
+                        Some(Detail::message(
+                            "cargo-llmreplay: the MCP server ended before answering; nothing saved"
+                                .into(),
+                        )),
+                    );
+                    return respond::json(json!({"status": "ok"}));
+                }
                 // A notification the server said nothing after: nothing to keep.
                 Value::Array(steps) if steps.is_empty() => {
                     return respond::json(json!({"status": "ok"}))

@@ -844,3 +844,62 @@ fn a_server_that_exits_at_start_ends_the_shim_with_its_status_and_stderr() {
         run.stderr
     );
 }
+
+/// A client that never sends a newline used to grow the shim's memory without bound: a line
+/// is capped at `[limits] body_mib`, and past it the shim names the side and fails.
+#[test]
+fn a_client_line_over_the_body_limit_is_named_and_fails() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[limits]\nbody_mib = 0.001\n",
+    )
+    .unwrap();
+    let serve =
+        crate::support::Serve::in_mode(dir.path(), "record", "openai=http://127.0.0.1:9", &[]);
+    let mut shim = shim_under(&serve, "latin1_answer.py");
+    let mut stdin = shim.stdin.take().unwrap();
+    stdin.write_all(b"{}\n").unwrap();
+    let _ = stdin.write_all(&[b' '; 5000]);
+    let (code, stderr) = ended_within(shim, std::time::Duration::from_secs(30));
+    drop(stdin);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the client (on the shim's stdin) sent a line longer than 1048 bytes (line 2, starting at byte offset 3)"),
+        "{stderr}"
+    );
+}
+
+/// The same for a server whose answer never ends: the shim says so and fails at once, not
+/// when the server's line would end.
+#[test]
+fn a_server_line_over_the_body_limit_is_named_and_fails() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[limits]\nbody_mib = 0.001\n",
+    )
+    .unwrap();
+    let serve =
+        crate::support::Serve::in_mode(dir.path(), "record", "openai=http://127.0.0.1:9", &[]);
+    let mut shim = shim_under(&serve, "endless_line.py");
+    let mut stdin = shim.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\",\"params\":{}}\n")
+        .unwrap();
+    let (code, stderr) = ended_within(shim, std::time::Duration::from_secs(30));
+    drop(stdin);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the MCP server (on its stdout) sent a line longer than 1048 bytes (line 1, starting at byte offset 0)"),
+        "{stderr}"
+    );
+    let stopped = serve.stop();
+    assert!(
+        !stopped.stderr.contains("the client left?"),
+        "{}",
+        stopped.stderr
+    );
+}

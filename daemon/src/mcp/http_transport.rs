@@ -691,3 +691,87 @@ fn steps_of(bytes: &[u8], content_type: &str) -> Vec<Value> {
         .map(|m| json!({ "server": m }))
         .collect()
 }
+
+/// The event-stream assembler fed a server's hostile bytes, cut into frames anywhere.
+#[cfg(test)]
+mod blocks_fuzz {
+    use super::{block_id, block_message, Blocks};
+    use proptest::prelude::*;
+
+    /// Cases per property: both together take well under a second in a debug build.
+    const CASES: u32 = 256;
+
+    /// A Streamable HTTP answer: a priming event, a server request, the response (CRLF).
+    const ANSWER: &str = "id: 0\n\nid: 1\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"sampling/createMessage\"}\n\nid: 2\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"caf\u{e9}\"}]}}\r\n\r\n";
+
+    /// The blocks of `bytes` pushed in the pieces `cuts` makes, and what is left over.
+    fn assemble(bytes: &[u8], cuts: &[usize]) -> (Vec<String>, Vec<u8>) {
+        let mut cuts: Vec<usize> = cuts.iter().map(|c| c % (bytes.len() + 1)).collect();
+        cuts.sort_unstable();
+        let (mut blocks, mut out, mut start) = (Blocks::default(), Vec::new(), 0);
+        for c in cuts.into_iter().chain([bytes.len()]) {
+            out.extend(blocks.push(&bytes[start..c]));
+            start = c;
+        }
+        (out, blocks.buffer)
+    }
+
+    /// Whatever the cuts: the blocks one push gives; each a whole event ending in a blank
+    /// line; with the rest, every byte but carriage returns, in order; ids and messages read
+    /// without a panic.
+    fn check(bytes: &[u8], cuts: &[usize]) -> Result<(), TestCaseError> {
+        let (blocks, rest) = assemble(bytes, cuts);
+        prop_assert_eq!(&(blocks.clone(), rest.clone()), &assemble(bytes, &[]));
+        let stripped: Vec<u8> = bytes.iter().copied().filter(|b| *b != b'\r').collect();
+        prop_assert!(blocks.len() <= stripped.len() / 2);
+        for block in &blocks {
+            prop_assert!(block.ends_with("\n\n"));
+            let _ = (block_id(block), block_message(block));
+        }
+        if std::str::from_utf8(bytes).is_ok() {
+            prop_assert_eq!([blocks.concat().into_bytes(), rest].concat(), stripped);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(CASES))]
+
+        #[test]
+        fn any_bytes_assemble_alike_however_cut(
+            bytes in prop::collection::vec(prop_oneof![any::<u8>(), Just(b'\n'), Just(b'\r')], 0..400),
+            cuts in prop::collection::vec(any::<usize>(), 0..8),
+        ) {
+            check(&bytes, &cuts)?;
+        }
+
+        #[test]
+        fn a_mutated_answer_assembles_alike_however_cut(
+            edits in prop::collection::vec((0u8..3, any::<usize>(), any::<u8>()), 0..6),
+            cuts in prop::collection::vec(any::<usize>(), 0..8),
+        ) {
+            let mut bytes = ANSWER.as_bytes().to_vec();
+            for (op, at, b) in edits {
+                let n = bytes.len();
+                match op {
+                    0 => bytes[at % n] = b,
+                    1 => bytes.insert(at % (n + 1), b),
+                    _ => {
+                        bytes.remove(at % n);
+                    }
+                }
+            }
+            check(&bytes, &cuts)?;
+        }
+    }
+
+    /// Unmutated, the answer's two messages and its last id come out, however cut.
+    #[test]
+    fn the_valid_answer_gives_its_messages() {
+        let (blocks, rest) = assemble(ANSWER.as_bytes(), &[5, 6, 100, 101]);
+        assert!(rest.is_empty());
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(blocks.iter().filter_map(|b| block_message(b)).count(), 2);
+        assert_eq!(block_id(&blocks[2]).as_deref(), Some("2"));
+    }
+}
