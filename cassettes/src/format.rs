@@ -1307,7 +1307,7 @@ mod tests {
         /// A cassette of every form the fixture lacks: a multipart upload answered by a
         /// stream, and a WebSocket session with JSON, text, bytes, a blob and a close.
         fn built() -> (Vec<u8>, Bytes) {
-            let normalizer = crate::Normalizer::default();
+            let normalizer = crate::Normalizer::plain();
             let upload = normalizer.request(
                 "POST",
                 "/v1/audio/transcriptions",
