@@ -9,6 +9,7 @@ use providers::redact::BodyFields;
 use providers::redact::PLACEHOLDER;
 use regex::{Regex, RegexBuilder};
 use serde_json::Value;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 /// The vendored rule set: gitleaks' standalone rules and our own (see the file's header).
@@ -31,9 +32,11 @@ struct Rule {
 /// keywords: one literal search over all keywords is cheap, while all rules compiled at once
 /// take seconds and run slowly, so each is compiled the first time a keyword asks for it.
 struct Shapes {
-    keywords: Regex,
-    /// For each keyword (lowercase), the rules it asks for.
-    rules_of: std::collections::HashMap<String, Vec<usize>>,
+    /// Every keyword, found by one multi-literal search (SIMD-prefiltered, ASCII case
+    /// folded): this runs over every keyed request's text, so it must cost next to nothing.
+    keywords: aho_corasick::AhoCorasick,
+    /// For each keyword, by its pattern's index, the rules it asks for.
+    rules_of: Vec<Vec<usize>>,
     rules: Vec<(Rule, OnceLock<Regex>)>,
 }
 
@@ -43,13 +46,7 @@ impl Shapes {
         let mut asked: Vec<usize> = self
             .keywords
             .find_iter(text)
-            .flat_map(|m| {
-                self.rules_of
-                    .get(&m.as_str().to_lowercase())
-                    .into_iter()
-                    .flatten()
-                    .copied()
-            })
+            .flat_map(|m| self.rules_of[m.pattern().as_usize()].iter().copied())
             .collect();
         asked.sort_unstable();
         asked.dedup();
@@ -105,20 +102,19 @@ fn shapes() -> &'static Shapes {
             rules.sort_unstable();
             rules.dedup();
         }
-        let mut words: Vec<&String> = rules_of.keys().collect();
-        // Longest first, so that a keyword inside another (`sk-` in `sk-ant-`) does not hide it.
-        words.sort_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
-        let pattern = words
-            .iter()
-            .map(|w| regex::escape(w))
-            .collect::<Vec<_>>()
-            .join("|");
-        let keywords = RegexBuilder::new(&format!("(?i){pattern}"))
-            .build()
+        let mut words: Vec<(String, Vec<usize>)> = rules_of.into_iter().collect();
+        words.sort();
+        // Leftmost-longest, so that a keyword inside another (`sk-` in `sk-ant-`) does not
+        // hide it.
+        let keywords = aho_corasick::AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .kind(Some(aho_corasick::AhoCorasickKind::DFA))
+            .build(words.iter().map(|(w, _)| w))
             .expect("keywords are literals");
         Shapes {
             keywords,
-            rules_of,
+            rules_of: words.into_iter().map(|(_, rules)| rules).collect(),
             rules,
         }
     })
@@ -136,8 +132,34 @@ pub fn shape_in(text: &str) -> Option<&'static str> {
 /// Credentials by value: the secret-looking variables of the environment and what the run
 /// has seen in secret headers and queries. Shared by keying and the guard, so that a request
 /// keys as it is stored.
-#[derive(Debug, Default)]
-pub struct Values(RwLock<Vec<(String, String)>>);
+///
+/// Every keyed request reads them (most often unchanged since the last), on every worker
+/// thread at once: each thread keeps its own copy, renewed when the generation moves, so a
+/// read costs a load of one counter rather than a lock's shared write.
+#[derive(Debug)]
+pub struct Values {
+    all: RwLock<Arc<Vec<(String, String)>>>,
+    generation: AtomicU64,
+    id: u64,
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
+        Values {
+            all: RwLock::default(),
+            generation: AtomicU64::new(0),
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+/// Per thread: which [`Values`] (its id), at which generation, and its pairs then.
+type Seen = Option<(u64, u64, Arc<Vec<(String, String)>>)>;
+
+thread_local! {
+    static SEEN: std::cell::RefCell<Seen> = const { std::cell::RefCell::new(None) };
+}
 
 /// Values shorter than this turn up in ordinary text, and are never taken as secrets.
 pub const MIN_SECRET_LEN: usize = 8;
@@ -158,39 +180,56 @@ impl Values {
         if value.len() < MIN_SECRET_LEN
             || value == PLACEHOLDER
             || value.contains(PLACEHOLDER)
-            || self
-                .0
-                .read()
-                .expect("values lock")
-                .iter()
-                .any(|(_, v)| v == value)
+            || self.with(|all| all.iter().any(|(_, v)| v == value))
         {
             return;
         }
-        let mut all = self.0.write().expect("values lock");
-        all.push((name.to_string(), value.to_string()));
+        let mut all = self.all.write().expect("values lock");
+        if all.iter().any(|(_, v)| v == value) {
+            return;
+        }
+        let mut more = all.as_ref().clone();
+        more.push((name.to_string(), value.to_string()));
         // Longest first: a value that holds another is replaced whole.
-        all.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+        more.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+        *all = Arc::new(more);
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Runs `f` on the pairs as this thread last saw them, renewed if any was learnt since.
+    fn with<R>(&self, f: impl FnOnce(&[(String, String)]) -> R) -> R {
+        let generation = self.generation.load(Ordering::Acquire);
+        SEEN.with_borrow_mut(|seen| {
+            let fresh = matches!(seen, Some((id, g, _)) if *id == self.id && *g == generation);
+            if !fresh {
+                let all = self.all.read().expect("values lock").clone();
+                *seen = Some((self.id, generation, all));
+            }
+            let (_, _, all) = seen.as_ref().expect("just seen");
+            f(all)
+        })
     }
 
     /// The name of the first value `text` holds.
     fn in_text(&self, text: &str) -> Option<String> {
-        let all = self.0.read().expect("values lock");
-        all.iter()
-            .find(|(_, v)| text.contains(v.as_str()))
-            .map(|(name, _)| name.clone())
+        self.with(|all| {
+            all.iter()
+                .find(|(_, v)| text.contains(v.as_str()))
+                .map(|(name, _)| name.clone())
+        })
     }
 
     fn replace(&self, text: &str) -> Option<String> {
-        let all = self.0.read().expect("values lock");
-        let mut out: Option<String> = None;
-        for (_, v) in all.iter() {
-            let now = out.as_deref().unwrap_or(text);
-            if now.contains(v.as_str()) {
-                out = Some(now.replace(v.as_str(), PLACEHOLDER));
+        self.with(|all| {
+            let mut out: Option<String> = None;
+            for (_, v) in all.iter() {
+                let now = out.as_deref().unwrap_or(text);
+                if now.contains(v.as_str()) {
+                    out = Some(now.replace(v.as_str(), PLACEHOLDER));
+                }
             }
-        }
-        out
+            out
+        })
     }
 }
 

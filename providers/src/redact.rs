@@ -185,7 +185,7 @@ pub fn words(name: &str) -> Vec<String> {
 /// Whether a name (a JSON field, a form pair, an XML element, an environment variable) says
 /// its value is a secret, by the words it holds.
 pub fn is_secret_name(name: &str) -> bool {
-    if name.len() > 200 {
+    if name.len() > 200 || !may_hold_secret_word(name) {
         return false;
     }
     let words = words(name);
@@ -196,6 +196,31 @@ pub fn is_secret_name(name: &str) -> bool {
     secret
         && !NOT_SECRET.contains(&folded(name).as_str())
         && !words.iter().any(|w| NOT_SECRET_WORDS.contains(&w.as_str()))
+}
+
+/// Whether a name holds any stem of a secret word at all, whatever its case: every name of
+/// every keyed request is judged, and most (`model`, `messages`, `role`) hold none, so they
+/// are answered without splitting them into words. A name beyond ASCII is split as ever.
+fn may_hold_secret_word(name: &str) -> bool {
+    const STEMS: &[&[u8]] = &[
+        b"token",
+        b"secret",
+        b"passw",
+        b"passphrase",
+        b"credential",
+        b"apikey",
+        b"auth",
+        b"key",
+    ];
+    if !name.is_ascii() {
+        return true;
+    }
+    let bytes = name.as_bytes();
+    STEMS.iter().any(|stem| {
+        bytes
+            .windows(stem.len())
+            .any(|w| w.eq_ignore_ascii_case(stem))
+    })
 }
 
 /// Words that make a name an address or a description of secrets, not a secret: OpenID
