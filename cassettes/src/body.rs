@@ -810,21 +810,6 @@ mod tests {
             prop::collection::vec((0u8..3, any::<usize>(), any::<u8>()), 0..6)
         }
 
-        fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8)]) -> Vec<u8> {
-            for &(op, at, b) in edits {
-                let n = bytes.len();
-                match op {
-                    0 if n > 0 => bytes[at % n] = b,
-                    1 => bytes.insert(at % (n + 1), b),
-                    _ if n > 0 => {
-                        bytes.remove(at % n);
-                    }
-                    _ => {}
-                }
-            }
-            bytes
-        }
-
         /// What holds for any parts the splitter returns: their contents fit in the body they
         /// came from, the parts survive the cassette, and written back under a fresh boundary
         /// (as the key does) they split into the same parts.
@@ -866,7 +851,7 @@ mod tests {
             /// A real upload with bytes flipped, inserted and deleted.
             #[test]
             fn a_mutated_upload_splits_or_is_refused(edits in edits()) {
-                check(&mutate(UPLOAD.as_bytes().to_vec(), &edits), "XyZ")?;
+                check(&crate::testing::mutate(UPLOAD.as_bytes().to_vec(), &edits), "XyZ")?;
             }
 
             /// Parts as a client writes them split back into themselves.

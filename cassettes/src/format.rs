@@ -1207,22 +1207,6 @@ mod tests {
             ("{\"message\":{\"content\":\"Ol\"},\"done\":false}\n{\"done\":true,\"eval_count\":2}\n", StreamFormat::Ndjson),
         ];
 
-        /// Flip the byte at a position (0), insert one (1) or delete one (2).
-        fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8)]) -> Vec<u8> {
-            for &(op, at, b) in edits {
-                let n = bytes.len();
-                match op {
-                    0 if n > 0 => bytes[at % n] = b,
-                    1 => bytes.insert(at % (n + 1), b),
-                    _ if n > 0 => {
-                        bytes.remove(at % n);
-                    }
-                    _ => {}
-                }
-            }
-            bytes
-        }
-
         /// `bytes` cut before each of `cuts` (taken modulo its length), each frame stamped
         /// with its end.
         fn cut(bytes: &[u8], cuts: &[usize]) -> Vec<(Bytes, u64)> {
@@ -1260,7 +1244,7 @@ mod tests {
                 cuts in prop::collection::vec(any::<usize>(), 0..12),
             ) {
                 let (stream, format) = STREAMS[which];
-                let bytes = mutate(stream.as_bytes().to_vec(), &edits);
+                let bytes = crate::testing::mutate(stream.as_bytes().to_vec(), &edits);
                 let whole = RecordedResponse::with_stream(200, BTreeMap::new(), format, &cut(&bytes, &[]));
                 let r = RecordedResponse::with_stream(200, BTreeMap::new(), format, &cut(&bytes, &cuts));
                 prop_assert_eq!(contents(&r), contents(&whole));
@@ -1362,22 +1346,6 @@ mod tests {
             (c.to_bytes(), big)
         }
 
-        /// Flip the byte at a position (0), insert one (1) or delete one (2).
-        fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8)]) -> Vec<u8> {
-            for &(op, at, b) in edits {
-                let n = bytes.len();
-                match op {
-                    0 if n > 0 => bytes[at % n] = b,
-                    1 => bytes.insert(at % (n + 1), b),
-                    _ if n > 0 => {
-                        bytes.remove(at % n);
-                    }
-                    _ => {}
-                }
-            }
-            bytes
-        }
-
         proptest! {
             #![proptest_config(ProptestConfig::with_cases(CASES))]
 
@@ -1400,7 +1368,7 @@ mod tests {
                 std::fs::create_dir(&blobs).unwrap();
                 std::fs::write(blobs.join(crate::body::sha256_hex(&blob)), &blob).unwrap();
                 let path = dir.path().join("openai.json");
-                std::fs::write(&path, mutate(text, &edits)).unwrap();
+                std::fs::write(&path, crate::testing::mutate(text, &edits)).unwrap();
                 match crate::maintenance::read_cassette_with_blobs(&path) {
                     Ok(c) => {
                         let again = Cassette::parse(&path, std::str::from_utf8(&c.to_bytes()).unwrap()).unwrap();

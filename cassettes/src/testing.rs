@@ -26,3 +26,21 @@ pub fn interaction(prompt: &str, answer: &str) -> Interaction {
         step: None,
     }
 }
+
+/// `bytes` with `edits` made in turn, as the property tests of the parsers damage valid inputs:
+/// each `(op, at, byte)` flips the byte at `at` (op 0), inserts `byte` there (1) or deletes the
+/// byte there (2), `at` taken modulo the length.
+pub fn mutate(mut bytes: Vec<u8>, edits: &[(u8, usize, u8)]) -> Vec<u8> {
+    for &(op, at, b) in edits {
+        let n = bytes.len();
+        match op {
+            0 if n > 0 => bytes[at % n] = b,
+            1 => bytes.insert(at % (n + 1), b),
+            _ if n > 0 => {
+                bytes.remove(at % n);
+            }
+            _ => {}
+        }
+    }
+    bytes
+}

@@ -802,17 +802,7 @@ mod frame_fuzz {
             cuts in prop::collection::vec(any::<usize>(), 0..8),
             server in any::<bool>(),
         ) {
-            let mut bytes = session(side(server));
-            for (op, at, b) in edits {
-                let n = bytes.len();
-                match op {
-                    0 => bytes[at % n] = b,
-                    1 => bytes.insert(at % (n + 1), b),
-                    _ => {
-                        bytes.remove(at % n);
-                    }
-                }
-            }
+            let bytes = cassettes::testing::mutate(session(side(server)), &edits);
             check(&bytes, &cuts, side(server))?;
         }
     }

@@ -750,17 +750,7 @@ mod blocks_fuzz {
             edits in prop::collection::vec((0u8..3, any::<usize>(), any::<u8>()), 0..6),
             cuts in prop::collection::vec(any::<usize>(), 0..8),
         ) {
-            let mut bytes = ANSWER.as_bytes().to_vec();
-            for (op, at, b) in edits {
-                let n = bytes.len();
-                match op {
-                    0 => bytes[at % n] = b,
-                    1 => bytes.insert(at % (n + 1), b),
-                    _ => {
-                        bytes.remove(at % n);
-                    }
-                }
-            }
+            let bytes = cassettes::testing::mutate(ANSWER.as_bytes().to_vec(), &edits);
             check(&bytes, &cuts)?;
         }
     }
