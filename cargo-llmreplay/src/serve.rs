@@ -142,6 +142,14 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
                 crate::program()
             ));
         }
+        for (slug, first, second) in store.collisions() {
+            out.push_str(&format!(
+                "  error: tests whose ids share a cassette folder: {} and {} (folder {}); the second's requests were refused: rename one\n",
+                render::term(first.as_str()),
+                render::term(second.as_str()),
+                render::term(&slug)
+            ));
+        }
         let errors = journal.error_answers();
         if !errors.is_empty() {
             out.push_str(&format!(
@@ -163,7 +171,10 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         }
         render::stderr(&out);
         Ok(Outcome::gate(
-            stats.misses > 0 || stats.errors > 0 || !settled.is_empty(),
+            stats.misses > 0
+                || stats.errors > 0
+                || !settled.is_empty()
+                || !store.collisions().is_empty(),
         ))
     })
 }

@@ -29,6 +29,8 @@ pub struct Store {
     /// A test's entries, one per provider it called: a handful, so a short list.
     entries: RwLock<HashMap<TestId, Vec<Arc<Entry>>>>,
     slugs: Mutex<HashMap<Slug, TestId>>,
+    /// Test ids refused their folder, as (folder, its test, the refused one): bounded.
+    collisions: Mutex<Vec<(String, TestId, TestId)>>,
     /// Each folder's cassette files as [`Store::preload`] listed them: the end of a replay
     /// run reports unused recordings from these rather than listing every folder again.
     listed: Mutex<HashMap<String, Vec<PathBuf>>>,
@@ -46,6 +48,9 @@ pub struct Store {
     /// Set when the run no longer needs cassettes read ahead.
     preload_stopped: std::sync::atomic::AtomicBool,
 }
+
+/// How many slug collisions a run keeps to report.
+const MAX_COLLISIONS: usize = 1_000;
 
 /// How many bytes of loaded cassettes a store keeps by default: a suite of any size replays
 /// in about this much (README, "Performance").
@@ -78,6 +83,7 @@ impl Store {
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             entries: RwLock::default(),
             slugs: Mutex::default(),
+            collisions: Mutex::default(),
             listed: Mutex::default(),
             flights: Arc::default(),
             spool: None,
@@ -140,6 +146,11 @@ impl Store {
             let mut slugs = self.slugs.lock().expect("store lock");
             let owner = slugs.entry(slug.clone()).or_insert_with(|| test.clone());
             if owner != test {
+                let met = (slug.to_string(), owner.clone(), test.clone());
+                let mut collisions = self.collisions.lock().expect("store lock");
+                if collisions.len() < MAX_COLLISIONS && !collisions.contains(&met) {
+                    collisions.push(met);
+                }
                 return Err(Error::SlugCollision {
                     slug: slug.to_string(),
                     first: owner.to_string(),
@@ -477,10 +488,21 @@ impl Store {
             .all(|e| e.state.lock().expect("entry lock").run.pending.is_empty())
     }
 
+    /// Test ids refused their folder this run: (folder, the test that had it, the refused one).
+    pub fn collisions(&self) -> Vec<(String, TestId, TestId)> {
+        self.collisions.lock().expect("store lock").clone()
+    }
+
     /// Every recording in `test`'s folder, for every provider, that this run did not replay:
     /// also those of providers the test no longer calls.
     pub fn unused_in(&self, test: &TestId) -> Result<Vec<Unused>, Error> {
         let slug = Slug::from_test_id(test);
+        // A folder another test of this run holds is that test's: what it used is not this
+        // one's to judge (the collision is reported as such).
+        let owner = self.slugs.lock().expect("store lock").get(&slug).cloned();
+        if owner.is_some_and(|owner| &owner != test) {
+            return Ok(Vec::new());
+        }
         let preloaded = self
             .listed
             .lock()

@@ -54,6 +54,10 @@ pub struct Report {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub escaped: Vec<Missing>,
     /// Tunnels to `[capture] pass` hosts (package registries, and what the file adds): they
+    /// Two tests of this run whose ids meet at one cassette folder: the second's requests
+    /// were refused, and its folder is the first's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collisions: Vec<Collision>,
     /// left the machine unrecorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passed_through: Vec<Passed>,
@@ -396,6 +400,17 @@ pub struct Failure {
     pub status: u16,
     /// What the daemon said.
     pub message: String,
+}
+
+/// Two test ids that meet at one cassette folder (`a$b c` and `a$b.c`, say).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Collision {
+    /// The folder.
+    pub slug: String,
+    /// The test that had it first, in this run.
+    pub first: TestId,
+    /// The test refused it.
+    pub second: TestId,
 }
 
 /// Tunnels a test opened to a `[capture] pass` host: nothing recorded, nothing replayed.

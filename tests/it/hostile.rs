@@ -2195,3 +2195,90 @@ async fn processes_that_are_gone_make_room_for_new_announcements() {
     assert_eq!(journal[0]["test"], "h$alive", "{journal}");
     serve.stop();
 }
+
+/// Two test ids that meet at one cassette folder (`a$b c` and `a$b.c`) in one run: the second
+/// is refused, the summary and the report name both and the folder, and in a replay the
+/// first's recording, which it used, is not called unused on the second's account.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tests_that_share_a_folder_are_named_and_the_used_recording_is_not_unused() {
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = format!("openai={}", fake.url());
+    let ask = |serve: &Serve, test: &str| {
+        let url = format!("{}/openai/v1/chat/completions", serve.for_test(test));
+        async move {
+            http()
+                .post(url)
+                .json(&chat("Hello"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    };
+    let record = Serve::in_mode(dir.path(), "record", &upstream, &[]);
+    assert_eq!(ask(&record, "a$b c").await, 200);
+    assert_eq!(ask(&record, "a$b.c").await, 400);
+    let stopped = record.stop();
+    assert!(!stopped.status.success(), "{}", stopped.stderr);
+    assert!(
+        stopped
+            .stderr
+            .contains("tests whose ids share a cassette folder: a$b c and a$b.c (folder a--b-c)"),
+        "{}",
+        stopped.stderr
+    );
+
+    // A replay under `run`, which reports unused recordings: the two ids name themselves by
+    // header, as a client without a runner's help does.
+    let script = r#"
+import json, os, urllib.request, urllib.error, urllib.parse
+base = os.environ["OPENAI_BASE_URL"]
+body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Hello"}]}).encode()
+for test in ["a$b c", "a$b.c"]:
+    req = urllib.request.Request(base + "/chat/completions", data=body, method="POST", headers={
+        "content-type": "application/json", "x-test-id": urllib.parse.quote(test, safe="")})
+    try:
+        print(test, urllib.request.urlopen(req).status)
+    except urllib.error.HTTPError as e:
+        print(test, e.code)
+"#;
+    let out = crate::support::Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(dir.path())
+            .args([
+                "llmreplay",
+                "run",
+                "--cassette-dir",
+                "c",
+                "--",
+                "python3",
+                "-c",
+                script,
+            ])
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env_remove("CI"),
+    );
+    assert!(
+        out.stdout.contains("a$b c 200") && out.stdout.contains("a$b.c 400"),
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("target/llmreplay/report.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(report["unused"], serde_json::json!([]), "{report}");
+    assert_eq!(
+        report["collisions"],
+        serde_json::json!([{"slug": "a--b-c", "first": "a$b c", "second": "a$b.c"}]),
+        "{report}"
+    );
+    assert!(
+        out.stderr
+            .contains("tests whose ids share a cassette folder (1)"),
+        "{}",
+        out.stderr
+    );
+}

@@ -217,6 +217,16 @@ impl ReportExt for Report {
             missing,
             escaped,
             passed_through: inputs.journal.passed_through(),
+            collisions: inputs
+                .store
+                .collisions()
+                .into_iter()
+                .map(|(slug, first, second)| runlog::report::Collision {
+                    slug,
+                    first,
+                    second,
+                })
+                .collect(),
             error_answers: inputs.journal.error_answers(),
             unused,
             faults: inputs.journal.faults(),
@@ -324,6 +334,7 @@ impl ReportExt for Report {
             out.escaped.extend(r.escaped);
             out.live_differs.extend(r.live_differs);
             out.passed_through.extend(r.passed_through);
+            out.collisions.extend(r.collisions);
             out.first_failure = out.first_failure.or(r.first_failure);
             for e in r.error_answers {
                 if !out.error_answers.contains(&e) {

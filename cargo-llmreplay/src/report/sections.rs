@@ -52,6 +52,7 @@ pub enum SectionKind {
     Missing,
     Escaped,
     PassedThrough,
+    Collisions,
     Unattributed,
     StoppedEarly,
     Unused,
@@ -252,6 +253,25 @@ pub(super) fn sections(report: &Report, root: &Path) -> Sections {
                 report.live_differs.len()
             ),
             report.live_differs.iter().map(live_difference).collect(),
+        ),
+        Section::list(
+            K::Collisions,
+            Error,
+            format!(
+                "tests whose ids share a cassette folder ({}): rename one of each pair",
+                report.collisions.len()
+            ),
+            report
+                .collisions
+                .iter()
+                .map(|c| Item::Test {
+                    test: c.second.to_string(),
+                    what: format!(
+                        "its folder {} is {}'s, so its requests were refused",
+                        c.slug, c.first
+                    ),
+                })
+                .collect(),
         ),
         Section::list(
             K::Missing,
