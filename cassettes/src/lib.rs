@@ -139,7 +139,7 @@ pub enum Error {
         /// The interaction, from 0.
         index: usize,
     },
-    #[error("{path}: not saved: {pointer} holds {what}, and no secret may reach a cassette. Name the field in llmreplay.toml, `[redact] body_fields = [\"NAME\"]` (or the header under `[redact] headers`), so that it becomes a placeholder, then record again")]
+    #[error("{path}: not saved: {pointer} holds {what}, and no secret may reach a cassette. Redaction replaces known values and shapes wherever it can read them, so this one stands where it could not. If a field of its own holds it, name that field in llmreplay.toml, `[redact] body_fields = [\"NAME\"]` (or the header under `[redact] headers`), so that it becomes a placeholder, then record again; never name a field every message has (`text`, `content`), which would blank them all")]
     /// A recording that would write a secret.
     Secret {
         /// The cassette.
