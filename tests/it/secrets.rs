@@ -82,6 +82,56 @@ async fn mcp_authorization_of_openai_and_anthropic_is_never_stored_and_any_token
     );
 }
 
+/// A chat history as the official OpenAI SDK sends it, with a password inside an assistant
+/// tool call's `arguments` (JSON in a JSON string) and a token in a tool result's JSON text:
+/// neither reaches a cassette, a log or an output, the provider gets both as sent, and a
+/// replay with another password and token matches the same recording.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_calls_password_and_a_tool_results_token_are_never_stored_and_any_replays() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let run = |serve: &Serve, password: &str, token: &str| {
+        let base = serve.for_test("secrets::t$toolcall");
+        run_sdk_script_with(
+            &python,
+            "body_secrets.py",
+            &["toolcall", password, token],
+            &[
+                ("OPENAI_BASE_URL", &format!("{base}/openai/v1")),
+                ("OPENAI_API_KEY", "sk-test"),
+            ],
+        )
+    };
+    let rec = Serve::recording_from(dir.path(), &[("openai", fake.url())]);
+    let (password, token) = ("hunter2-Zq81xPw", "tok-live-5TRv8");
+    let recorded: Value = serde_json::from_str(&run(&rec, password, token)).unwrap();
+    let rec_out = rec.stop();
+    let sent = fake.received();
+    let arguments = sent[0].body["messages"][1]["tool_calls"][0]["function"]["arguments"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(arguments.contains(password), "{arguments}");
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--toolcall/openai.json")).unwrap();
+    assert!(cassette.contains(PLACEHOLDER), "{cassette}");
+
+    let (other_password, other_token) = ("correct-horse-77Bq", "tok-rotated-2MZk");
+    let replay = Serve::replaying(dir.path());
+    let replayed: Value = serde_json::from_str(&run(&replay, other_password, other_token)).unwrap();
+    assert_eq!(replayed, recorded);
+    let replay_out = replay.stop();
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    nowhere(
+        dir.path(),
+        &[&rec_out.stderr, &replay_out.stderr],
+        &[password, token, other_password, other_token],
+    );
+}
+
 /// A token endpoint behind the daemon's proxy, as a script that sourced `serve --env` meets it:
 /// a fake on TLS stands in for `host`, and each call runs one of `body_secrets.py`'s modes.
 struct TokenEndpoint {

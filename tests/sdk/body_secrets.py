@@ -1,7 +1,9 @@
 """Secrets in bodies, sent by the official SDKs: `mcp TOKEN` sends a hosted MCP tool's
 `authorization` with OpenAI's Responses API and an MCP server's `authorization_token` with
 Anthropic's Messages API; `google SECRET REFRESH` refreshes google-auth user credentials at
-Google's token endpoint, and `azure SECRET` gets a token with azure-identity's
+Google's token endpoint, `toolcall PASSWORD TOKEN` sends a chat history whose assistant
+tool call carries a password in its `arguments` and whose tool result is a token as JSON text,
+with OpenAI's Chat Completions API, and `azure SECRET` gets a token with azure-identity's
 ClientSecretCredential from Microsoft Entra ID (both through the proxy the environment
 names). Prints what came back."""
 
@@ -42,6 +44,34 @@ if mode == "mcp":
         betas=["mcp-client-2025-04-04"],
     )
     print(json.dumps({"openai": response.output_text, "anthropic": message.content[0].text}))
+elif mode == "toolcall":
+    import openai
+
+    password, token = sys.argv[2], sys.argv[3]
+    arguments = json.dumps({"user": "ana", "password": password})
+    completion = openai.OpenAI().chat.completions.create(
+        model="gpt-4o-mini",
+        messages=[
+            {"role": "user", "content": "Log ana in"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "login", "arguments": arguments},
+                    }
+                ],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_1",
+                "content": json.dumps({"access_token": token, "expires_in": 3600}),
+            },
+            {"role": "user", "content": "Am I in?"},
+        ],
+    )
+    print(json.dumps({"answer": completion.choices[0].message.content}))
 elif mode == "google":
     import google.auth.transport.requests
     import google.oauth2.credentials
