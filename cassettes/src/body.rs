@@ -360,12 +360,14 @@ impl Body {
         }
     }
 
-    /// The bytes with gzip or deflate undone, as far as the form holds bytes.
+    /// The bytes with gzip, deflate or brotli undone, as far as the form holds bytes.
     pub fn plain(&self, content_encoding: Option<&str>) -> Option<Vec<u8>> {
         let bytes = self.bytes()?;
-        match content_encoding.map(|e| e.trim().to_ascii_lowercase()) {
-            Some(e) if e == "gzip" || e == "x-gzip" => gunzip(&bytes),
-            Some(e) if e == "deflate" => inflate(&bytes),
+        match content_encoding
+            .map(|e| e.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            Some(e @ ("gzip" | "x-gzip" | "deflate" | "br")) => decompress(&bytes, Some(e)),
             _ => Some(bytes.to_vec()),
         }
     }
@@ -525,22 +527,41 @@ fn nesting(bytes: &[u8]) -> usize {
     max
 }
 
-fn gunzip(bytes: &[u8]) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .ok()?;
-    Some(out)
+/// Past this many bytes, a compressed body is not decoded: a few compressed bytes can claim
+/// gigabytes, and no answer a test needs is that large.
+const DECODED_LIMIT: usize = 64 << 20;
+
+/// Bytes with their content encoding (gzip, deflate, brotli) undone, up to [`DECODED_LIMIT`];
+/// `None` for another encoding, broken bytes or more than the limit.
+pub(crate) fn decompress(bytes: &[u8], encoding: Option<&str>) -> Option<Vec<u8>> {
+    decompress_within(bytes, encoding, DECODED_LIMIT)
 }
 
-fn inflate(bytes: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn decompress_within(
+    bytes: &[u8],
+    encoding: Option<&str>,
+    limit: usize,
+) -> Option<Vec<u8>> {
     use std::io::Read;
+    let read = |reader: &mut dyn Read, out: &mut Vec<u8>| {
+        out.clear();
+        reader.take(limit as u64 + 1).read_to_end(out).is_ok() && out.len() <= limit
+    };
     let mut out = Vec::new();
-    flate2::read::ZlibDecoder::new(bytes)
-        .read_to_end(&mut out)
-        .ok()?;
-    Some(out)
+    let ok = match encoding.map(str::to_ascii_lowercase).as_deref() {
+        Some("gzip" | "x-gzip") => read(&mut flate2::read::MultiGzDecoder::new(bytes), &mut out),
+        // Zlib-wrapped as the standard says, or raw as some servers send it.
+        Some("deflate") => {
+            read(&mut flate2::read::ZlibDecoder::new(bytes), &mut out)
+                || read(&mut flate2::read::DeflateDecoder::new(bytes), &mut out)
+        }
+        Some("br") => read(
+            &mut brotli_decompressor::Decompressor::new(bytes, 4096),
+            &mut out,
+        ),
+        _ => false,
+    };
+    ok.then_some(out)
 }
 
 /// The boundary of a `multipart/form-data` content type.
