@@ -11,6 +11,7 @@ mod log;
 mod match_cmd;
 mod mcp_cmd;
 mod mv_cmd;
+mod program;
 mod prune;
 mod recover;
 mod rekey_cmd;
@@ -28,18 +29,10 @@ mod test_cmd;
 #[cfg(test)]
 mod snapshots;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use std::process::ExitCode;
-use std::sync::OnceLock;
 
-/// The name this program was started by, decided once in `main`: every command it prints
-/// begins with it (the daemon's get it through its settings).
-static PROGRAM: OnceLock<daemon::Program> = OnceLock::new();
-
-/// The name every printed command begins with: `cargo llmreplay` until `main` decides.
-pub fn program() -> &'static daemon::Program {
-    PROGRAM.get_or_init(daemon::Program::default)
-}
+pub use program::program;
 
 /// The command's long help; the providers come from the family list, so it never drifts.
 fn long_about() -> String {
@@ -53,7 +46,7 @@ fn long_about() -> String {
     )
 }
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
     name = "cargo llmreplay",
     bin_name = "cargo llmreplay",
@@ -101,7 +94,7 @@ fn main() -> ExitCode {
     if via_cargo {
         args.remove(1);
     }
-    let _ = PROGRAM.set(daemon::Program::from_args(
+    program::set(daemon::Program::from_args(
         args.first()
             .map_or(std::ffi::OsStr::new(""), |a| a.as_os_str()),
         via_cargo,
@@ -119,7 +112,12 @@ fn main() -> ExitCode {
         true => Command::Test {
             args: args.split_off(2),
         },
-        false => Cli::parse_from(args).command,
+        false => {
+            let matches = program::help(Cli::command()).get_matches_from(args);
+            Cli::from_arg_matches(&matches)
+                .unwrap_or_else(|e| e.exit())
+                .command
+        }
     };
     // `test` and `serve` set up their own log: a file beside the report, `-v`.
     if !matches!(

@@ -231,8 +231,10 @@ pub fn stdout(text: &str) -> std::io::Result<()> {
     }
 }
 
-/// Writes to stderr, ignoring a closed pipe as `stdout` does.
+/// Writes to stderr, ignoring a closed pipe as `stdout` does. What is said there is said to
+/// people, so the commands it names are said in the program's name.
 pub fn stderr(text: &str) {
+    let text = crate::program::speak(text);
     let mut err = std::io::stderr().lock();
     let _ = err.write_all(text.as_bytes()).and_then(|_| err.flush());
 }

@@ -363,7 +363,8 @@ fn screen(
             out,
             "{}\n\n",
             styles.bold(&format!(
-                "cargo llmreplay review: {n} of {of}, against {}",
+                "{} review: {n} of {of}, against {}",
+                crate::program(),
                 term(base)
             ))
         );

@@ -2,7 +2,7 @@
 //! that goes away: markdown for PR comments that a cassette cannot break out of, terminal
 //! output that control characters cannot drive, JSON whatever the file names hold.
 
-use crate::support::{FakeProvider, Sample, Serve};
+use crate::support::{binary, FakeProvider, Output, Sample, Serve};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -314,4 +314,70 @@ async fn test_takes_mode_like_serve_and_passes_the_rest_to_nextest() {
     );
     assert_eq!(replay.code, Some(0), "{}", replay.stderr);
     assert_eq!(replay.report["counts"]["hits"], 1);
+}
+
+/// Started as `cargo-llmreplay` (as the pip and npm packages start it), every command it
+/// prints, in its messages and its help, begins with `cargo-llmreplay`, which works where
+/// there is no cargo; started by cargo, with `cargo llmreplay`.
+#[test]
+fn messages_and_help_name_the_program_as_it_was_started() {
+    let sample = Sample::new();
+    let direct = |args: &[&str]| Output::of(sample.command(binary()).args(args));
+    // A message of the command line's own (a report that is not there), and one clap prints.
+    let none = sample.scratch().join("no-report.json");
+    let none = none.to_str().unwrap();
+    let prune = direct(&["prune", "--report", none]);
+    assert_eq!(prune.code, Some(2), "{}", prune.stderr);
+    assert!(
+        prune.stderr.contains("Run cargo-llmreplay test first"),
+        "{}",
+        prune.stderr
+    );
+    let unknown = direct(&["status", "--no-such-flag"]);
+    assert!(
+        unknown.stderr.contains("Usage: cargo-llmreplay status"),
+        "{}",
+        unknown.stderr
+    );
+    for args in [
+        &["--help"][..],
+        &["test", "--help"],
+        &["rerun", "--help"],
+        &["prune", "--help"],
+    ] {
+        let help = direct(args);
+        assert_eq!(help.code, Some(0), "{args:?}: {}", help.stderr);
+        assert!(
+            help.stdout.contains("cargo-llmreplay"),
+            "{args:?}: {}",
+            help.stdout
+        );
+        assert!(
+            !help.stdout.contains("cargo llmreplay"),
+            "{args:?} names a command cargo would run: {}",
+            help.stdout
+        );
+    }
+    let test_help = direct(&["test", "--help"]).stdout;
+    assert!(
+        test_help.contains("Usage: cargo-llmreplay test [OPTIONS]"),
+        "{test_help}"
+    );
+    assert!(
+        test_help.contains("  cargo-llmreplay test --record-missing"),
+        "{test_help}"
+    );
+
+    // Through cargo, as `cargo llmreplay`.
+    let via_cargo = sample.llmreplay(&["prune", "--report", none]);
+    assert!(
+        via_cargo.stderr.contains("Run cargo llmreplay test first"),
+        "{}",
+        via_cargo.stderr
+    );
+    let help = sample.llmreplay(&["test", "--help"]).stdout;
+    assert!(
+        help.contains("Usage: cargo llmreplay test [OPTIONS]"),
+        "{help}"
+    );
 }

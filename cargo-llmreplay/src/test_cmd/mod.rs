@@ -19,7 +19,7 @@ use plan::{Facts, RunPlan};
 use crate::args::{DaemonArgs, Resolved};
 use crate::error::{Error, Outcome, Result};
 use crate::run_core::CaThread;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -85,9 +85,17 @@ pub fn run(args: Vec<OsString>) -> Result<Outcome> {
         let _ = e.print();
         return Ok(Outcome::Usage);
     }
-    let args = match TestArgs::try_parse_from(
-        std::iter::once(OsString::from("cargo llmreplay test")).chain(own),
-    ) {
+    let parsed = crate::program::help(
+        TestArgs::command()
+            .bin_name(format!("{} test", crate::program()))
+            .override_usage(format!(
+                "{} test [OPTIONS] [NEXTEST ARGS...] [-- TEST BINARY ARGS...]",
+                crate::program()
+            )),
+    )
+    .try_get_matches_from(std::iter::once(OsString::from("cargo llmreplay test")).chain(own))
+    .and_then(|m| TestArgs::from_arg_matches(&m));
+    let args = match parsed {
         Ok(args) => args,
         Err(e) => {
             // Help and version are printed on stdout and are no error.
