@@ -8,7 +8,9 @@
 Each goes into a fresh project outside the repository (a venv; an npm project) and runs a
 suite there on a PATH that holds no cargo and no rustc: recorded against a stand-in provider on
 127.0.0.1, replayed under CI=true, then a changed prompt missed, and the command the miss
-printed, pasted into a shell, records it. Prints the wheel's size and the install times.
+printed, pasted into a shell, records it. Before that, `cargo-llmreplay init` sets each project
+up, and the record and replay commands it prints, pasted, work. Prints the wheel's size and the
+install times.
 `python3 .ci/packages.py [--no-build]`: --no-build takes the packages the last run built."""
 
 import glob
@@ -170,7 +172,10 @@ class Suite:
     def __init__(self, name, project, path_dirs, command, expected, provider):
         self.name, self.project, self.path_dirs = name, project, path_dirs
         self.command, self.expected, self.provider = command, expected, provider
-        with open(os.path.join(project, "llmreplay.toml"), "w") as f:
+
+    def upstreams(self):
+        """The stand-in provider, added to the project's llmreplay.toml (init's, when it wrote one)."""
+        with open(os.path.join(self.project, "llmreplay.toml"), "a") as f:
             for family in ["openai", "anthropic"]:
                 f.write(f'[providers.{family}]\nupstream = "{provider.url}"\n')
 
@@ -180,6 +185,28 @@ class Suite:
         env = environment(self.path_dirs, SAMPLE_OUT=out, **extra)
         ran = subprocess.run(["sh", "-c", line], cwd=self.project, env=env, capture_output=True, text=True)
         return ran.returncode, ran.stdout + ran.stderr, answers(out)
+
+    def init(self, kind, record_command):
+        """`cargo-llmreplay init`: its files, and the record and replay commands it prints, pasted."""
+        code, said, _ = self.run(f"{COMMAND} init")
+        assert code == 0, f"{self.name}: init failed\n{said}"
+        assert f": a {kind} project\n" in said, f"{self.name}: {said}"
+        for written in ["llmreplay.toml", ".gitattributes", ".github/workflows/llmreplay.yml"]:
+            assert os.path.isfile(os.path.join(self.project, written)), f"{self.name}: no {written}\n{said}"
+        lines = said.split("next:\n", 1)[1].splitlines()
+        commands = [line.split("  # ")[0].strip() for line in lines]
+        record = next(c for c in commands if "--record-missing" in c)
+        replay = next(c for c in commands if " run -- " in c)
+        assert record == record_command, f"{self.name}: init printed `{record}`\n{said}"
+        self.upstreams()
+        code, said, recorded = self.run(record, **KEYS)
+        assert code == 0, f"{self.name}: init's `{record}` failed\n{said}"
+        assert sorted(recorded) == self.expected, f"{self.name}: {sorted(recorded)}\n{said}"
+        calls = self.provider.calls
+        code, said, replayed = self.run(replay, CI="true")
+        assert code == 0 and replayed == recorded, f"{self.name}: init's `{replay}` failed\n{said}"
+        assert self.provider.calls == calls, f"{self.name}: init's `{replay}` called the provider"
+        say(f"{self.name}: init, then its printed `{record}` and `{replay}`")
 
     def check(self):
         base = f"{COMMAND} run {{}}-- {self.command}"
@@ -211,6 +238,15 @@ def requirement(name, file):
     raise AssertionError(f"{name} is not pinned in {file}")
 
 
+def requirement_version(name, file):
+    """The version a package.json of the repository pins `name` at."""
+    manifest = json.load(open(os.path.join(ROOT, file)))
+    for table in ["dependencies", "devDependencies"]:
+        if name in manifest.get(table, {}):
+            return manifest[table][name]
+    raise AssertionError(f"{name} is not in {file}")
+
+
 def check_wheel(work, provider, tools):
     wheel = the_wheel()
     venv = os.path.join(work, "venv")
@@ -227,10 +263,13 @@ def check_wheel(work, provider, tools):
     project = os.path.join(work, "py")
     os.makedirs(project)
     shutil.copy(os.path.join(ROOT, "tests/sdk/pytest_suite/test_chat.py"), project)
+    with open(os.path.join(project, "pyproject.toml"), "w") as f:
+        f.write('[tool.pytest.ini_options]\naddopts = "-p no:cacheprovider"\n')
     suite = Suite("pytest", project, [bindir, tools], "pytest -q -p no:cacheprovider",
                   ["claude.txt", "count-one.txt", "hello.txt"], provider)
     code, said, _ = suite.run("pytest --trace-config --co -q", **KEYS)
     assert code == 0 and "pytest_llmreplay" in said, f"the plugin is not registered\n{said}"
+    suite.init("Python", f"{COMMAND} run --record-missing -- python -m pytest")
     suite.check()
     return os.path.getsize(wheel), took
 
@@ -247,6 +286,12 @@ def check_npm(work, provider, tools):
     run(["npm", "install", "--offline", "--no-audit", "--no-fund", "--loglevel=error", "--save-dev"]
         + tarballs(), cwd=project)
     took = time.monotonic() - start
+    # As a vitest project's package.json says it (init reads which runner it has).
+    with open(os.path.join(project, "package.json")) as f:
+        manifest = json.load(f)
+    manifest["devDependencies"]["vitest"] = requirement_version("vitest", "tests/node/package.json")
+    with open(os.path.join(project, "package.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
     # vitest and the openai SDK as tests/node's lockfile has them (its folders, linked).
     modules = os.path.join(project, "node_modules")
     for package in ["vitest", "openai"]:
@@ -267,6 +312,7 @@ def check_npm(work, provider, tools):
     assert code == 1 and platform in said, f"the shim without {platform}: {code}\n{said}"
     code, said, _ = suite.run(f"{COMMAND} --version")
     assert code == 0, said
+    suite.init("Node", f"npx {COMMAND} run --record-missing -- npx vitest run")
     suite.check()
     return took
 

@@ -6,6 +6,7 @@ mod capture;
 mod diff_cmd;
 mod error;
 mod files;
+mod init_cmd;
 mod locate;
 mod log;
 mod match_cmd;
@@ -68,6 +69,7 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    Init(init_cmd::InitArgs),
     Run(run_cmd::RunArgs),
     Serve(serve::ServeArgs),
     Status(status::StatusArgs),
@@ -128,6 +130,7 @@ fn main() -> ExitCode {
     }
     let result = match command {
         Command::Test { args } => test_cmd::run(args),
+        Command::Init(args) => init_cmd::run(args),
         Command::Run(args) => run_cmd::run(args),
         Command::Mcp(args) => mcp_cmd::run(args),
         Command::Serve(args) => serve::run(args),

@@ -581,7 +581,7 @@ fn the_ci_template_passes_actionlint_and_installs_from_this_repository() {
     let Some(node_dir) = node_clients() else {
         return;
     };
-    let template = repo().join(".github/llmreplay-gate.yml");
+    let template = repo().join("cargo-llmreplay/init/gate-rust.yml");
     let lint = |file: &Path| -> Vec<Value> {
         let out = run_client(
             Path::new("node"),
@@ -594,6 +594,30 @@ fn the_ci_template_passes_actionlint_and_installs_from_this_repository() {
         serde_json::from_str(&out).unwrap()
     };
     assert_eq!(lint(&template), Vec::<Value>::new());
+    // The Python and Node projects' gates `init` writes: the same checks, their own install.
+    for gate in ["gate-python.yml", "gate-node.yml"] {
+        let path = repo().join("cargo-llmreplay/init").join(gate);
+        assert_eq!(lint(&path), Vec::<Value>::new(), "{gate}");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("run --deny unused --deny escaped --report llmreplay.json -- "),
+            "{gate}"
+        );
+        assert!(!text.contains("cargo llmreplay"), "{gate} needs no cargo");
+        let comment = text
+            .split("- name: Comment")
+            .nth(1)
+            .expect("a comment step");
+        assert!(comment.contains("continue-on-error: true"), "{gate}");
+    }
+    // The sharded one: one archive, a partition per matrix entry with its own artifact name, a
+    // merge that needs them (its steps run end to end in tests/it/init.rs).
+    let sharded = repo().join("cargo-llmreplay/init/gate-rust-sharded.yml");
+    assert_eq!(lint(&sharded), Vec::<Value>::new());
+    let text = std::fs::read_to_string(&sharded).unwrap();
+    assert!(text.contains("name: llmreplay-report-${{ matrix.partition }}"));
+    assert!(text.contains("pattern: llmreplay-report-*"));
+    assert!(text.contains("needs: replay"));
     let text = std::fs::read_to_string(&template).unwrap();
     let broken = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(

@@ -13,6 +13,7 @@ mod clouds;
 mod daemon;
 mod faults;
 mod hostile;
+mod init;
 mod kept;
 mod mcp;
 mod network;

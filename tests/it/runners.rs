@@ -447,6 +447,68 @@ async fn jest_tests_record_and_replay_each_in_their_own_folder() {
     assert_eq!(answers(&recorded_out).len(), 2);
 }
 
+/// `node --test --import llmreplay-test-setup/node-test`: each test of the file's process is
+/// announced by its file and full name; three tests, three folders, replayed offline with the
+/// same answers, and a changed prompt missing under its test's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_test_tests_record_replay_and_miss_each_in_their_own_folder() {
+    let Some(node) = crate::clients::node_clients() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("test")).unwrap();
+    std::fs::copy(
+        node.join("node_test_suite/chat.test.mjs"),
+        dir.path().join("test/chat.test.mjs"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(node.join("node_modules"), dir.path().join("node_modules")).unwrap();
+    let command: Vec<&OsStr> = [
+        "node",
+        "--test",
+        "--import",
+        "llmreplay-test-setup/node-test",
+    ]
+    .into_iter()
+    .map(OsStr::new)
+    .collect();
+    let run = |flags: &[&str], env: &[(&str, &str)]| run_keeping(dir.path(), flags, &command, env);
+    let tests = [
+        "test/chat.test.mjs > chat > hello",
+        "test/chat.test.mjs > chat > bye",
+        "test/chat.test.mjs > top level",
+    ];
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (recorded, recorded_out) = run(&flags, KEYS);
+    succeeded(&recorded);
+    for test in tests {
+        let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+        let file = dir
+            .path()
+            .join("tests/cassettes")
+            .join(slug.as_str())
+            .join("openai.json");
+        assert!(file.is_file(), "{test}: {}", recorded.stderr);
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("tests/cassettes"))
+            .unwrap()
+            .count(),
+        3
+    );
+    fake.stop();
+    let (replayed, replayed_out) = run(&[], &[("CI", "true")]);
+    succeeded(&replayed);
+    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+    assert_eq!(answers(&recorded_out).len(), 3);
+    let (missed, _) = run(&[], &[("CI", "true"), ("SAMPLE_CHANGED", "1")]);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    let report = crate::support::read_json(&dir.path().join("target/llmreplay/report.json"));
+    assert_eq!(report["missing"][0]["test"], tests[0], "{report}");
+}
+
 /// With no daemon in the environment, the plugin sets nothing and says nothing: pytest runs as
 /// without it.
 #[test]

@@ -38,6 +38,12 @@ const NEUTRAL_WITH_VALUE: &[&str] = &[
     "--max-fail",
     "--no-tests",
     "--cargo-profile",
+    // A run from an archive (nextest archive, as a sharded CI runs) runs the archived suite.
+    "--archive-file",
+    "--archive-format",
+    "--workspace-remap",
+    "--target-dir-remap",
+    "--extract-to",
 ];
 
 /// Which tests a run with these nextest arguments covers.
@@ -119,7 +125,13 @@ pub fn spawn_list(
         }
         args.push(arg.clone());
     }
-    crate::locate::nextest(["list", "--message-format", "json", "--cargo-quiet"])
+    // An archive's list builds nothing, and takes no cargo option.
+    let from_archive = args
+        .iter()
+        .any(|a| a.to_string_lossy().split('=').next() == Some("--archive-file"));
+    let quiet = (!from_archive).then_some("--cargo-quiet");
+    crate::locate::nextest(["list", "--message-format", "json"])
+        .args(quiet)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(std::process::Stdio::piped())
@@ -192,6 +204,17 @@ mod tests {
         assert!(!scope(&["-E", "test(=a)"]).whole_suite());
         assert!(!scope(&["-p", "x"]).whole_suite());
         assert!(!scope(&["some_name"]).whole_suite());
+        let archived = [
+            "--archive-file",
+            "a.tar.zst",
+            "--workspace-remap=.",
+            "--partition",
+        ];
+        let p = scope(&[&archived[..], &["hash:2/2"]].concat());
+        assert_eq!(
+            (p.filtered, p.partition.as_deref()),
+            (false, Some("hash:2/2"))
+        );
         let p = scope(&["--partition", "slice:1/2"]);
         assert_eq!(
             (p.filtered, p.partition.as_deref()),
