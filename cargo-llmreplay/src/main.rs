@@ -26,6 +26,8 @@ mod status;
 mod test_cmd;
 
 #[cfg(test)]
+mod reference_check;
+#[cfg(test)]
 mod snapshots;
 
 use clap::{Parser, Subcommand};
