@@ -28,6 +28,8 @@ mod status;
 mod test_cmd;
 
 #[cfg(test)]
+mod reference_check;
+#[cfg(test)]
 mod snapshots;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
@@ -47,13 +49,22 @@ fn long_about() -> String {
     )
 }
 
+/// The end of the top-level help: where the rest is said.
+fn after_help() -> String {
+    format!(
+        "The book (getting started, every command and flag, troubleshooting): {}",
+        daemon::book::url(daemon::book::INTRODUCTION)
+    )
+}
+
 #[derive(clap::Parser)]
 #[command(
     name = "cargo llmreplay",
     bin_name = "cargo llmreplay",
     version,
     about = "Record LLM API calls once, replay them in every test run: offline, free, byte for byte.",
-    long_about = long_about()
+    long_about = long_about(),
+    after_help = after_help()
 )]
 struct Cli {
     #[command(subcommand)]

@@ -366,8 +366,10 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Op
     if matches!(status.as_u16(), 401 | 403 | 407) {
         let vars = route.provider.key_vars().join(" or ");
         let message = format!(
-            "cargo-llmreplay: the {} upstream answered {status} for {method} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407)",
-            route.provider.name, route.upstream_path
+            "cargo-llmreplay: the {} upstream answered {status} for {method} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407); see {}",
+            route.provider.name,
+            route.upstream_path,
+            crate::book::url(crate::book::REFUSED_KEY)
         );
         return Some(Unsaved::Refused {
             message,

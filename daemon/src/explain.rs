@@ -99,6 +99,10 @@ pub(crate) fn miss(
         Some(command) => message.push_str(command),
         None => message.push_str(&record_hint(program, &route.test)),
     }
+    message.push_str(&format!(
+        "\n  what to do: {}",
+        crate::book::url(crate::book::MISS)
+    ));
     let same_call = closest
         .as_ref()
         .is_some_and(|c| !c.differing.is_empty() && c.same_call());
@@ -230,8 +234,9 @@ pub(crate) fn unknown_path(route: &Route, method: &Method) -> String {
         .map(|p| format!(" (its paths look like {p})"))
         .unwrap_or_default();
     format!(
-        "cargo-llmreplay: the {name} upstream answered 404 for {method} /{name}{path}, a path the {name} API does not have{expected}: not saved. The client built it from the base URL it read, one of {vars}, and appended a path of its own; check which variable your client reads and whether it expects the API version inside it (see README, Providers and clients).",
+        "cargo-llmreplay: the {name} upstream answered 404 for {method} /{name}{path}, a path the {name} API does not have{expected}: not saved. The client built it from the base URL it read, one of {vars}, and appended a path of its own; check which variable your client reads and whether it expects the API version inside it (see {book}).",
         name = provider.name,
         path = route.upstream_path,
+        book = crate::book::url(crate::book::PROVIDERS),
     )
 }

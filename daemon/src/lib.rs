@@ -11,6 +11,7 @@
 //! `cassettes`.
 #![warn(missing_docs)]
 
+pub mod book;
 pub mod ca;
 pub mod call;
 mod capture;

@@ -538,6 +538,11 @@ impl ReportExt for Report {
         for why in failures {
             let _ = writeln!(out, "  - {}", term(why));
         }
+        let _ = writeln!(
+            out,
+            "  what to do: {}",
+            daemon::book::url(daemon::book::GATE)
+        );
         out
     }
 

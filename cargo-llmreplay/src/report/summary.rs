@@ -38,6 +38,11 @@ fn to_step_summary(sections: &Sections, failures: &[String]) {
                 for why in failures {
                     let _ = writeln!(text, "- {why}");
                 }
+                let _ = writeln!(
+                    text,
+                    "\nWhat to do: {}",
+                    daemon::book::url(daemon::book::GATE)
+                );
             }
             std::io::Write::write_all(&mut f, text.as_bytes())
         });
