@@ -177,7 +177,7 @@ class Suite:
         """The stand-in provider, added to the project's llmreplay.toml (init's, when it wrote one)."""
         with open(os.path.join(self.project, "llmreplay.toml"), "a") as f:
             for family in ["openai", "anthropic"]:
-                f.write(f'[providers.{family}]\nupstream = "{provider.url}"\n')
+                f.write(f'[providers.{family}]\nupstream = "{self.provider.url}"\n')
 
     def run(self, line, **extra):
         """`line` in a shell in the project; its status, its output and what the tests were told."""

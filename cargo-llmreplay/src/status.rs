@@ -81,6 +81,9 @@ pub(crate) struct Status {
 struct FixedFile {
     #[serde(with = "cassettes::lossy_path")]
     path: PathBuf,
+    /// A folder an older version's slug rule named, moved here (today's name for its test).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    moved_to: Option<PathBuf>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     interactions: Vec<Fixed>,
     /// A leftover temporary file, removed.
@@ -93,10 +96,19 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     let cassette_dir = resolved.cassette_dir();
     let mut fixed = Vec::new();
     if args.fix {
+        for moved in cassettes::move_legacy_folders(cassette_dir)? {
+            fixed.push(FixedFile {
+                path: moved.from,
+                moved_to: Some(moved.to),
+                interactions: Vec::new(),
+                removed: false,
+            });
+        }
         for path in review::audit::leftover_temps(cassette_dir)? {
             cassettes::remove_leftover_temp(&path)?;
             fixed.push(FixedFile {
                 path,
+                moved_to: None,
                 interactions: Vec::new(),
                 removed: true,
             });
@@ -107,6 +119,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
                 if !interactions.is_empty() {
                     fixed.push(FixedFile {
                         path,
+                        moved_to: None,
                         interactions,
                         removed: false,
                     });
@@ -175,6 +188,14 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
     let rel = |p: &Path| term(&p.strip_prefix(root).unwrap_or(p).to_string_lossy()).into_owned();
     let mut out = String::new();
     for f in &s.fixed {
+        if let Some(to) = &f.moved_to {
+            let _ = writeln!(
+                out,
+                "moved {} to {}: the folder an older version named for its test",
+                rel(&f.path),
+                rel(to)
+            );
+        }
         if f.removed {
             let _ = writeln!(
                 out,
@@ -272,6 +293,10 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                 ),
                 Problem::LeftoverTemp => "a temporary file a killed run left; `cargo llmreplay status --fix` removes it".to_string(),
                 Problem::Blob { message } => term(message).into_owned(),
+                Problem::Misplaced { expected } if legacy_named(&f.path) => format!(
+                    "its folder is the one an older version named for its test, which is now looked up in {}; `cargo llmreplay status --fix` moves it there",
+                    rel(expected)
+                ),
                 Problem::Misplaced { expected } => format!(
                     "its test and provider are looked up in {}; move it there, or, if its folder was renamed for a renamed test, `cargo llmreplay mv OLD_TEST NEW_TEST` finishes the rename",
                     rel(expected)
@@ -309,4 +334,19 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
         ));
     }
     out
+}
+
+/// A cassette in the folder the slug rule before 0.1.1 gave its test (which `status --fix`
+/// moves to today's name).
+fn legacy_named(cassette: &Path) -> bool {
+    let Ok(c) = cassettes::read_cassette(cassette) else {
+        return false;
+    };
+    let test = cassettes::TestId::new(c.test.as_str());
+    let legacy = cassettes::Slug::legacy_from_test_id(&test);
+    cassette
+        .parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|name| name == legacy.as_str())
+        && legacy != cassettes::Slug::from_test_id(&test)
 }

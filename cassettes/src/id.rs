@@ -112,8 +112,15 @@ pub struct Slug(String);
 /// Longest slug kept whole; longer ones are cut and given a hash suffix so they stay unique.
 pub const MAX_SLUG_LEN: usize = 120;
 
-// aimock drops a leading spec file name ("chat.spec.ts › ..."): teams moving from it keep their paths.
+// aimock drops a leading spec file name ("chat.spec.ts › ..."), as Playwright's title path
+// joins it: teams moving from it keep their paths. A runner plugin's `file > suite > test`
+// keeps its file, so two files' tests of one name stay apart.
 static SPEC_FILE_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)^.*?\.(?:spec|test|e2e)\.(?:tsx|ts|jsx|js|mjs|cjs)(?:\s*›\s*|$)")
+        .expect("static regex")
+});
+// The rule before 0.1.1, which dropped any spec file's name: only to find folders it named.
+static LEGACY_SPEC_FILE_PREFIX: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)^.*?\.(?:spec|test|e2e)\.(?:tsx|ts|jsx|js|mjs|cjs)(?:\s*›\s*|\s+|$)")
         .expect("static regex")
 });
@@ -121,19 +128,42 @@ static TITLE_SEPARATOR: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\s*[›>]\s*").expect("static regex"));
 
 impl Slug {
-    /// The rules README gives ("Cassettes"): `::` and `$` become `--`, anything outside `[A-Za-z0-9_-]` becomes `-`,
-    /// runs of three or more `-` become `--`, lowercase, cut at 120 characters plus a hash. A
-    /// Playwright-style `X-Test-Id` (`file.spec.ts › suite › name`) follows aimock's rules, which
-    /// these extend: the file prefix is dropped, `›` and `>` separate with `--`, dashes are trimmed.
+    /// The rules README gives ("Cassettes"): `::`, `$`, `>` and `›` separate with `--`; letters
+    /// of any script (after NFKC normalisation) and digits are kept, lowercased, with `_` and
+    /// `-`; anything else becomes `-`; runs of three or more `-` become `--`; cut at 120 bytes
+    /// plus a hash. A Playwright-style `X-Test-Id` (`file.spec.ts › suite › name`) follows
+    /// aimock's rules, which these extend: its file prefix is dropped.
     pub fn from_test_id(id: &TestId) -> Slug {
-        // Neither pattern can match without one of these; a nextest id has none, and skips
-        // compiling them (most of a millisecond, once per process).
-        let separated = if id.as_str().contains(['.', '›', '>']) {
-            let stripped = SPEC_FILE_PREFIX.replace(id.as_str(), "");
-            TITLE_SEPARATOR.replace_all(&stripped, "--").into_owned()
+        let normal: std::borrow::Cow<'_, str> = if id.as_str().is_ascii() {
+            id.as_str().into()
         } else {
-            id.as_str().to_string()
+            unicode_normalization::UnicodeNormalization::nfkc(id.as_str())
+                .collect::<String>()
+                .into()
         };
+        let separated = separate(&normal, &SPEC_FILE_PREFIX);
+        let mut mapped = String::with_capacity(separated.len());
+        for c in separated.chars() {
+            match c {
+                'A'..='Z' => mapped.push(c.to_ascii_lowercase()),
+                'a'..='z' | '0'..='9' | '_' | '-' => mapped.push(c),
+                '$' => mapped.push_str("--"),
+                c if !c.is_ascii()
+                    && (c.is_alphanumeric()
+                        || unicode_normalization::char::is_combining_mark(c)) =>
+                {
+                    mapped.extend(c.to_lowercase())
+                }
+                _ => mapped.push('-'),
+            }
+        }
+        finish(id, &mapped)
+    }
+
+    /// The folder name the rule before 0.1.1 gave `id` (ASCII only, every spec file's name
+    /// dropped): where an older version kept this test's recordings, to move them from.
+    pub fn legacy_from_test_id(id: &TestId) -> Slug {
+        let separated = separate(id.as_str(), &LEGACY_SPEC_FILE_PREFIX);
         let mut mapped = String::with_capacity(separated.len());
         for c in separated.chars() {
             match c {
@@ -143,37 +173,62 @@ impl Slug {
                 _ => mapped.push('-'),
             }
         }
-        let mut slug = String::with_capacity(mapped.len());
-        let mut dashes = 0;
-        for c in mapped.chars() {
-            if c == '-' {
-                dashes += 1;
-                continue;
-            }
-            push_dashes(&mut slug, dashes);
-            dashes = 0;
-            slug.push(c);
-        }
-        push_dashes(&mut slug, dashes);
-        let trimmed = slug.trim_matches('-');
-        let mut slug = if trimmed.is_empty() {
-            TestId::DEFAULT.to_string()
-        } else {
-            trimmed.to_string()
-        };
-        if slug.len() > MAX_SLUG_LEN {
-            let hash = Sha256::digest(id.as_str().as_bytes());
-            slug.truncate(MAX_SLUG_LEN);
-            slug.truncate(slug.trim_end_matches('-').len());
-            slug.push_str(&format!("-{}", hex::encode(hash))[..9]);
-        }
-        Slug(slug)
+        finish(id, &mapped)
     }
 
     /// The name as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The id with its title separators as `--`, and a spec file's name dropped where `prefix`
+/// says so.
+fn separate<'a>(id: &'a str, prefix: &Regex) -> std::borrow::Cow<'a, str> {
+    // Neither pattern can match without one of these; a nextest id has none, and skips
+    // compiling them (most of a millisecond, once per process).
+    if !id.contains(['.', '›', '>']) {
+        return id.into();
+    }
+    let stripped = prefix.replace(id, "");
+    TITLE_SEPARATOR
+        .replace_all(&stripped, "--")
+        .into_owned()
+        .into()
+}
+
+/// Runs of dashes collapsed and trimmed; an empty name is `default`; a long one cut (at a
+/// character's boundary) and given a hash of the whole id.
+fn finish(id: &TestId, mapped: &str) -> Slug {
+    let mut slug = String::with_capacity(mapped.len());
+    let mut dashes = 0;
+    for c in mapped.chars() {
+        if c == '-' {
+            dashes += 1;
+            continue;
+        }
+        push_dashes(&mut slug, dashes);
+        dashes = 0;
+        slug.push(c);
+    }
+    push_dashes(&mut slug, dashes);
+    let trimmed = slug.trim_matches('-');
+    let mut slug = if trimmed.is_empty() {
+        TestId::DEFAULT.to_string()
+    } else {
+        trimmed.to_string()
+    };
+    if slug.len() > MAX_SLUG_LEN {
+        let hash = Sha256::digest(id.as_str().as_bytes());
+        let mut cut = MAX_SLUG_LEN;
+        while !slug.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        slug.truncate(cut);
+        slug.truncate(slug.trim_end_matches('-').len());
+        slug.push_str(&format!("-{}", hex::encode(hash))[..9]);
+    }
+    Slug(slug)
 }
 
 // Lets maps keyed by `Slug` be searched with a folder's name, as for `TestId`.
@@ -296,6 +351,53 @@ mod tests {
         assert!(a.starts_with("crate--it_xxx"));
     }
 
+    /// A runner plugin's id keeps its file: two files' tests of one name are two folders.
+    #[test]
+    fn plugin_ids_keep_their_file() {
+        assert_eq!(
+            slug("app.test.js > app > greets"),
+            "app-test-js--app--greets"
+        );
+        assert_ne!(
+            slug("a.test.js > app > works"),
+            slug("b.test.js > app > works")
+        );
+        assert_eq!(
+            slug("test/chat.test.mjs > chat > hello"),
+            "test-chat-test-mjs--chat--hello"
+        );
+        assert_eq!(
+            Slug::legacy_from_test_id(&TestId::new("app.test.js > app > greets")).0,
+            "app--greets"
+        );
+    }
+
+    /// Letters of any script stay (normalised, lowercased): titles in Japanese, Chinese or
+    /// Cyrillic are folders of their own, not `default`.
+    #[test]
+    fn letters_of_any_script_stay() {
+        assert_eq!(slug("chat.test.js > 挨拶する"), "chat-test-js--挨拶する");
+        assert_eq!(
+            slug("chat.test.js > Приветствие"),
+            "chat-test-js--приветствие"
+        );
+        assert_ne!(slug("a.test.js > 你好"), slug("a.test.js > 再见"));
+        // NFKC: fullwidth letters are the ASCII ones; a decomposed é is the composed one.
+        assert_eq!(slug("Ｔｅｓｔ"), "test");
+        assert_eq!(slug("cafe\u{301}"), slug("caf\u{e9}"));
+        // A mark stays with its letter (Devanagari vowel signs).
+        assert_eq!(slug("परीक्षण"), "परीक्षण");
+        assert_eq!(
+            Slug::legacy_from_test_id(&TestId::new("x.test.js > 挨拶する")).0,
+            "default"
+        );
+        // Cut at a character's boundary, hashed.
+        let long = format!("t > {}", "挨".repeat(100));
+        let s = slug(&long);
+        assert!(s.len() <= MAX_SLUG_LEN + 9, "{s}");
+        assert!(s.starts_with("t--挨挨"));
+    }
+
     #[test]
     fn empty_id_has_a_folder() {
         assert_eq!(slug("$$$"), "default");
@@ -306,10 +408,16 @@ mod tests {
         fn slugs_are_safe_folder_names(id in "\\PC{0,300}") {
             let s = slug(&id);
             prop_assert!(!s.is_empty() && s.len() <= MAX_SLUG_LEN + 9);
-            prop_assert!(s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'));
+            prop_assert!(s.chars().all(|c| c.is_alphanumeric()
+                || unicode_normalization::char::is_combining_mark(c)
+                || c == '_'
+                || c == '-'));
+            prop_assert!(!s.chars().any(|c| c.is_ascii_uppercase()));
             prop_assert!(!s.contains("---"));
             prop_assert!(!s.starts_with('-') && !s.ends_with('-'));
             prop_assert_eq!(slug(&id), s, "deterministic");
+            let legacy = Slug::legacy_from_test_id(&TestId::new(id.as_str())).0;
+            prop_assert!(legacy.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'));
         }
     }
 }

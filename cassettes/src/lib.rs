@@ -43,9 +43,10 @@ pub use fs::{confined, DEFAULT_LOCK_TIMEOUT};
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, IgnoreRule, Key, Normalizer, RecordedRequest, ReplaceRule, Rules};
 pub use maintenance::{
-    cassette_files, fix_cassette, move_test, mv_command, read_cassette, read_cassette_with_blobs,
-    rekey_cassette, remove_folder, remove_leftover_temp, remove_recordings,
-    remove_unreferenced_blobs, rewrite_cassette, sealed, Fixed, Moved, TestChanges,
+    cassette_files, fix_cassette, legacy_folder, move_legacy_folders, move_test, mv_command,
+    read_cassette, read_cassette_with_blobs, rekey_cassette, remove_folder, remove_leftover_temp,
+    remove_recordings, remove_unreferenced_blobs, rewrite_cassette, sealed, Fixed, Moved,
+    TestChanges,
 };
 pub use store::{Store, Unused, DEFAULT_BUDGET};
 pub use summary::Tokens;

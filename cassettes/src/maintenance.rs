@@ -208,6 +208,85 @@ pub fn move_test(dir: &Path, from: &TestId, to: &TestId) -> Result<Moved, Error>
     })
 }
 
+/// The folder an older version's slug rule gave `test`, when it is not today's and still holds
+/// a cassette of that test: its recordings, to be moved, never missed in silence.
+pub fn legacy_folder(dir: &Path, test: &TestId) -> Option<PathBuf> {
+    let legacy = Slug::legacy_from_test_id(test);
+    if legacy == Slug::from_test_id(test) {
+        return None;
+    }
+    let folder = dir.join(legacy.as_str());
+    let files = json_files(&folder).ok()?;
+    files
+        .iter()
+        .any(|f| read_cassette(f).is_ok_and(|c| c.test == test.as_str()))
+        .then_some(folder)
+}
+
+/// Moves each folder an older slug rule named to today's name for its test: a folder whose
+/// cassettes all name one test, whose name is that test's old slug, and whose new folder is
+/// absent or empty. One rename under the folder's lock, as `move_test` does; anything else is
+/// left as it is (and `status` names it).
+pub fn move_legacy_folders(dir: &Path) -> Result<Vec<Moved>, Error> {
+    let mut moved = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(moved),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for entry in entries {
+        let old = entry.map_err(|e| Error::io(dir, e))?.path();
+        let Some(name) = old.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if !old.is_dir() {
+            continue;
+        }
+        let mut tests = HashSet::new();
+        let mut files = 0;
+        let mut recordings = 0;
+        for file in json_files(&old)? {
+            let Ok(cassette) = read_cassette(&file) else {
+                tests.insert(String::new());
+                continue;
+            };
+            files += 1;
+            recordings += cassette.interactions.len();
+            tests.insert(cassette.test.to_string());
+        }
+        let tests: Vec<String> = tests.into_iter().collect();
+        let [test] = &tests[..] else {
+            continue;
+        };
+        let id = TestId::new(test.as_str());
+        let new_slug = Slug::from_test_id(&id);
+        if name != Slug::legacy_from_test_id(&id).as_str() || name == new_slug.as_str() {
+            continue;
+        }
+        let new = dir.join(new_slug.as_str());
+        if new.exists() {
+            let empty = std::fs::read_dir(&new)
+                .map_err(|e| Error::io(&new, e))?
+                .next()
+                .is_none();
+            if !empty {
+                continue;
+            }
+            std::fs::remove_dir(&new).map_err(|e| Error::io(&new, e))?;
+        }
+        confined(dir, &old)?;
+        let _lock = lock_folder(&old, DEFAULT_LOCK_TIMEOUT)?;
+        std::fs::rename(&old, &new).map_err(|e| Error::io(&old, e))?;
+        moved.push(Moved {
+            from: old,
+            to: new,
+            files,
+            recordings,
+        });
+    }
+    Ok(moved)
+}
+
 /// What `fix_cassette` changed in one interaction.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Fixed {

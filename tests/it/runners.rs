@@ -406,6 +406,123 @@ async fn vitest_tests_record_replay_and_miss_each_in_their_own_folder() {
     assert_eq!(crate::support::prompts(&hello), ["Hello again"]);
 }
 
+/// Two files with one `describe`/`test` name and titles in Japanese and Cyrillic: five tests,
+/// five folders, replayed offline. Folders an older version named (the file dropped, other
+/// scripts' letters as `-`) make the replay miss with the fix named, are not called unused,
+/// and `status --fix` moves them to today's names, after which the replay passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vitest_tests_of_one_name_in_two_files_and_any_script_keep_their_own_folders() {
+    let Some((dir, vitest)) = vitest_project() else {
+        return;
+    };
+    let node = crate::clients::node_clients().unwrap();
+    std::fs::copy(
+        node.join("vitest_suite/twin.test.js"),
+        dir.path().join("twin.test.js"),
+    )
+    .unwrap();
+    let mut fake = FakeProvider::start().await;
+    let run = |flags: &[&str], env: &[(&str, &str)]| {
+        let command: Vec<&OsStr> = vec![
+            OsStr::new("node"),
+            vitest.as_os_str(),
+            OsStr::new("run"),
+            OsStr::new("--reporter=dot"),
+        ];
+        run_keeping(dir.path(), flags, &command, env)
+    };
+    let tests = [
+        "chat.test.js > chat > hello",
+        "chat.test.js > chat > bye",
+        "chat.test.js > top level",
+        "twin.test.js > chat > hello",
+        "twin.test.js > 挨拶する",
+        "twin.test.js > Приветствие",
+    ];
+    let cassettes = dir.path().join("tests/cassettes");
+    let folder = |test: &str| {
+        let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+        cassettes.join(slug.as_str())
+    };
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (recorded, recorded_out) = run(&flags, KEYS);
+    succeeded(&recorded);
+    for test in tests {
+        assert!(
+            folder(test).join("openai.json").is_file(),
+            "{test}: {}",
+            recorded.stderr
+        );
+    }
+    assert_eq!(std::fs::read_dir(&cassettes).unwrap().count(), tests.len());
+    assert!(folder(tests[4]).ends_with("twin-test-js--挨拶する"));
+    fake.stop();
+    let (replayed, replayed_out) = run(&[], &[("CI", "true")]);
+    succeeded(&replayed);
+    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+
+    // As an older version left them: the file dropped, so the twin's `chat > hello` could not
+    // have had a folder of its own; the others moved to their old names.
+    std::fs::remove_dir_all(folder(tests[3])).unwrap();
+    for test in [tests[1], tests[2], tests[5]] {
+        let old = cassettes::Slug::legacy_from_test_id(&cassettes::TestId::new(test));
+        std::fs::rename(folder(test), cassettes.join(old.as_str())).unwrap();
+    }
+    let (missed, _) = run(&[], &[("CI", "true")]);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    assert!(
+        missed.stderr.contains("an older version named for it")
+            && missed.stderr.contains("cargo llmreplay status --fix"),
+        "{}",
+        missed.stderr
+    );
+    let report = crate::support::read_json(&dir.path().join("target/llmreplay/report.json"));
+    assert_eq!(
+        report["unused"].as_array().map_or(0, Vec::len),
+        0,
+        "{report}"
+    );
+    let status = Output::of(
+        Command::new(binary())
+            .current_dir(dir.path())
+            .args(["llmreplay", "status"]),
+    );
+    assert!(
+        status.stderr.contains("status --fix` moves it there"),
+        "{}",
+        status.stderr
+    );
+    let fixed = Output::of(Command::new(binary()).current_dir(dir.path()).args([
+        "llmreplay",
+        "status",
+        "--fix",
+    ]));
+    assert_eq!(
+        fixed
+            .stderr
+            .matches("the folder an older version named for its test")
+            .count(),
+        3,
+        "{}",
+        fixed.stderr
+    );
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags[0] = "--record-missing";
+    let (again, _) = run(&flags, KEYS);
+    succeeded(&again);
+    assert_eq!(
+        fake.received().len(),
+        1,
+        "only the twin's test, which had no folder"
+    );
+    fake.stop();
+    let (replayed, _) = run(&[], &[("CI", "true")]);
+    succeeded(&replayed);
+}
+
 /// jest workers announce each test by file and full name: two tests, two folders, replayed
 /// offline with the same answers. (jest tells no hook a test's outcome: none is reported.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

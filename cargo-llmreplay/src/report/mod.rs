@@ -558,14 +558,27 @@ impl ReportExt for Report {
     }
 }
 
-/// A missing request whose very key a test that is not in the suite (of a binary that is)
-/// recorded: that test was renamed, and `mv` keeps its recordings. Reads the cassettes only
-/// when something is missing.
+/// A missing request of a test whose recordings are in the folder an older version named for
+/// it (`status --fix` moves them), or whose very key a test that is not in the suite (of a
+/// binary that is) recorded: that test was renamed, and `mv` keeps its recordings. Reads the
+/// cassettes only when something is missing.
 fn find_renames(
     cassette_dir: &Path,
     missing: &mut [Missing],
     suite: &BTreeSet<TestId>,
 ) -> Result<(), cassettes::Error> {
+    let mut looked = BTreeMap::new();
+    for m in missing.iter_mut() {
+        let legacy = looked
+            .entry(m.miss.test.clone())
+            .or_insert_with(|| cassettes::legacy_folder(cassette_dir, &m.miss.test).is_some());
+        if *legacy {
+            m.renamed_from = Some(RenamedFrom {
+                test: m.miss.test.to_string(),
+                command: format!("{} status --fix", crate::program()),
+            });
+        }
+    }
     if missing.is_empty() || suite.is_empty() {
         return Ok(());
     }
@@ -585,7 +598,7 @@ fn find_renames(
             }
         }
     }
-    for m in missing {
+    for m in missing.iter_mut().filter(|m| m.renamed_from.is_none()) {
         if let Some(old) = by_key.get(&m.miss.key) {
             m.renamed_from = Some(RenamedFrom {
                 test: old.to_string(),
@@ -613,9 +626,12 @@ fn nextest_code(status: ExitStatus) -> u8 {
 
 /// The cassette folders (slugs) that match no test of `suite`.
 pub fn orphan_folders(suite: &BTreeSet<TestId>, folders: &BTreeSet<String>) -> Vec<String> {
+    // A folder an older version named for a test of the suite is that test's, to be moved
+    // (`status --fix`), never pruned.
     let slugs: BTreeSet<String> = suite
         .iter()
-        .map(|id| Slug::from_test_id(id).to_string())
+        .flat_map(|id| [Slug::from_test_id(id), Slug::legacy_from_test_id(id)])
+        .map(|slug| slug.to_string())
         .collect();
     folders.difference(&slugs).cloned().collect()
 }

@@ -439,7 +439,17 @@ fn missing_call(m: &super::Missing) -> Item {
         }),
         _ => {}
     }
-    if let Some(old) = &m.renamed_from {
+    if let Some(old) = m
+        .renamed_from
+        .as_ref()
+        .filter(|o| o.test == m.miss.test.as_str())
+    {
+        advice.push(Advice {
+            said: "its recordings are in the folder an older version named for it; move them"
+                .into(),
+            command: old.command.clone(),
+        });
+    } else if let Some(old) = &m.renamed_from {
         advice.push(Advice {
             said: format!(
                 "renamed? {} (no longer in the suite) recorded this very request; keep its recordings",
