@@ -115,14 +115,84 @@ fn is_pytest(command: &[OsString]) -> bool {
     pytest
 }
 
-/// `<program> run FLAG -- COMMAND [TEST]`, quoted for the shell.
+/// pytest's options whose value is a path: the word after one is no test to drop.
+const PYTEST_PATH_OPTIONS: &[&str] = &[
+    "--ignore",
+    "--ignore-glob",
+    "--deselect",
+    "--rootdir",
+    "-c",
+    "--config-file",
+    "--confcutdir",
+    "--basetemp",
+    "--junitxml",
+    "--junit-xml",
+    "--log-file",
+];
+
+/// `<program> run FLAG -- COMMAND [TEST]`, quoted for the shell. With a pytest node id, the
+/// command's own test selection (files, folders, node ids) is dropped first: pytest runs the
+/// union of its arguments, so `pytest test_agent.py test_agent.py::x` would run the whole file.
 fn rerun_command(command: &[OsString], flag: &str, test: Option<&str>) -> String {
-    let mut words: Vec<String> = command
+    let words: Vec<String> = command
         .iter()
-        .map(|w| cassettes::shell_quote(&w.to_string_lossy()).into_owned())
+        .map(|w| w.to_string_lossy().into_owned())
         .collect();
-    if let Some(test) = test {
-        words.push(cassettes::shell_quote(test).into_owned());
+    let mut kept: Vec<&str> = Vec::with_capacity(words.len() + 1);
+    let runner = words.iter().position(|w| {
+        std::path::Path::new(w)
+            .file_name()
+            .is_some_and(|n| n == "pytest" || n == "py.test")
+    });
+    let runner = runner.or_else(|| {
+        words
+            .windows(2)
+            .position(|w| w[0] == "-m" && w[1] == "pytest")
+            .map(|i| i + 1)
+    });
+    for (i, w) in words.iter().enumerate() {
+        let selects = test.is_some()
+            && runner.is_some_and(|r| i > r)
+            && !w.starts_with('-')
+            && !PYTEST_PATH_OPTIONS.contains(&words[i - 1].as_str())
+            && (w.contains("::")
+                || std::path::Path::new(w.split("::").next().unwrap_or(w)).exists());
+        if !selects {
+            kept.push(w);
+        }
     }
-    format!("{} run {flag} -- {}", crate::program(), words.join(" "))
+    kept.extend(test);
+    let quoted: Vec<String> = kept
+        .iter()
+        .map(|w| cassettes::shell_quote(w).into_owned())
+        .collect();
+    format!("{} run {flag} -- {}", crate::program(), quoted.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rerun_command;
+    use std::ffi::OsString;
+
+    fn words(line: &str) -> Vec<OsString> {
+        line.split(' ').map(OsString::from).collect()
+    }
+
+    /// One test again, alone: the command's files and node ids give way to the test's node id,
+    /// and a path that is an option's value stays.
+    #[test]
+    fn a_pytest_test_is_recorded_again_alone() {
+        let here = env!("CARGO_MANIFEST_DIR");
+        let file = format!("{here}/Cargo.toml");
+        let line = format!("python -m pytest -q {file} {file}::x --ignore {here} -k chat");
+        assert_eq!(
+            rerun_command(&words(&line), "--record", Some("tests/a.py::test_b")),
+            format!("cargo llmreplay run --record -- python -m pytest -q --ignore {here} -k chat tests/a.py::test_b")
+        );
+        // Without a test, the command as it was.
+        assert_eq!(
+            rerun_command(&words(&line), "--record-missing", None),
+            format!("cargo llmreplay run --record-missing -- {line}")
+        );
+    }
 }

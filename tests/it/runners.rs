@@ -206,6 +206,22 @@ async fn pytest_per_test(xdist: bool) {
     if xdist {
         return;
     }
+    // Run with the file named, the command that records the test again selects that test
+    // alone: the file argument gives way to its node id (pytest runs the union of both).
+    let (missed, _) = suite.run(
+        &[],
+        &["test_chat.py"],
+        &[("CI", "true"), ("SAMPLE_CHANGED", "1")],
+    );
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    let rerecord = suite.report()["missing"][0]["rerecord"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        rerecord.ends_with(" -p no:cacheprovider test_chat.py::test_hello"),
+        "{rerecord}"
+    );
     // `--record` of one test: its cassette holds the new request alone; the others' files
     // are byte for byte as they were.
     let fake = FakeProvider::start().await;
@@ -278,6 +294,34 @@ async fn a_command_with_no_plugin_records_and_replays_under_its_programs_name() 
         "{}",
         replayed.stderr
     );
+    // A Python program is named without its interpreter's minor version (`python3.11` runs
+    // it), so the same suite under another Python 3 replays what this one recorded.
+    let mut fake = FakeProvider::start().await;
+    let upstream = format!("openai={}", fake.url());
+    let python = "import json, os, urllib.request; \
+        body = json.dumps({'model': 'm', 'messages': [{'role': 'user', 'content': 'From Python'}]}).encode(); \
+        req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', body, \
+            {'content-type': 'application/json'}); \
+        print(urllib.request.urlopen(req).read().decode())";
+    let command: Vec<&OsStr> = ["python3", "-c", python].map(OsStr::new).to_vec();
+    let recorded = run_in(
+        dir.path(),
+        &["--record", "--upstream", &upstream],
+        &command,
+        &[],
+    );
+    assert_eq!(recorded.code, Some(0), "{}", recorded.stderr);
+    assert!(
+        dir.path()
+            .join("tests/cassettes/python3/openai.json")
+            .is_file(),
+        "{}",
+        recorded.stderr
+    );
+    fake.stop();
+    let replayed = run_in(dir.path(), &[], &command, &[("CI", "true")]);
+    assert_eq!(replayed.code, Some(0), "{}", replayed.stderr);
+    assert_eq!(replayed.stdout, recorded.stdout);
     // The command's own failure is the run's status.
     let failed = run_in(
         dir.path(),

@@ -199,6 +199,25 @@ async fn orphans_are_unused_filtered_runs_judge_nothing_and_re_records_show_as_c
         markdown.contains(&format!("**The run fails its gate:**\n\n- {why}")),
         "{markdown}"
     );
+    // A format of the user's own for nextest's output selects no fewer tests: still judged.
+    let formatted = sample.run(
+        &[
+            "--retries",
+            "1",
+            "--deny",
+            "unused",
+            "--message-format",
+            "libtest-json",
+        ],
+        &[("NEXTEST_EXPERIMENTAL_LIBTEST_JSON", "1")],
+    );
+    assert_eq!(formatted.code, Some(1), "{}", formatted.stderr);
+    assert_eq!(
+        unused_folders(&formatted.report),
+        vec![orphan.display().to_string()],
+        "{}",
+        formatted.report
+    );
     let changed = |path: &str| -> (String, u64) {
         let change = whole.report["changed"]
             .as_array()

@@ -22,6 +22,10 @@ const NEUTRAL: &[&str] = &[
     "--workspace",
     "--all",
     "--release",
+    // How nextest reports, not which tests it runs.
+    "--no-output-indent",
+    "--no-input-handler",
+    "--no-pager",
 ];
 const NEUTRAL_WITH_VALUE: &[&str] = &[
     "--retries",
@@ -38,6 +42,10 @@ const NEUTRAL_WITH_VALUE: &[&str] = &[
     "--max-fail",
     "--no-tests",
     "--cargo-profile",
+    "--message-format",
+    "--message-format-version",
+    "--show-progress",
+    "--max-progress-running",
     // A run from an archive (nextest archive, as a sharded CI runs) runs the archived suite.
     "--archive-file",
     "--archive-format",

@@ -231,11 +231,32 @@ pub fn alive(pid: u32) -> Option<bool> {
     }
 }
 
-/// The file name of the program `pid` runs (Linux), e.g. `mypkg.test` for a `go test` binary.
+/// The file name of the program `pid` runs (Linux), e.g. `mypkg.test` for a `go test` binary,
+/// without an interpreter's minor version (`python3.11` is `python3`): a test named for its
+/// program keeps its recordings when the interpreter is upgraded.
 pub fn program_name(pid: u32) -> Option<String> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
-    let name = exe.file_name()?.to_string_lossy().into_owned();
-    (!name.is_empty()).then_some(name)
+    let name = exe.file_name()?.to_string_lossy();
+    let name = without_minor_version(&name);
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+/// `python3.11` → `python3`, `pypy3.10` → `pypy3`, `ruby3.2.1` → `ruby3`; `mypkg.test` and
+/// `node` as they are.
+fn without_minor_version(name: &str) -> &str {
+    let Some((head, tail)) = name.split_once('.') else {
+        return name;
+    };
+    let versioned = head.starts_with(|c: char| c.is_ascii_alphabetic())
+        && head.chars().all(|c| c.is_ascii_alphanumeric())
+        && tail
+            .split('.')
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if versioned {
+        head
+    } else {
+        name
+    }
 }
 
 /// Reads a test id and attempt from a process's environment block (NUL-separated `K=V`).
@@ -292,6 +313,19 @@ mod sock_diag;
 
 #[cfg(test)]
 mod tests {
+    use super::without_minor_version;
+
+    #[test]
+    fn an_interpreter_is_named_without_its_minor_version() {
+        assert_eq!(without_minor_version("python3.11"), "python3");
+        assert_eq!(without_minor_version("python3.12"), "python3");
+        assert_eq!(without_minor_version("pypy3.10"), "pypy3");
+        assert_eq!(without_minor_version("ruby3.2.1"), "ruby3");
+        assert_eq!(without_minor_version("mypkg.test"), "mypkg.test");
+        assert_eq!(without_minor_version("node"), "node");
+        assert_eq!(without_minor_version("a.b.3"), "a.b.3");
+    }
+
     use super::*;
 
     #[test]
