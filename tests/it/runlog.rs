@@ -760,3 +760,90 @@ async fn a_cassette_that_cannot_be_written_fails_the_run_and_keeps_the_recording
     );
     assert_eq!(prompts(&read_json(&path)), ["blocked"]);
 }
+
+/// `cargo llmreplay ARGS` in `dir`, without the environment's provider keys.
+fn llmreplay_in(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(binary());
+    cmd.arg("llmreplay").args(args).current_dir(dir);
+    cmd.env_remove("CI").env_remove("LLMREPLAY_MODE");
+    without_provider_env(&mut cmd);
+    Output::of(&mut cmd)
+}
+
+/// A spool that another version of cargo-llmreplay left (a newer release tried, then rolled
+/// back; a checkout sharing the target dir) cannot be applied by this one, and says so; it
+/// stops nothing else: `status` still lists the cassettes and the other spools, `recover` and
+/// the next run's start still apply what a killed daemon of this version left, and the
+/// foreign spool is kept for the version that wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_of_another_version_blocks_no_other() {
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::in_mode(
+        dir.path(),
+        "record-missing",
+        &format!("openai={}", fake.url()),
+        &[],
+    );
+    let answer = crate::support::http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("left$behind")
+        ))
+        .json(&serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "kept"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // The daemon is killed before any end: its recording is in its spool alone.
+    let pid = serve.pid().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    drop(serve);
+    let cassettes = std::path::absolute(dir.path().join("c")).unwrap();
+    let foreign = dir.path().join("target/llmreplay/runs/20000101T000000Z-1");
+    std::fs::create_dir_all(&foreign).unwrap();
+    let spool = serde_json::json!({"kind": "spool", "version": 99, "cassette_dir": cassettes});
+    std::fs::write(
+        foreign.join("spool.ndjson"),
+        format!("{spool}\n{{\"kind\":\"recorded_v99\"}}\n"),
+    )
+    .unwrap();
+
+    let status = llmreplay_in(dir.path(), &["status", "--cassette-dir", "c", "--check"]);
+    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    assert!(
+        status.stderr.contains("not yet in the cassettes: 1 recording")
+            && status.stderr.contains("left$behind"),
+        "{}",
+        status.stderr
+    );
+    assert!(
+        status.stderr.contains("20000101T000000Z-1")
+            && status.stderr.contains("spool version 99"),
+        "the foreign spool is named: {}",
+        status.stderr
+    );
+    let recovered = llmreplay_in(dir.path(), &["recover", "--cassette-dir", "c"]);
+    assert!(
+        recovered
+            .stderr
+            .contains("added 1 recording of 1 test to their cassettes"),
+        "{}",
+        recovered.stderr
+    );
+    assert!(
+        recovered.stderr.contains("spool version 99"),
+        "{}",
+        recovered.stderr
+    );
+    assert_eq!(recovered.code, Some(1), "not all applied: {}", recovered.stderr);
+    assert_eq!(
+        prompts(&read_json(&dir.path().join("c/left--behind/openai.json"))),
+        ["kept"]
+    );
+    assert!(foreign.join("spool.ndjson").is_file(), "kept for its version");
+}
