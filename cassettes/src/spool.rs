@@ -338,9 +338,8 @@ pub fn unapplied_spools(runs_dir: &Path, cassette_dir: &Path) -> Result<Vec<Unap
     for dir in dirs {
         match read_unapplied(&dir) {
             Ok(Some(spool)) => {
-                let left = !spool.recorded.is_empty()
-                    || spool.damaged > 0
-                    || spool.unusable.is_some();
+                let left =
+                    !spool.recorded.is_empty() || spool.damaged > 0 || spool.unusable.is_some();
                 if left && ours(&spool.cassette_dir) {
                     out.push(spool);
                 }

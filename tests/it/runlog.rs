@@ -816,14 +816,15 @@ async fn a_spool_of_another_version_blocks_no_other() {
     let status = llmreplay_in(dir.path(), &["status", "--cassette-dir", "c", "--check"]);
     assert_eq!(status.code, Some(1), "{}", status.stderr);
     assert!(
-        status.stderr.contains("not yet in the cassettes: 1 recording")
+        status
+            .stderr
+            .contains("not yet in the cassettes: 1 recording")
             && status.stderr.contains("left$behind"),
         "{}",
         status.stderr
     );
     assert!(
-        status.stderr.contains("20000101T000000Z-1")
-            && status.stderr.contains("spool version 99"),
+        status.stderr.contains("20000101T000000Z-1") && status.stderr.contains("spool version 99"),
         "the foreign spool is named: {}",
         status.stderr
     );
@@ -840,10 +841,18 @@ async fn a_spool_of_another_version_blocks_no_other() {
         "{}",
         recovered.stderr
     );
-    assert_eq!(recovered.code, Some(1), "not all applied: {}", recovered.stderr);
+    assert_eq!(
+        recovered.code,
+        Some(1),
+        "not all applied: {}",
+        recovered.stderr
+    );
     assert_eq!(
         prompts(&read_json(&dir.path().join("c/left--behind/openai.json"))),
         ["kept"]
     );
-    assert!(foreign.join("spool.ndjson").is_file(), "kept for its version");
+    assert!(
+        foreign.join("spool.ndjson").is_file(),
+        "kept for its version"
+    );
 }
