@@ -795,6 +795,8 @@ async fn a_spool_of_another_version_blocks_no_other() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
+    // The whole answer, which ends once its recording is in the spool.
+    assert!(answer.text().await.unwrap().contains("kept"));
     // The daemon is killed before any end: its recording is in its spool alone.
     let pid = serve.pid().to_string();
     assert!(Command::new("kill")
@@ -855,4 +857,50 @@ async fn a_spool_of_another_version_blocks_no_other() {
         foreign.join("spool.ndjson").is_file(),
         "kept for its version"
     );
+}
+
+/// SIGTERM sent to `cargo llmreplay test --record` alone, as `timeout`, `kill PID` or a CI
+/// runner's cancel sends it (not to its process group, as a terminal's Ctrl-C does), while a
+/// re-recorded test waits without end: the run passes it on to nextest, so its tests end and
+/// the run ends, instead of waiting for them forever; and, interrupted, it removes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_to_the_run_alone_ends_it_and_removes_nothing() {
+    let fake = FakeProvider::start().await;
+    let sample = runlog_sample("0.1.1-sigint");
+    let args = with_fake(&fake, &["--record", "-E", "test(=waits_after_a_call)"]);
+    let first = sample.run(&refs(&args), &[("SAMPLE_PROMPT", "old")]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
+
+    let marker = sample.scratch().join("called");
+    let marker_env = marker.display().to_string();
+    let mut child = spawn_test(
+        &sample,
+        &refs(&args),
+        &[("SAMPLE_PROMPT", "new"), ("SAMPLE_MARKER", &marker_env)],
+    );
+    wait_for(&marker, &mut child);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            // The whole group: the run, nextest and the test that waits.
+            let _ = signal_group(&mut child, "KILL");
+            panic!("the run did not end within a minute of its SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(!status.success(), "{said}");
+    assert_eq!(prompts(&read_json(&path)), ["old", "new"], "{said}");
+    assert_nothing_left(&sample);
 }

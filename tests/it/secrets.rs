@@ -429,6 +429,8 @@ async fn a_model_or_a_path_holding_a_key_reaches_no_log() {
             .await
             .unwrap();
         assert!(answer.status().is_success(), "{path}: {}", answer.status());
+        // Read whole: the body ends once its recording is kept.
+        answer.text().await.unwrap();
     }
     let stopped = serve.stop();
     assert!(stopped.status.success(), "{}", stopped.stderr);
