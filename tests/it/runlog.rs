@@ -621,6 +621,38 @@ async fn an_interrupted_pytest_run_removes_nothing() {
         read["outcomes"]["test_interrupted.py::test_waits_after_a_call"], "interrupted",
         "{read}"
     );
+
+    // SIGTERM to `cargo llmreplay run` alone reaches pytest, which it ends at once (Python's
+    // default): the run ends, and the test that never said its end keeps everything.
+    let marker = dir.path().join("called-again");
+    let marker_env = marker.display().to_string();
+    let mut child = run(
+        &[("SAMPLE_PROMPT", "newer"), ("SAMPLE_MARKER", &marker_env)],
+        true,
+    )
+    .spawn()
+    .unwrap();
+    wait_for(&marker, &mut child);
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = signal_group(&mut child, "KILL");
+            panic!("the run did not end within a minute of its SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert_eq!(
+        prompts(&read_json(&path)),
+        ["old", "new", "newer"],
+        "{said}"
+    );
 }
 
 /// How a test ended is data: a test id holding a newline and another test's name ends as
