@@ -935,4 +935,22 @@ async fn a_sigterm_to_the_run_alone_ends_it_and_removes_nothing() {
     assert!(!status.success(), "{said}");
     assert_eq!(prompts(&read_json(&path)), ["old", "new"], "{said}");
     assert_nothing_left(&sample);
+
+    // SIGTERM to the whole process group (a service manager stopping a unit): nextest hears it
+    // twice, from the group and passed on, and ends its tests at once; nothing is removed.
+    let marker = sample.scratch().join("called-again");
+    let marker_env = marker.display().to_string();
+    let mut child = spawn_test(
+        &sample,
+        &refs(&args),
+        &[("SAMPLE_PROMPT", "newer"), ("SAMPLE_MARKER", &marker_env)],
+    );
+    wait_for(&marker, &mut child);
+    let said = signal_group(&mut child, "TERM");
+    assert_eq!(
+        prompts(&read_json(&path)),
+        ["old", "new", "newer"],
+        "{said}"
+    );
+    assert_nothing_left(&sample);
 }
