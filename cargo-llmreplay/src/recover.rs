@@ -39,7 +39,13 @@ pub fn run(args: RecoverArgs) -> Result<Outcome> {
         stderr("cargo-llmreplay: no run left recordings to apply\n");
         return Ok(Outcome::Success);
     }
+    let mut kept = false;
     for spool in &left {
+        if let Some(why) = &spool.unusable {
+            unusable(spool, why);
+            kept = true;
+            continue;
+        }
         if args.dry_run {
             stderr(&format!(
                 "{}: {} to apply{}\n",
@@ -54,11 +60,26 @@ pub fn run(args: RecoverArgs) -> Result<Outcome> {
                     plural(spool.recorded[test].len(), "recording")
                 ));
             }
-        } else {
-            apply(spool)?;
+        } else if let Err(e) = apply(spool) {
+            // The others are still applied; this one is kept for another try.
+            stderr(&format!(
+                "cargo-llmreplay: error: the recordings left in {} could not be added: {}\n",
+                term(&spool.run_dir.display().to_string()),
+                term(&e.to_string()),
+            ));
+            kept = true;
         }
     }
-    Ok(Outcome::Success)
+    Ok(Outcome::gate(kept))
+}
+
+/// Says that a spool cannot be applied by this version, and why; it is kept.
+fn unusable(spool: &cassettes::spool::Unapplied, why: &str) {
+    stderr(&format!(
+        "cargo-llmreplay: warning: a run left recordings in {} that this cargo-llmreplay cannot add, so they are kept there: {}\n",
+        term(&spool.run_dir.display().to_string()),
+        term(why),
+    ));
 }
 
 /// Applies every spool of `cassette_dir` under the project's runs that no live run holds,
@@ -77,6 +98,10 @@ pub fn apply_left(target_dir: &Path, cassette_dir: &Path) -> Result<()> {
         }
     };
     for spool in left {
+        if let Some(why) = &spool.unusable {
+            unusable(&spool, why);
+            continue;
+        }
         if let Err(e) = apply(&spool) {
             stderr(&format!(
                 "cargo-llmreplay: warning: a run that did not end left recordings in {}, which could not be added: {}; `{} recover` tries again\n",

@@ -205,8 +205,12 @@ impl Prepared {
         // Ctrl-C reaches the child too (same process group); this process waits for it to
         // finish, then stops the daemon and reports, instead of dying with its child still
         // running. From then on no test's end removes a recording: an interrupted test may have
-        // said it passed on its way out.
+        // said it passed on its way out. SIGTERM is most often sent to this process alone
+        // (`timeout`, `kill PID`, a CI runner's cancel): it is passed on to the child, which
+        // would otherwise run on while this process waits for it.
         let interrupted = daemon.interrupted();
+        let child = ChildPid::default();
+        let terminate = child.clone();
         runtime.spawn(async move {
             use tokio::signal::unix::{signal, SignalKind};
             let (Ok(mut int), Ok(mut term)) = (
@@ -216,17 +220,21 @@ impl Prepared {
                 return;
             };
             loop {
-                tokio::select! {
-                    _ = int.recv() => {}
-                    _ = term.recv() => {}
-                }
+                let termed = tokio::select! {
+                    _ = int.recv() => false,
+                    _ = term.recv() => true,
+                };
                 interrupted.store(true, Ordering::SeqCst);
+                if termed {
+                    terminate.terminate();
+                }
             }
         });
         Ok(Ready {
             run: self.run,
             runtime,
             daemon,
+            child,
         })
     }
 }
@@ -236,6 +244,36 @@ pub(crate) struct Ready {
     pub(crate) run: Run,
     runtime: tokio::runtime::Runtime,
     daemon: daemon::Daemon,
+    /// The child, once it runs: a SIGTERM this process gets is passed on to it.
+    child: ChildPid,
+}
+
+/// The child's process id once it runs (0 before), and whether a SIGTERM came: one that came
+/// before the child ran is passed on as it starts.
+#[derive(Clone, Default)]
+struct ChildPid(Arc<(std::sync::atomic::AtomicU32, AtomicBool)>);
+
+impl ChildPid {
+    /// A SIGTERM came: passed on to the child, if it runs.
+    fn terminate(&self) {
+        self.0 .1.store(true, Ordering::SeqCst);
+        self.send();
+    }
+
+    /// The child runs as `pid`.
+    fn running(&self, pid: u32) {
+        self.0 .0.store(pid, Ordering::SeqCst);
+        if self.0 .1.load(Ordering::SeqCst) {
+            self.send();
+        }
+    }
+
+    fn send(&self) {
+        let pid = self.0 .0.load(Ordering::SeqCst);
+        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
 }
 
 /// How the daemon tells a connection's test when the connection does not name it.
@@ -255,7 +293,9 @@ impl Ready {
             run,
             runtime,
             daemon,
+            child: child_pid,
         } = self;
+        child_pid.running(child.id());
         // Before it serves: no connection is filed before the daemon can tell its test.
         let tree = matches!(naming, Naming::Tree(_));
         if let Naming::Process(vars) | Naming::Tree(vars) = naming {
@@ -275,6 +315,7 @@ impl Ready {
         Serving {
             run,
             child,
+            child_pid,
             stop,
             served,
             handles: Handles {
@@ -300,6 +341,7 @@ struct Handles {
 pub(crate) struct Serving {
     pub(crate) run: Run,
     child: Child,
+    child_pid: ChildPid,
     stop: tokio::sync::oneshot::Sender<()>,
     served: tokio::task::JoinHandle<daemon::Stats>,
     handles: Handles,
@@ -318,7 +360,10 @@ impl Serving {
 
     /// Waits for the child to exit; `context` says what failed when it cannot be waited for.
     pub(crate) fn wait(&mut self, context: &str) -> Result<ExitStatus> {
-        self.child.wait().map_err(|e| Error::io(context, e))
+        let status = self.child.wait().map_err(|e| Error::io(context, e));
+        // Gone: its id may be another process's from now on.
+        self.child_pid.0 .0.store(0, Ordering::SeqCst);
+        status
     }
 
     /// Stops the daemon once its last exchange ended, then settles what each test recorded.

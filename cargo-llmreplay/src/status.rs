@@ -52,6 +52,9 @@ pub(crate) struct LeftSpool {
     run_dir: PathBuf,
     /// Its tests with recordings not in their cassettes, and how many each.
     tests: BTreeMap<String, usize>,
+    /// Why this version cannot apply it (another version's spool, one that cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unusable: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -157,6 +160,7 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
             .map(|t| (t.to_string(), s.recorded[t].len()))
             .collect(),
         run_dir: s.run_dir,
+        unusable: s.unusable,
     })
     .collect();
     let status = Status {
@@ -227,6 +231,15 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
         }
     }
     for spool in &s.spools {
+        if let Some(why) = &spool.unusable {
+            let _ = writeln!(
+                out,
+                "left by a run, and not for this cargo-llmreplay to apply: {} ({})",
+                rel(&spool.run_dir),
+                term(why),
+            );
+            continue;
+        }
         let _ = writeln!(
             out,
             "not yet in the cassettes: {} left by a run that did not end ({}); apply them with `cargo llmreplay recover`",

@@ -524,11 +524,19 @@ impl Entry {
     /// the test ends ([`crate::Store::finish_test`]). What it will do there is said now: a new
     /// recording, a changed answer, or the same answer as the file's.
     /// Blocks on the spool's file: call it off the async workers.
-    pub fn record(
+    pub fn record(&self, ordinal: usize, interaction: Interaction) -> Result<RecordOutcome, Error> {
+        self.record_then(ordinal, interaction, |_| ())
+            .map(|(outcome, ())| outcome)
+    }
+
+    /// [`Entry::record`], and `facts` of the interaction as it is kept (redacted, sealed): what
+    /// a log may say of it holds no secret the cassette does not.
+    pub fn record_then<T>(
         &self,
         ordinal: usize,
         mut interaction: Interaction,
-    ) -> Result<RecordOutcome, Error> {
+        facts: impl FnOnce(&Interaction) -> T,
+    ) -> Result<(RecordOutcome, T), Error> {
         if self.guard.redact_answer(&mut interaction) {
             interaction.summary = Summary::of(&interaction.response);
         }
@@ -596,6 +604,7 @@ impl Entry {
             self.resident.total.fetch_sub(removed, Ordering::Relaxed);
             self.held.store(loaded.bytes, Ordering::Relaxed);
         }
+        let facts = facts(&interaction);
         state.run.pending.push((ordinal, interaction));
         state.run.pending_bytes += size;
         // A test that records without end (a long `serve`) writes what it holds past a bound,
@@ -605,7 +614,7 @@ impl Entry {
         if full {
             self.flush()?;
         }
-        Ok(outcome)
+        Ok((outcome, facts))
     }
 
     /// The answers of the file's recordings as a re-record compares them.

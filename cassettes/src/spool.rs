@@ -196,6 +196,9 @@ pub struct Unapplied {
     /// damaged): never applied, and the spool is kept for a look. A last line cut short (a
     /// run killed mid-write) is not one of them.
     pub damaged: usize,
+    /// Why this version cannot apply it at all (another version wrote it, it cannot be
+    /// read): it is then listed, kept, and stops no other spool.
+    pub unusable: Option<String>,
 }
 
 impl Unapplied {
@@ -203,6 +206,9 @@ impl Unapplied {
     /// whole exchange whose client got its answer, so each is kept, as `--record-missing`
     /// would keep it, whether or not its test ended.
     pub fn to_apply(&self) -> Vec<&TestId> {
+        if self.unusable.is_some() {
+            return Vec::new();
+        }
         self.recorded
             .keys()
             .filter(|t| !self.settled.contains(*t))
@@ -252,16 +258,16 @@ pub fn read_unapplied(run_dir: &Path) -> Result<Option<Unapplied>, Error> {
                 version,
                 cassette_dir,
             }) => {
+                out.cassette_dir = cassette_dir;
                 if version != SPOOL_VERSION {
-                    return Err(Error::io(
-                        &path,
-                        std::io::Error::other(format!(
-                            "spool version {version} is not {SPOOL_VERSION}: apply it with the cargo-llmreplay that wrote it"
-                        )),
+                    // Its later lines may mean other things: none is read.
+                    out.unusable = Some(format!(
+                        "spool version {version} is not {SPOOL_VERSION}, this cargo-llmreplay's: apply it with the cargo-llmreplay that wrote it, or remove {}",
+                        run_dir.display()
                     ));
+                    return Ok(Some(out));
                 }
                 versioned = true;
-                out.cassette_dir = cassette_dir;
             }
             Ok(SpoolLine::Recorded {
                 test,
@@ -305,7 +311,9 @@ pub fn read_unapplied(run_dir: &Path) -> Result<Option<Unapplied>, Error> {
 
 /// Every run folder under `runs_dir` whose spool no live run holds and that has recordings
 /// not yet in the cassettes under `cassette_dir`, oldest first. Projects that share a target
-/// dir (`CARGO_TARGET_DIR`) each see their own.
+/// dir (`CARGO_TARGET_DIR`) each see their own. A spool this version cannot apply (another
+/// version's, one that cannot be read) is among them with why ([`Unapplied::unusable`]): it
+/// never hides the others.
 pub fn unapplied_spools(runs_dir: &Path, cassette_dir: &Path) -> Result<Vec<Unapplied>, Error> {
     let absolute = |dir: &Path| std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
     let ours = |dir: &Path| {
@@ -328,10 +336,21 @@ pub fn unapplied_spools(runs_dir: &Path, cassette_dir: &Path) -> Result<Vec<Unap
     dirs.sort();
     let mut out = Vec::new();
     for dir in dirs {
-        if let Some(spool) = read_unapplied(&dir)? {
-            if (!spool.recorded.is_empty() || spool.damaged > 0) && ours(&spool.cassette_dir) {
-                out.push(spool);
+        match read_unapplied(&dir) {
+            Ok(Some(spool)) => {
+                let left =
+                    !spool.recorded.is_empty() || spool.damaged > 0 || spool.unusable.is_some();
+                if left && ours(&spool.cassette_dir) {
+                    out.push(spool);
+                }
             }
+            Ok(None) => {}
+            // Whose it is cannot be told: listed, so that it is looked at.
+            Err(e) => out.push(Unapplied {
+                unusable: Some(e.to_string()),
+                run_dir: dir,
+                ..Unapplied::default()
+            }),
         }
     }
     Ok(out)
@@ -361,6 +380,9 @@ pub const DAMAGED_SPOOL_FILE: &str = "spool.damaged.ndjson";
 pub fn apply(spool: &Unapplied) -> Result<Option<Applied>, Error> {
     let mut out = Applied::default();
     let path = spool.run_dir.join(SPOOL_FILE);
+    if let Some(why) = &spool.unusable {
+        return Err(Error::io(&path, std::io::Error::other(why.clone())));
+    }
     // Held while applying: two `recover`s at once apply it once.
     let file = std::fs::OpenOptions::new()
         .append(true)

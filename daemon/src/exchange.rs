@@ -294,7 +294,7 @@ async fn record(
     let status = answer.status();
     let (answer_parts, answer_body) = answer.into_parts();
     let response = crate::proxy::answer_head(&answer_parts);
-    if let Some(unsaved) = unsaved(status, route, &parts.method, save) {
+    if let Some(unsaved) = unsaved(status, route, &recording.call.path, &parts.method, save) {
         let (outcome, detail) = match &unsaved {
             Unsaved::Passed => (Outcome::Passthrough, None),
             Unsaved::Refused { message, .. } => {
@@ -359,7 +359,14 @@ enum Unsaved {
 /// and refused keys reach the client but are never saved (a wrong key must not be replayed
 /// forever), nor is a 404 on a path the family's API does not have (a base URL the client
 /// misread: a version missing or doubled).
-fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Option<Unsaved> {
+/// `shown` is the path as messages show it (secrets masked).
+fn unsaved(
+    status: StatusCode,
+    route: &Route,
+    shown: &str,
+    method: &Method,
+    save: Save,
+) -> Option<Unsaved> {
     if save == Save::PassOn || status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
         return Some(Unsaved::Passed);
     }
@@ -368,7 +375,7 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Op
         let message = format!(
             "cargo-llmreplay: the {} upstream answered {status} for {method} {}: not saved. Check the key in {vars} (and a proxy's credentials for 407); see {}",
             route.provider.name,
-            route.upstream_path,
+            shown,
             crate::book::url(crate::book::REFUSED_KEY)
         );
         return Some(Unsaved::Refused {
@@ -380,7 +387,7 @@ fn unsaved(status: StatusCode, route: &Route, method: &Method, save: Save) -> Op
     let known = route.provider.family().knows_path(path) && !providers::doubles_a_version(path);
     if status == StatusCode::NOT_FOUND && !known {
         return Some(Unsaved::Refused {
-            message: crate::explain::unknown_path(route, method),
+            message: crate::explain::unknown_path(route, shown, method),
             ours: true,
         });
     }
@@ -405,26 +412,28 @@ pub(crate) async fn save(
 ) -> Result<(), Unsaveable> {
     let (entry, ordinal) = (call.entry.clone(), call.ordinal);
     interaction.step = call.flight.as_ref().map(|f| f.step);
-    call.answer = Some(Box::new(answer_facts(&interaction)));
-    let (failure, why) =
-        match tokio::task::spawn_blocking(move || entry.record(ordinal, interaction)).await {
-            Ok(Ok(outcome)) => {
-                call.end(outcome.into(), status, None);
-                return Ok(());
-            }
-            Ok(Err(e @ cassettes::Error::Secret { .. })) => (
-                format!("{}{e}", crate::outcome::NOT_SAVED_SECRET),
-                Unsaveable::Secret,
-            ),
-            Ok(Err(e)) => {
-                let m = format!("cargo-llmreplay: the recording was not saved: {e}");
-                (m.clone(), Unsaveable::Failed(m))
-            }
-            Err(e) => {
-                let m = format!("cargo-llmreplay: recording task failed: {e}");
-                (m.clone(), Unsaveable::Failed(m))
-            }
-        };
+    // The facts of the answer as it is kept: redacted, as the cassette holds it.
+    let recorded =
+        tokio::task::spawn_blocking(move || entry.record_then(ordinal, interaction, answer_facts));
+    let (failure, why) = match recorded.await {
+        Ok(Ok((outcome, facts))) => {
+            call.answer = Some(Box::new(facts));
+            call.end(outcome.into(), status, None);
+            return Ok(());
+        }
+        Ok(Err(e @ cassettes::Error::Secret { .. })) => (
+            format!("{}{e}", crate::outcome::NOT_SAVED_SECRET),
+            Unsaveable::Secret,
+        ),
+        Ok(Err(e)) => {
+            let m = format!("cargo-llmreplay: the recording was not saved: {e}");
+            (m.clone(), Unsaveable::Failed(m))
+        }
+        Err(e) => {
+            let m = format!("cargo-llmreplay: recording task failed: {e}");
+            (m.clone(), Unsaveable::Failed(m))
+        }
+    };
     crate::request_log::message(tracing::Level::ERROR, &call, &failure);
     call.end(Outcome::Error, status, Some(Detail::message(failure)));
     Err(why)

@@ -44,7 +44,7 @@ pub(crate) fn miss(
         route.test,
         route.provider.name,
         method,
-        route.upstream_path,
+        call.path,
         model.as_deref().map(|m| format!(", model {m}")).unwrap_or_default(),
     );
     if let Some(p) = &prompt {
@@ -168,12 +168,18 @@ fn fix_hint(program: &Program, test: &TestId, verdict: &Verdict) -> String {
 }
 
 /// Why a WebSocket session in replay found no recording.
-pub(crate) fn session_miss(route: &Route, query: Option<&str>, program: &Program) -> String {
+/// `path` is the session's, as messages show it (secrets masked).
+pub(crate) fn session_miss(
+    route: &Route,
+    path: &str,
+    query: Option<&str>,
+    program: &Program,
+) -> String {
     format!(
         "cargo-llmreplay: no recording for this WebSocket session (replay mode).\n  test: {}\n  session: {} {}{}\n  record it with: {}",
         route.test,
         route.provider.name,
-        route.upstream_path,
+        path,
         query
             .map(|q| format!("?{}", providers::redact::query(q)))
             .unwrap_or_default(),
@@ -184,6 +190,7 @@ pub(crate) fn session_miss(route: &Route, query: Option<&str>, program: &Program
 /// Why a client's frame matches no recorded one: the frame, and the fields that differ.
 pub(crate) fn frame_miss(
     route: &Route,
+    path: &str,
     sent: &WsFrame,
     fields: &[String],
     program: &Program,
@@ -201,7 +208,7 @@ pub(crate) fn frame_miss(
         "cargo-llmreplay: no recording for this WebSocket frame (replay mode).\n  test: {}\n  session: {} {}\n  frame: {preview}\n  differs from the recorded frame at: {}\n  record it with: {}",
         route.test,
         route.provider.name,
-        route.upstream_path,
+        path,
         fields.join(", "),
         crate::hints::record_command(program, &route.test),
     )
@@ -220,7 +227,8 @@ fn record_hint(program: &Program, test: &TestId) -> String {
 /// What a 404 on a path its family does not know says: the path, the variables that point
 /// clients at this provider (one of them was read, and what the client appended to it is not
 /// the API's), and a path the API has.
-pub(crate) fn unknown_path(route: &Route, method: &Method) -> String {
+/// `path` is the upstream path, as messages show it (secrets masked).
+pub(crate) fn unknown_path(route: &Route, path: &str, method: &Method) -> String {
     let provider = &route.provider;
     let vars = provider
         .base_url_vars()
@@ -236,7 +244,6 @@ pub(crate) fn unknown_path(route: &Route, method: &Method) -> String {
     format!(
         "cargo-llmreplay: the {name} upstream answered 404 for {method} /{name}{path}, a path the {name} API does not have{expected}: not saved. The client built it from the base URL it read, one of {vars}, and appended a path of its own; check which variable your client reads and whether it expects the API version inside it (see {book}).",
         name = provider.name,
-        path = route.upstream_path,
         book = crate::book::url(crate::book::PROVIDERS),
     )
 }

@@ -134,7 +134,7 @@ fn call_for(
         &state.journal,
         entry,
         method,
-        route.upstream_path.clone(),
+        state.shown_path(&route.upstream_path),
         key,
         form == Form::Session,
     ))

@@ -66,6 +66,13 @@ impl RouteError {
 /// A path's provider, the path to send upstream and the `/t/<id>/` segment it names its test
 /// with (percent-encoded, for `identity` to decide).
 pub fn resolve(path: &str, providers: &[Arc<Provider>]) -> Result<Resolved, RouteError> {
+    // An empty id (`<root>/t/${TEST_ID}/...` with the variable unset) would otherwise lose its
+    // segment to the collapse below, and the provider's name would be read as the test's.
+    if path.trim_start_matches('/').starts_with("t//") {
+        return Err(RouteError::Bad(
+            "cargo-llmreplay: the test id in /t/<id>/ is empty; name the test there (percent-encoded), or leave /t/ out".into(),
+        ));
+    }
     // A base URL that ends in `/` gives `//openai/...`: runs of slashes are one, so that no
     // part of a path can ever be read as an authority upstream.
     let path = collapse_slashes(path);

@@ -19,12 +19,13 @@ pub(crate) async fn routed(
 ) -> Response<Body> {
     let session = session::is_upgrade(&req);
     let method = (!session).then(|| req.method());
-    let span = request_span(
-        &route.test,
-        &route.provider.name,
-        method,
-        &route.upstream_path,
-    );
+    // Masked only when a layer shows requests: the span is nearly free otherwise.
+    let shown = if tracing::enabled!(target: "cargo_llmreplay::request", tracing::Level::INFO) {
+        std::borrow::Cow::Owned(state.shown_path(&route.upstream_path))
+    } else {
+        std::borrow::Cow::Borrowed(route.upstream_path.as_str())
+    };
+    let span = request_span(&route.test, &route.provider.name, method, &shown);
     // Request heads have a target of their own, which the log file of `test` leaves out.
     if tracing::enabled!(target: "cargo_llmreplay::head", tracing::Level::DEBUG) {
         span.in_scope(|| log_head(&req, &state.settings.redact_headers));

@@ -264,6 +264,14 @@ impl Conn {
 }
 
 impl State {
+    /// `path` as the daemon's log, the run log and the report show it: a key's value or a
+    /// secret's shape in it becomes the placeholder, as in the cassette (README, "Secrets in
+    /// what the daemon says").
+    pub(crate) fn shown_path(&self, path: &str) -> String {
+        let scrub = self.settings.normalizer.guard().scrubber();
+        scrub.text(path).unwrap_or_else(|| path.to_string())
+    }
+
     /// The client that reaches providers, made now if it was not at start.
     pub fn client(&self) -> Result<&upstream::Client, &str> {
         self.client

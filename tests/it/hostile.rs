@@ -2282,3 +2282,26 @@ for test in ["a$b c", "a$b.c"]:
         out.stderr
     );
 }
+
+/// A per-test base URL built from an empty test id (`<root>/t/${TEST_ID}/openai/v1` with the
+/// variable unset) gives `/t//openai/...`: refused with a 400 that says the id is empty, never
+/// read as the test `openai` with a well-known path (runs of `/` are one elsewhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_test_id_in_the_path_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let up = format!("openai={}", fake.url());
+    let serve = serve_with(dir.path(), "", "record", &up);
+    let a = addr(&serve);
+    let body = chat("hi").to_string();
+    let req = format!(
+        "POST /t//openai/v1/chat/completions HTTP/1.1\r\nHost: {a}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, text) = raw(&a, req.as_bytes());
+    assert_eq!(status, Some(400), "{text}");
+    assert!(text.contains("test id in /t/<id>/ is empty"), "{text}");
+    assert!(fake.received().is_empty(), "nothing went upstream");
+    serve.stop();
+    assert!(!dir.path().join("c/openai").exists());
+}

@@ -621,6 +621,38 @@ async fn an_interrupted_pytest_run_removes_nothing() {
         read["outcomes"]["test_interrupted.py::test_waits_after_a_call"], "interrupted",
         "{read}"
     );
+
+    // SIGTERM to `cargo llmreplay run` alone reaches pytest, which it ends at once (Python's
+    // default): the run ends, and the test that never said its end keeps everything.
+    let marker = dir.path().join("called-again");
+    let marker_env = marker.display().to_string();
+    let mut child = run(
+        &[("SAMPLE_PROMPT", "newer"), ("SAMPLE_MARKER", &marker_env)],
+        true,
+    )
+    .spawn()
+    .unwrap();
+    wait_for(&marker, &mut child);
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = signal_group(&mut child, "KILL");
+            panic!("the run did not end within a minute of its SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert_eq!(
+        prompts(&read_json(&path)),
+        ["old", "new", "newer"],
+        "{said}"
+    );
 }
 
 /// How a test ended is data: a test id holding a newline and another test's name ends as
@@ -759,4 +791,166 @@ async fn a_cassette_that_cannot_be_written_fails_the_run_and_keeps_the_recording
         recovered.stderr
     );
     assert_eq!(prompts(&read_json(&path)), ["blocked"]);
+}
+
+/// `cargo llmreplay ARGS` in `dir`, without the environment's provider keys.
+fn llmreplay_in(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = Command::new(binary());
+    cmd.arg("llmreplay").args(args).current_dir(dir);
+    cmd.env_remove("CI").env_remove("LLMREPLAY_MODE");
+    without_provider_env(&mut cmd);
+    Output::of(&mut cmd)
+}
+
+/// A spool that another version of cargo-llmreplay left (a newer release tried, then rolled
+/// back; a checkout sharing the target dir) cannot be applied by this one, and says so; it
+/// stops nothing else: `status` still lists the cassettes and the other spools, `recover` and
+/// the next run's start still apply what a killed daemon of this version left, and the
+/// foreign spool is kept for the version that wrote it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_of_another_version_blocks_no_other() {
+    let fake = FakeProvider::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::in_mode(
+        dir.path(),
+        "record-missing",
+        &format!("openai={}", fake.url()),
+        &[],
+    );
+    let answer = crate::support::http()
+        .post(format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("left$behind")
+        ))
+        .json(&serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "kept"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // The whole answer, which ends once its recording is in the spool.
+    assert!(answer.text().await.unwrap().contains("kept"));
+    // The daemon is killed before any end: its recording is in its spool alone.
+    let pid = serve.pid().to_string();
+    assert!(Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .unwrap()
+        .success());
+    drop(serve);
+    let cassettes = std::path::absolute(dir.path().join("c")).unwrap();
+    let foreign = dir.path().join("target/llmreplay/runs/20000101T000000Z-1");
+    std::fs::create_dir_all(&foreign).unwrap();
+    let spool = serde_json::json!({"kind": "spool", "version": 99, "cassette_dir": cassettes});
+    std::fs::write(
+        foreign.join("spool.ndjson"),
+        format!("{spool}\n{{\"kind\":\"recorded_v99\"}}\n"),
+    )
+    .unwrap();
+
+    let status = llmreplay_in(dir.path(), &["status", "--cassette-dir", "c", "--check"]);
+    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    assert!(
+        status
+            .stderr
+            .contains("not yet in the cassettes: 1 recording")
+            && status.stderr.contains("left$behind"),
+        "{}",
+        status.stderr
+    );
+    assert!(
+        status.stderr.contains("20000101T000000Z-1") && status.stderr.contains("spool version 99"),
+        "the foreign spool is named: {}",
+        status.stderr
+    );
+    let recovered = llmreplay_in(dir.path(), &["recover", "--cassette-dir", "c"]);
+    assert!(
+        recovered
+            .stderr
+            .contains("added 1 recording of 1 test to their cassettes"),
+        "{}",
+        recovered.stderr
+    );
+    assert!(
+        recovered.stderr.contains("spool version 99"),
+        "{}",
+        recovered.stderr
+    );
+    assert_eq!(
+        recovered.code,
+        Some(1),
+        "not all applied: {}",
+        recovered.stderr
+    );
+    assert_eq!(
+        prompts(&read_json(&dir.path().join("c/left--behind/openai.json"))),
+        ["kept"]
+    );
+    assert!(
+        foreign.join("spool.ndjson").is_file(),
+        "kept for its version"
+    );
+}
+
+/// SIGTERM sent to `cargo llmreplay test --record` alone, as `timeout`, `kill PID` or a CI
+/// runner's cancel sends it (not to its process group, as a terminal's Ctrl-C does), while a
+/// re-recorded test waits without end: the run passes it on to nextest, so its tests end and
+/// the run ends, instead of waiting for them forever; and, interrupted, it removes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_to_the_run_alone_ends_it_and_removes_nothing() {
+    let fake = FakeProvider::start().await;
+    let sample = runlog_sample("0.1.1-sigint");
+    let args = with_fake(&fake, &["--record", "-E", "test(=waits_after_a_call)"]);
+    let first = sample.run(&refs(&args), &[("SAMPLE_PROMPT", "old")]);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let path = sample.cassette("sample--runlog--waits_after_a_call", "openai");
+
+    let marker = sample.scratch().join("called");
+    let marker_env = marker.display().to_string();
+    let mut child = spawn_test(
+        &sample,
+        &refs(&args),
+        &[("SAMPLE_PROMPT", "new"), ("SAMPLE_MARKER", &marker_env)],
+    );
+    wait_for(&marker, &mut child);
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            // The whole group: the run, nextest and the test that waits.
+            let _ = signal_group(&mut child, "KILL");
+            panic!("the run did not end within a minute of its SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert!(!status.success(), "{said}");
+    assert_eq!(prompts(&read_json(&path)), ["old", "new"], "{said}");
+    assert_nothing_left(&sample);
+
+    // SIGTERM to the whole process group (a service manager stopping a unit): nextest hears it
+    // twice, from the group and passed on, and ends its tests at once; nothing is removed.
+    let marker = sample.scratch().join("called-again");
+    let marker_env = marker.display().to_string();
+    let mut child = spawn_test(
+        &sample,
+        &refs(&args),
+        &[("SAMPLE_PROMPT", "newer"), ("SAMPLE_MARKER", &marker_env)],
+    );
+    wait_for(&marker, &mut child);
+    let said = signal_group(&mut child, "TERM");
+    assert_eq!(
+        prompts(&read_json(&path)),
+        ["old", "new", "newer"],
+        "{said}"
+    );
+    assert_nothing_left(&sample);
 }

@@ -386,3 +386,86 @@ async fn secrets_in_every_json_carrier_are_never_stored_and_replay_with_other_va
         ],
     );
 }
+
+/// A key's value where the run log and the daemon's log take their words from what a test and
+/// its upstream said: the model an answer names (echoed from the request) and a segment of
+/// the request's path. The cassette holds the placeholder in both places; the run log's
+/// `exchange` events, the daemon's `-v` lines and every other file and output hold no secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_or_a_path_holding_a_key_reaches_no_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let secret = "sk-live-runlog-Z8Q4M2X9";
+    let serve = Serve::start_with_env(
+        dir.path(),
+        &[
+            "--cassette-dir",
+            "c",
+            "--mode",
+            "record",
+            "--upstream",
+            &format!("openai={}", fake.url()),
+            "--upstream",
+            &format!("gemini={}", fake.url()),
+            "-v",
+        ],
+        &[("OPENAI_API_KEY", secret)],
+    );
+    let base = serve.for_test("secrets::t$logs");
+    let chat =
+        serde_json::json!({"model": secret, "messages": [{"role": "user", "content": "hi"}]});
+    let gemini = serde_json::json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    for (path, body) in [
+        ("/openai/v1/chat/completions".to_string(), chat),
+        (
+            format!("/gemini/v1beta/models/{secret}:generateContent"),
+            gemini,
+        ),
+    ] {
+        let answer = crate::support::http()
+            .post(format!("{base}{path}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert!(answer.status().is_success(), "{path}: {}", answer.status());
+        // Read whole: the body ends once its recording is kept.
+        answer.text().await.unwrap();
+    }
+    let stopped = serve.stop();
+    assert!(stopped.status.success(), "{}", stopped.stderr);
+    for provider in ["openai", "gemini"] {
+        let file = dir
+            .path()
+            .join(format!("c/secrets--t--logs/{provider}.json"));
+        let cassette = std::fs::read_to_string(&file).unwrap();
+        assert!(cassette.contains(PLACEHOLDER), "{cassette}");
+    }
+    let runs = dir.path().join("target/llmreplay/runs");
+    let events: String = all_files(&runs)
+        .into_iter()
+        .filter(|(p, _)| p.ends_with("events.ndjson"))
+        .map(|(_, t)| t)
+        .collect();
+    assert_eq!(
+        events.matches("\"event\":\"exchange\"").count(),
+        2,
+        "{events}"
+    );
+    assert!(
+        events.contains(&format!("\"model\":\"{PLACEHOLDER}\"")),
+        "the model is still said, masked: {events}"
+    );
+    assert!(
+        events.contains(&format!("models/{PLACEHOLDER}:generateContent")),
+        "{events}"
+    );
+    assert!(
+        stopped.stderr.contains(&format!(
+            "path=/v1beta/models/{PLACEHOLDER}:generateContent"
+        )),
+        "{}",
+        stopped.stderr
+    );
+    nowhere(dir.path(), &[&stopped.stderr], &[secret]);
+}
