@@ -89,30 +89,28 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         stopped_early: false,
         changes: None,
     })?;
-    // The commands that record, for this command: pytest selects one test by its node id.
-    let pytest = is_pytest(&args.command);
+    // The commands that record, for this command; pytest, vitest and jest can run one test.
+    let runner = Runner::of(&args.command);
     for m in &mut reported.report.missing {
         m.command = rerun_command(&args.command, "--record-missing", None);
-        m.rerecord = (m.miss.detail.same_call && pytest)
-            .then(|| rerun_command(&args.command, "--record", Some(m.miss.test.as_str())));
+        m.rerecord = runner
+            .filter(|_| m.miss.detail.same_call)
+            .and_then(|(r, at)| r.one_test(at, &args.command, m.miss.test.as_str()))
+            .map(|words| rerun_words(&words, "--record"));
     }
     let outcome = reported.conclude(&args.gates.deny)?;
     reported.end();
     Ok(outcome)
 }
 
-/// Whether the command is pytest's, whose arguments select a test by its node id.
-fn is_pytest(command: &[OsString]) -> bool {
-    let words: Vec<String> = command
-        .iter()
-        .map(|w| w.to_string_lossy().into_owned())
-        .collect();
-    let pytest = words.iter().any(|w| {
-        std::path::Path::new(w)
-            .file_name()
-            .is_some_and(|n| n == "pytest" || n == "py.test")
-    }) || words.windows(2).any(|w| w[0] == "-m" && w[1] == "pytest");
-    pytest
+/// A test runner whose command line can select one test by its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Runner {
+    /// Selects by node id.
+    Pytest,
+    /// Select by file and full name (`-t`, a regular expression).
+    Vitest,
+    Jest,
 }
 
 /// pytest's options whose value is a path: the word after one is no test to drop.
@@ -130,39 +128,97 @@ const PYTEST_PATH_OPTIONS: &[&str] = &[
     "--log-file",
 ];
 
-/// `<program> run FLAG -- COMMAND [TEST]`, quoted for the shell. With a pytest node id, the
-/// command's own test selection (files, folders, node ids) is dropped first: pytest runs the
-/// union of its arguments, so `pytest test_agent.py test_agent.py::x` would run the whole file.
+impl Runner {
+    /// The runner the command starts, and where its name is among the words.
+    fn of(command: &[OsString]) -> Option<(Runner, usize)> {
+        let words: Vec<String> = command
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
+        for (i, w) in words.iter().enumerate() {
+            let name = std::path::Path::new(w)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let runner = match name.as_str() {
+                "pytest" | "py.test" => Runner::Pytest,
+                "vitest" | "vitest.mjs" => Runner::Vitest,
+                "jest" | "jest.js" => Runner::Jest,
+                _ if w == "pytest" && i > 0 && words[i - 1] == "-m" => Runner::Pytest,
+                _ => continue,
+            };
+            return Some((runner, i));
+        }
+        None
+    }
+
+    /// The command's words that run `test` alone: the command's own selection of files (words
+    /// after the runner's name that are paths, or node ids) gives way to the test's, since the
+    /// runners run the union of what they are given.
+    fn one_test(self, at: usize, command: &[OsString], test: &str) -> Option<Vec<String>> {
+        let runner = self;
+        let words: Vec<String> = command
+            .iter()
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
+        let (file, name) = match runner {
+            Runner::Pytest => (None, test),
+            Runner::Vitest | Runner::Jest => {
+                let (file, name) = test.split_once(" > ")?;
+                (Some(file), name)
+            }
+        };
+        let mut kept: Vec<String> = Vec::with_capacity(words.len() + 3);
+        for (i, w) in words.iter().enumerate() {
+            let selects = i > at
+                && !w.starts_with('-')
+                && !(runner == Runner::Pytest
+                    && PYTEST_PATH_OPTIONS.contains(&words[i - 1].as_str()))
+                && (w.contains("::")
+                    || std::path::Path::new(w.split("::").next().unwrap_or(w)).exists());
+            if !selects {
+                kept.push(w.clone());
+            }
+        }
+        match file {
+            None => kept.push(name.to_string()),
+            // Both match `-t` against the full name as the id holds it: vitest's suites joined
+            // with ` > `, jest's with spaces.
+            Some(file) => kept.extend([
+                file.to_string(),
+                "-t".into(),
+                format!("^{}$", regex_escape(name)),
+            ]),
+        }
+        Some(kept)
+    }
+}
+
+/// `text` as a JavaScript regular expression that matches it alone.
+fn regex_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\^$.*+?()[]{}|/-".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `<program> run FLAG -- COMMAND`, quoted for the shell.
 fn rerun_command(command: &[OsString], flag: &str, test: Option<&str>) -> String {
-    let words: Vec<String> = command
+    let mut words: Vec<String> = command
         .iter()
         .map(|w| w.to_string_lossy().into_owned())
         .collect();
-    let mut kept: Vec<&str> = Vec::with_capacity(words.len() + 1);
-    let runner = words.iter().position(|w| {
-        std::path::Path::new(w)
-            .file_name()
-            .is_some_and(|n| n == "pytest" || n == "py.test")
-    });
-    let runner = runner.or_else(|| {
-        words
-            .windows(2)
-            .position(|w| w[0] == "-m" && w[1] == "pytest")
-            .map(|i| i + 1)
-    });
-    for (i, w) in words.iter().enumerate() {
-        let selects = test.is_some()
-            && runner.is_some_and(|r| i > r)
-            && !w.starts_with('-')
-            && !PYTEST_PATH_OPTIONS.contains(&words[i - 1].as_str())
-            && (w.contains("::")
-                || std::path::Path::new(w.split("::").next().unwrap_or(w)).exists());
-        if !selects {
-            kept.push(w);
-        }
-    }
-    kept.extend(test);
-    let quoted: Vec<String> = kept
+    words.extend(test.map(str::to_string));
+    rerun_words(&words, flag)
+}
+
+/// `<program> run FLAG -- WORDS`, quoted for the shell.
+fn rerun_words(words: &[String], flag: &str) -> String {
+    let quoted: Vec<String> = words
         .iter()
         .map(|w| cassettes::shell_quote(w).into_owned())
         .collect();
@@ -171,11 +227,17 @@ fn rerun_command(command: &[OsString], flag: &str, test: Option<&str>) -> String
 
 #[cfg(test)]
 mod tests {
-    use super::rerun_command;
+    use super::{rerun_command, rerun_words, Runner};
     use std::ffi::OsString;
 
     fn words(line: &str) -> Vec<OsString> {
         line.split(' ').map(OsString::from).collect()
+    }
+
+    fn again(line: &str, test: &str) -> String {
+        let command = words(line);
+        let (runner, at) = Runner::of(&command).expect("a runner");
+        rerun_words(&runner.one_test(at, &command, test).unwrap(), "--record")
     }
 
     /// One test again, alone: the command's files and node ids give way to the test's node id,
@@ -186,7 +248,7 @@ mod tests {
         let file = format!("{here}/Cargo.toml");
         let line = format!("python -m pytest -q {file} {file}::x --ignore {here} -k chat");
         assert_eq!(
-            rerun_command(&words(&line), "--record", Some("tests/a.py::test_b")),
+            again(&line, "tests/a.py::test_b"),
             format!("cargo llmreplay run --record -- python -m pytest -q --ignore {here} -k chat tests/a.py::test_b")
         );
         // Without a test, the command as it was.
@@ -194,5 +256,32 @@ mod tests {
             rerun_command(&words(&line), "--record-missing", None),
             format!("cargo llmreplay run --record-missing -- {line}")
         );
+    }
+
+    /// vitest and jest: the test's file, and its full name as an anchored pattern, escaped.
+    #[test]
+    fn a_vitest_or_jest_test_is_recorded_again_alone() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        // What a shell makes of the printed command.
+        let said = again(
+            &format!("npx vitest run {file}"),
+            "chat.test.js > chat > says (hi)?",
+        );
+        let out = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!("printf '%s\\n' {}", said.split_once(" -- ").unwrap().1),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            "npx\nvitest\nrun\nchat.test.js\n-t\n^chat > says \\(hi\\)\\?$\n"
+        );
+        assert_eq!(
+            again("node node_modules/jest/bin/jest.js --ci", "a.test.cjs > chat hello"),
+            "cargo llmreplay run --record -- node node_modules/jest/bin/jest.js --ci a.test.cjs -t '^chat hello$'"
+        );
+        assert!(Runner::of(&words("go test ./...")).is_none());
     }
 }

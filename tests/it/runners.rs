@@ -440,7 +440,32 @@ async fn vitest_tests_record_replay_and_miss_each_in_their_own_folder() {
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut changed = KEYS.to_vec();
     changed.push(("SAMPLE_CHANGED", "1"));
-    let (one, _) = run(&flags, &["-t", "hello"], &changed);
+    // The command the miss printed to record that test again, pasted into a shell (the
+    // stand-in provider's address added): it runs that one test, by its file and full name.
+    let rerecord = report["missing"][0]["rerecord"].as_str().unwrap();
+    assert!(
+        rerecord.ends_with("vitest.mjs run '--reporter=dot' chat.test.js -t '^chat > hello$'"),
+        "{rerecord}"
+    );
+    let pasted = rerecord.replacen(
+        " run --record -- ",
+        &format!(" run --record {} -- ", flags[1..].join(" ")),
+        1,
+    );
+    let bin = binary().parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let mut sh = Command::new("sh");
+    sh.current_dir(dir.path())
+        .args(["-c", &pasted])
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .env_remove("CI");
+    without_provider_env(&mut sh);
+    sh.envs(changed.iter().copied());
+    let one = Output::of(&mut sh);
     succeeded(&one);
     assert_eq!(fake.received().len(), 1);
     for (path, bytes) in others {
