@@ -92,52 +92,129 @@ pub fn run(args: InitArgs) -> Result<Outcome> {
     }
     let mut facts = Facts::read(kind, &root);
     facts.sharded = args.sharded;
-    let mut said = format!("{}: {}\n", term(&root.display().to_string()), kind.name());
+    // Said line by line as it is done: a step that fails leaves the ones before it said.
+    let say = |line: String| stderr(&format!("{line}\n"));
+    say(format!(
+        "{}: {}",
+        term(&root.display().to_string()),
+        kind.name()
+    ));
     let mut written = Vec::new();
     for (rel, text) in [
         (daemon::CONFIG_FILE.to_string(), CONFIG.to_string()),
         (GATE_PATH.to_string(), facts.gate()),
     ] {
-        let path = root.join(&rel);
-        let existed = path.exists();
-        if existed && !args.force {
-            let _ = writeln!(
-                said,
-                "  kept     {rel}: it exists (--force overwrites it; compare it with what init writes first)"
-            );
-            continue;
+        match write_file(&root, &rel, &text, args.force)? {
+            Written::Kept(why) => say(format!("  kept     {rel}: {why}")),
+            Written::New => {
+                say(format!("  wrote    {rel}"));
+                written.push(rel);
+            }
+            Written::Replaced => {
+                say(format!("  replaced {rel}"));
+                written.push(rel);
+            }
         }
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
-        }
-        std::fs::write(&path, text)
-            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
-        let verb = if existed { "replaced" } else { "wrote   " };
-        let _ = writeln!(said, "  {verb} {rel}");
-        written.push(rel);
     }
     let cassettes = cassette_dir(&root);
-    let _ = writeln!(said, "  {}", attributes(&root, &cassettes)?);
-    written.push(".gitattributes".into());
+    match &cassettes {
+        Ok(dir) => {
+            let line = attributes(&root, dir)?;
+            if line.starts_with("wrote") || line.starts_with("added") {
+                written.push(".gitattributes".into());
+            }
+            say(format!("  {line}"));
+        }
+        Err(why) => say(format!("  kept     .gitattributes: {why}")),
+    }
     if let Some(note) = outside_repository_root(&root) {
-        let _ = writeln!(said, "  note: {note}");
+        say(format!("  note: {note}"));
     }
     for note in facts.notes() {
-        let _ = writeln!(said, "  note: {note}");
+        say(format!("  note: {note}"));
     }
-    said.push_str("next:\n");
     let mut next = facts.next_commands();
-    next.push((
-        format!("git add {} {cassettes}", written.join(" ")),
-        "the recordings are kept in git, beside the tests",
-    ));
+    if let Ok(dir) = &cassettes {
+        written.push(dir.clone());
+    }
+    if !written.is_empty() {
+        // From where the user is: a workspace member's root is the workspace's.
+        let at = match here.strip_prefix(&root) {
+            Ok(rel) if rel.as_os_str().is_empty() => String::new(),
+            _ => format!(
+                "-C {} ",
+                cassettes::shell_quote(&root.display().to_string())
+            ),
+        };
+        let paths: Vec<String> = written
+            .iter()
+            .map(|p| cassettes::shell_quote(p).into_owned())
+            .collect();
+        next.push((
+            format!("git {at}add {}", paths.join(" ")),
+            "the recordings are kept in git, beside the tests",
+        ));
+    }
     let width = next.iter().map(|(c, _)| c.len()).max().unwrap_or(0);
+    let mut said = String::from("next:\n");
     for (command, why) in next {
         let _ = writeln!(said, "  {command:<width$}  # {why}");
     }
     stderr(&said);
     Ok(Outcome::Success)
+}
+
+/// What became of a file init writes.
+enum Written {
+    New,
+    Replaced,
+    /// Left as it was, and why.
+    Kept(String),
+}
+
+/// Writes `rel` under `root`, never through a symbolic link (a link could point anywhere), never
+/// over a file unless `force`; a new file is created only if it is still absent.
+fn write_file(root: &Path, rel: &str, text: &str, force: bool) -> Result<Written> {
+    let path = root.join(rel);
+    // Every folder on the way, and the file, must be what they seem: no link out of the project.
+    let mut at = root.to_path_buf();
+    for part in Path::new(rel).components() {
+        at.push(part);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Ok(Written::Kept(format!(
+                "{} is a symbolic link, which init does not follow; write the file yourself if it is meant",
+                term(&at.strip_prefix(root).unwrap_or(&at).display().to_string())
+            )));
+        }
+    }
+    let existed = match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.is_dir() => return Ok(Written::Kept("a folder of that name is there".into())),
+        Ok(_) => true,
+        Err(_) => false,
+    };
+    if existed && !force {
+        return Ok(Written::Kept(
+            "it exists (--force overwrites it; compare it with what init writes first)".into(),
+        ));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    }
+    if existed {
+        std::fs::write(&path, text)
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+        return Ok(Written::Replaced);
+    }
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("cannot create {}", path.display()), e))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    Ok(Written::New)
 }
 
 /// The project in `here` (or, for a Rust crate, its workspace's root) and its kind.
@@ -174,25 +251,50 @@ fn project(here: &Path, asked: Option<Kind>) -> Result<(Kind, PathBuf)> {
 }
 
 /// The cassette folder the project's settings name (an llmreplay.toml kept from before may
-/// name another), relative to its root, with `/` as git writes paths.
-fn cassette_dir(root: &Path) -> String {
-    std::fs::read_to_string(root.join(daemon::CONFIG_FILE))
+/// name another), relative to its root, with `/` as git writes paths; or why no
+/// `.gitattributes` line is written for it (a folder outside the project, or a name a line
+/// cannot hold).
+fn cassette_dir(root: &Path) -> std::result::Result<String, String> {
+    let named = std::fs::read_to_string(root.join(daemon::CONFIG_FILE))
         .ok()
         .and_then(|t| t.parse::<toml::Table>().ok())
-        .and_then(|t| t.get("cassette_dir")?.as_str().map(str::to_string))
-        .map(|d| {
-            d.trim_start_matches("./")
-                .trim_end_matches('/')
-                .replace('\\', "/")
-        })
-        .filter(|d| !d.is_empty() && !d.starts_with('/') && !d.contains(".."))
-        .unwrap_or_else(|| "tests/cassettes".into())
+        .and_then(|t| t.get("cassette_dir")?.as_str().map(str::to_string));
+    let Some(named) = named else {
+        return Ok("tests/cassettes".into());
+    };
+    let dir = named.replace('\\', "/");
+    let dir = dir.trim_start_matches("./").trim_end_matches('/');
+    let outside = dir.is_empty()
+        || dir == "."
+        || Path::new(dir).is_absolute()
+        || dir.starts_with('/')
+        || dir.get(1..3) == Some(":/")
+        || dir.split('/').any(|part| part == "..");
+    if outside {
+        return Err(format!(
+            "cassette_dir = {} in llmreplay.toml is not a folder inside the project, so no line is added for it",
+            term(&format!("{named:?}"))
+        ));
+    }
+    if dir.chars().any(|c| c.is_control() || c == '"' || c == '\\') {
+        return Err(format!(
+            "cassette_dir = {} holds a character a .gitattributes line cannot hold; add `<dir>/** -text` yourself",
+            term(&format!("{named:?}"))
+        ));
+    }
+    Ok(dir.to_string())
 }
 
 /// Adds the line that keeps cassettes from line-ending conversion (they are compared byte for
 /// byte), once; says what it did.
 fn attributes(root: &Path, cassette_dir: &str) -> Result<String> {
-    let line = format!("{cassette_dir}/** -text");
+    // git reads a pattern with spaces or a `#` only when quoted.
+    let pattern = format!("{cassette_dir}/**");
+    let line = if pattern.contains([' ', '#', '\t']) {
+        format!("\"{pattern}\" -text")
+    } else {
+        format!("{pattern} -text")
+    };
     let line = line.as_str();
     let path = root.join(".gitattributes");
     let text = match std::fs::read_to_string(&path) {
@@ -200,16 +302,27 @@ fn attributes(root: &Path, cassette_dir: &str) -> Result<String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
     };
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Ok(
+            ".gitattributes is a symbolic link, which init does not follow: add the line `"
+                .to_string()
+                + line
+                + "` yourself",
+        );
+    }
     if text.lines().any(|l| l.trim() == line) {
         return Ok(".gitattributes already keeps cassette bytes as recorded".into());
     }
+    // The file's own line endings.
+    let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
     let mut added = text.clone();
     if !added.is_empty() && !added.ends_with('\n') {
-        added.push('\n');
+        added.push_str(eol);
     }
-    added.push_str("# Cassettes are replayed byte for byte: no line-ending conversion.\n");
+    added.push_str("# Cassettes are replayed byte for byte: no line-ending conversion.");
+    added.push_str(eol);
     added.push_str(line);
-    added.push('\n');
+    added.push_str(eol);
     std::fs::write(&path, added)
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
     Ok(if text.is_empty() {
@@ -240,6 +353,10 @@ struct Facts {
     node_runner: NodeRunner,
     /// Node: whether package.json lists cargo-llmreplay already.
     node_has_package: bool,
+    /// Node: whether package.json has a `test` script (`npm test` needs one).
+    node_test_script: bool,
+    /// Node: the lock file is not npm's (`npm ci` in the gate needs package-lock.json).
+    node_other_lock: Option<&'static str>,
     /// Rust: the gate in partitions of one archive.
     sharded: bool,
 }
@@ -248,6 +365,8 @@ struct Facts {
 enum NodeRunner {
     Vitest,
     Jest,
+    /// `node --test` in the test script.
+    NodeTest,
     Other,
 }
 
@@ -269,7 +388,18 @@ impl Facts {
                 .iter()
                 .any(|d| package.get(d).and_then(|m| m.get(name)).is_some())
         };
-        let node_runner = if depends("vitest") {
+        let script = package
+            .get("scripts")
+            .and_then(|s| s.get("test"))
+            .and_then(|t| t.as_str())
+            .unwrap_or_default()
+            .to_string();
+        // The test script says which runner when the dependencies name more than one.
+        let node_runner = if script.contains("node --test") {
+            NodeRunner::NodeTest
+        } else if script.contains("jest") && depends("jest") {
+            NodeRunner::Jest
+        } else if depends("vitest") {
             NodeRunner::Vitest
         } else if depends("jest") {
             NodeRunner::Jest
@@ -281,6 +411,18 @@ impl Facts {
             python_install,
             node_runner,
             node_has_package: depends("cargo-llmreplay"),
+            node_test_script: !script.is_empty(),
+            node_other_lock: [
+                ("pnpm-lock.yaml", "pnpm"),
+                ("yarn.lock", "yarn"),
+                ("bun.lockb", "bun"),
+                ("bun.lock", "bun"),
+            ]
+            .into_iter()
+            .find(|(lock, _)| {
+                root.join(lock).is_file() && !root.join("package-lock.json").is_file()
+            })
+            .map(|(_, tool)| tool),
             sharded: false,
         }
     }
@@ -292,7 +434,7 @@ impl Facts {
             (Kind::Python, _) => "python -m pytest",
             (Kind::Node, NodeRunner::Vitest) => "npx vitest run",
             (Kind::Node, NodeRunner::Jest) => "npx jest",
-            (Kind::Node, NodeRunner::Other) => "npm test",
+            (Kind::Node, NodeRunner::NodeTest | NodeRunner::Other) => "npm test",
         }
     }
 
@@ -326,11 +468,19 @@ impl Facts {
     fn notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
         match (self.kind, self.node_runner) {
-            (Kind::Python, _) if crate::program().as_str() == "cargo llmreplay" => notes.push(
-                "each test's calls are filed under its node id by the pytest plugin: \
-                 `pip install cargo-llmreplay` installs it (with this command)"
-                    .into(),
-            ),
+            (Kind::Python, _) => {
+                notes.push(
+                    "each test's calls are filed under its node id by the pytest plugin, which \
+                     `pip install cargo-llmreplay` installs (with the command)"
+                        .into(),
+                );
+                if self.python_install.is_none() {
+                    notes.push(format!(
+                        "no requirements.txt, setup.py or [project] table says how the project \
+                         installs: add its install step to {GATE_PATH}"
+                    ));
+                }
+            }
             (Kind::Node, NodeRunner::Vitest) => notes.push(
                 "each test's calls are filed under it by the setup file: add \
                  setupFiles: [\"cargo-llmreplay/vitest\"] to the test section of your vitest config"
@@ -341,12 +491,30 @@ impl Facts {
                  setupFilesAfterEnv: [\"cargo-llmreplay/jest\"] to your jest config"
                     .into(),
             ),
+            (Kind::Node, NodeRunner::NodeTest) => notes.push(
+                "each test's calls are filed under it by the node:test entry: run it with the \
+                 tests, `node --test --import cargo-llmreplay/node-test`, in your test script"
+                    .into(),
+            ),
             (Kind::Node, NodeRunner::Other) => notes.push(
-                "with no vitest or jest in package.json, each process is one test; vitest and \
-                 jest have setup files that file each test's calls under it"
+                "with no vitest, jest or node --test in package.json, each process is one test; \
+                 vitest, jest and node:test have setup entries that file each test's calls under it"
                     .into(),
             ),
             _ => {}
+        }
+        if self.kind == Kind::Node && self.test_command() == "npm test" && !self.node_test_script {
+            notes.push(
+                "package.json has no \"test\" script, which `npm test` runs: add one, or put your \
+                 test command after `--` in the commands below and in the gate"
+                    .into(),
+            );
+        }
+        if let (Kind::Node, Some(tool)) = (self.kind, self.node_other_lock) {
+            notes.push(format!(
+                "the project's lock file is {tool}'s, and the gate installs with `npm ci`, which \
+                 needs package-lock.json: change its install step to {tool}'s"
+            ));
         }
         notes
     }

@@ -238,3 +238,115 @@ async fn the_sharded_gate_replays_two_partitions_of_one_archive_and_merges_them(
         merged.stderr
     );
 }
+
+/// A file or folder init would write that is a symbolic link is not followed (it could point
+/// anywhere); a cassette folder with a space is quoted for git and for the shell, and one
+/// outside the project gets no line; a workspace member's `git add` runs at the workspace.
+#[test]
+fn init_follows_no_link_and_quotes_what_it_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (project, outside) = (dir.path().join("p"), dir.path().join("outside"));
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(
+        project.join("package.json"),
+        r#"{"scripts":{"test":"node --test"}}"#,
+    )
+    .unwrap();
+    std::fs::write(outside.join("attrs"), "mine\n").unwrap();
+    std::os::unix::fs::symlink(outside.join("attrs"), project.join(".gitattributes")).unwrap();
+    std::os::unix::fs::symlink(outside.join("config.toml"), project.join("llmreplay.toml"))
+        .unwrap();
+    std::os::unix::fs::symlink(&outside, project.join(".github")).unwrap();
+    let run = |at: &Path, args: &[&str]| {
+        let mut cmd = std::process::Command::new(binary());
+        cmd.current_dir(at).arg("llmreplay").arg("init").args(args);
+        Output::of(&mut cmd)
+    };
+    for args in [&[][..], &["--force"]] {
+        let linked = run(&project, args);
+        assert_eq!(linked.code, Some(0), "{}", linked.stderr);
+        assert_eq!(
+            linked
+                .stderr
+                .matches("a symbolic link, which init does not follow")
+                .count(),
+            3,
+            "{}",
+            linked.stderr
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("attrs")).unwrap(),
+            "mine\n"
+        );
+        assert!(!outside.join("config.toml").exists() && !outside.join("workflows").exists());
+        // node:test is named, with its entry.
+        assert!(
+            linked.stderr.contains("--import cargo-llmreplay/node-test"),
+            "{}",
+            linked.stderr
+        );
+    }
+
+    let spaced = dir.path().join("s");
+    std::fs::create_dir_all(&spaced).unwrap();
+    std::fs::write(spaced.join("requirements.txt"), "openai\n").unwrap();
+    std::fs::write(
+        spaced.join("llmreplay.toml"),
+        "cassette_dir = \"my cassettes\"\n",
+    )
+    .unwrap();
+    let said = run(&spaced, &[]);
+    assert_eq!(said.code, Some(0), "{}", said.stderr);
+    let attributes = std::fs::read_to_string(spaced.join(".gitattributes")).unwrap();
+    assert!(
+        attributes.lines().any(|l| l == "\"my cassettes/**\" -text"),
+        "{attributes}"
+    );
+    assert!(
+        said.stderr
+            .contains("git add .github/workflows/llmreplay.yml .gitattributes 'my cassettes'"),
+        "{}",
+        said.stderr
+    );
+    std::fs::write(
+        spaced.join("llmreplay.toml"),
+        "cassette_dir = \"../elsewhere\"\n",
+    )
+    .unwrap();
+    std::fs::remove_file(spaced.join(".gitattributes")).unwrap();
+    let outside_dir = run(&spaced, &[]);
+    assert!(
+        outside_dir
+            .stderr
+            .contains("is not a folder inside the project"),
+        "{}",
+        outside_dir.stderr
+    );
+    assert!(!spaced.join(".gitattributes").exists());
+
+    // A workspace member: the files go to the workspace's root, and `git add` says so.
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(ws.join("m1/src")).unwrap();
+    std::fs::write(
+        ws.join("Cargo.toml"),
+        "[workspace]\nmembers = [\"m1\"]\nresolver = \"2\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join("m1/Cargo.toml"),
+        "[package]\nname = \"m1\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .unwrap();
+    std::fs::write(ws.join("m1/src/lib.rs"), "").unwrap();
+    let member = run(&ws.join("m1"), &[]);
+    assert_eq!(member.code, Some(0), "{}", member.stderr);
+    assert!(ws.join("llmreplay.toml").is_file());
+    assert!(
+        member
+            .stderr
+            .contains(&format!("git -C {} add llmreplay.toml", ws.display())),
+        "{}",
+        member.stderr
+    );
+}
