@@ -22,13 +22,37 @@ pub fn program() -> &'static daemon::Program {
     PROGRAM.get_or_init(daemon::Program::default)
 }
 
+/// The subcommands: `cargo llmreplay` before one of these is a command to say in the program's
+/// name; anywhere else (a folder, a test's name) it is data, and left as it is.
+const SUBCOMMANDS: &[&str] = &[
+    "init", "test", "run", "serve", "status", "diff", "prune", "recover", "mv", "review", "rerun",
+    "match", "rekey", "mcp", "report", "help",
+];
+
 /// `text` with each command it names said in the program's name.
 pub fn speak(text: &str) -> Cow<'_, str> {
     let name = program().as_str();
     if name == WRITTEN_AS || !text.contains(WRITTEN_AS) {
         return Cow::Borrowed(text);
     }
-    Cow::Owned(text.replace(WRITTEN_AS, name))
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(WRITTEN_AS) {
+        let after = &rest[at + WRITTEN_AS.len()..];
+        let command = after
+            .strip_prefix(' ')
+            .map(|a| {
+                a.split(|c: char| !c.is_ascii_alphanumeric())
+                    .next()
+                    .unwrap_or("")
+            })
+            .is_some_and(|word| SUBCOMMANDS.contains(&word));
+        out.push_str(&rest[..at]);
+        out.push_str(if command { name } else { WRITTEN_AS });
+        rest = after;
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }
 
 /// A command line whose usage, help and examples are said in the program's name.
@@ -37,12 +61,17 @@ pub fn help(command: clap::Command) -> clap::Command {
     if name == WRITTEN_AS {
         return command;
     }
-    let bin = command.get_bin_name().map(|b| speak(b).into_owned());
+    // The program's own name, alone, is said as it was started.
+    let named = |b: &str| match b {
+        WRITTEN_AS => name.to_string(),
+        _ => speak(b).into_owned(),
+    };
+    let bin = command.get_bin_name().map(named);
     let command = match bin {
         Some(bin) => command.bin_name(bin),
         None => command,
     };
-    let display = command.get_display_name().map(|b| speak(b).into_owned());
+    let display = command.get_display_name().map(named);
     let command = match display {
         Some(display) => command.display_name(display),
         None => command,
@@ -85,5 +114,28 @@ fn say(text: Option<&clap::builder::StyledStr>) -> Option<String> {
     match speak(&text) {
         Cow::Owned(said) => Some(said),
         Cow::Borrowed(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only commands are said in the program's name: a folder or a test named
+    /// `cargo llmreplay ...` is data.
+    #[test]
+    fn only_commands_are_renamed() {
+        set(daemon::Program::from_args(
+            std::ffi::OsStr::new("cargo-llmreplay"),
+            false,
+        ));
+        assert_eq!(
+            speak("run `cargo llmreplay status --fix`; or cargo llmreplay test"),
+            "run `cargo-llmreplay status --fix`; or cargo-llmreplay test"
+        );
+        assert_eq!(
+            speak("/tmp/cargo llmreplay demo: test cargo llmreplay rocks"),
+            "/tmp/cargo llmreplay demo: test cargo llmreplay rocks"
+        );
     }
 }

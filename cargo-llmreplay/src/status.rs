@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
         matches no test of `cargo nextest list` (this builds the tests); cassette files that do not \
         parse, sit where their test would not look them up, refer to a missing or damaged blob, or \
         whose key, seal or summary no longer matches their request or answer (a hand edit), and \
-        temporary files a killed run left. With --fix, first recomputes those keys, seals and \
+        temporary files a killed run left. With --fix, first moves each folder the slug rule of 0.1.0 named to its test's name now (a folder it cannot move is named, with why), then recomputes those keys, seals and \
         summaries (a deliberate edit is sealed again) and removes the leftover temporary files. \
         With --check, exits 1 when there is any of these."
 )]
@@ -99,7 +99,8 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     let cassette_dir = resolved.cassette_dir();
     let mut fixed = Vec::new();
     if args.fix {
-        for moved in cassettes::move_legacy_folders(cassette_dir)? {
+        let (moved, _) = cassettes::move_legacy_folders(cassette_dir)?;
+        for moved in moved {
             fixed.push(FixedFile {
                 path: moved.from,
                 moved_to: Some(moved.to),
@@ -190,6 +191,13 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
 
 pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
     let rel = |p: &Path| term(&p.strip_prefix(root).unwrap_or(p).to_string_lossy()).into_owned();
+    // Folders the old slug rule named, and why `--fix` cannot move one.
+    let legacy: std::collections::BTreeMap<PathBuf, Option<String>> =
+        cassettes::legacy_folders(cassette_dir)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|l| (l.folder, l.stuck))
+            .collect();
     let mut out = String::new();
     for f in &s.fixed {
         if let Some(to) = &f.moved_to {
@@ -306,10 +314,19 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
                 ),
                 Problem::LeftoverTemp => "a temporary file a killed run left; `cargo llmreplay status --fix` removes it".to_string(),
                 Problem::Blob { message } => term(message).into_owned(),
-                Problem::Misplaced { expected } if legacy_named(&f.path) => format!(
-                    "its folder is the one an older version named for its test, which is now looked up in {}; `cargo llmreplay status --fix` moves it there",
-                    rel(expected)
-                ),
+                Problem::Misplaced { expected } if legacy.contains_key(f.path.parent().unwrap_or(&f.path)) => {
+                    match &legacy[f.path.parent().unwrap_or(&f.path)] {
+                        None => format!(
+                            "its folder is the one an older version named for its test, which is now looked up in {}; `cargo llmreplay status --fix` moves it there",
+                            rel(expected)
+                        ),
+                        Some(why) => format!(
+                            "its folder is the one an older version named for its test, which is now looked up in {}; `status --fix` cannot move it: {}",
+                            rel(expected),
+                            term(why)
+                        ),
+                    }
+                }
                 Problem::Misplaced { expected } => format!(
                     "its test and provider are looked up in {}; move it there, or, if its folder was renamed for a renamed test, `cargo llmreplay mv OLD_TEST NEW_TEST` finishes the rename",
                     rel(expected)
@@ -347,19 +364,4 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
         ));
     }
     out
-}
-
-/// A cassette in the folder the slug rule before 0.1.1 gave its test (which `status --fix`
-/// moves to today's name).
-fn legacy_named(cassette: &Path) -> bool {
-    let Ok(c) = cassettes::read_cassette(cassette) else {
-        return false;
-    };
-    let test = cassettes::TestId::new(c.test.as_str());
-    let legacy = cassettes::Slug::legacy_from_test_id(&test);
-    cassette
-        .parent()
-        .and_then(|d| d.file_name())
-        .is_some_and(|name| name == legacy.as_str())
-        && legacy != cassettes::Slug::from_test_id(&test)
 }

@@ -745,6 +745,15 @@ impl Entry {
     /// whole, with its blobs.
     pub(crate) fn check(&self, mut cassette: Cassette) -> Result<Cassette, Error> {
         let recorded_for = TestId::new(cassette.test.as_str());
+        if cassette.test != self.test.as_str()
+            && Slug::legacy_from_test_id(&recorded_for) == self.slug
+        {
+            return Err(Error::OldRuleFolder {
+                path: self.path.clone(),
+                recorded_for: cassette.test.to_string(),
+                test: self.test.to_string(),
+            });
+        }
         if cassette.test != self.test.as_str() && Slug::from_test_id(&recorded_for) != self.slug {
             return Err(Error::MovedByHand {
                 path: self.path.clone(),

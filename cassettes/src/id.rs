@@ -148,16 +148,27 @@ impl Slug {
                 'A'..='Z' => mapped.push(c.to_ascii_lowercase()),
                 'a'..='z' | '0'..='9' | '_' | '-' => mapped.push(c),
                 '$' => mapped.push_str("--"),
-                c if !c.is_ascii()
-                    && (c.is_alphanumeric()
-                        || unicode_normalization::char::is_combining_mark(c)) =>
+                c if !c.is_ascii() && c.is_alphanumeric() => mapped.extend(c.to_lowercase()),
+                // A mark stays with the letter it marks; alone (a variation selector after an
+                // emoji, a mark at the start) it would make a name no one can see.
+                c if unicode_normalization::char::is_combining_mark(c)
+                    && mapped.chars().last().is_some_and(char::is_alphanumeric) =>
                 {
-                    mapped.extend(c.to_lowercase())
+                    mapped.push(c)
                 }
                 _ => mapped.push('-'),
             }
         }
-        finish(id, &mapped)
+        let slug = finish(id, &mapped);
+        // Names Windows keeps for devices: a folder of that name cannot be checked out there.
+        let reserved = matches!(slug.0.as_str(), "con" | "prn" | "aux" | "nul")
+            || (slug.0.len() == 4
+                && (slug.0.starts_with("com") || slug.0.starts_with("lpt"))
+                && slug.0.as_bytes()[3].is_ascii_digit());
+        if reserved {
+            return Slug(format!("{}_", slug.0));
+        }
+        slug
     }
 
     /// The folder name the rule before 0.1.1 gave `id` (ASCII only, every spec file's name
@@ -385,8 +396,14 @@ mod tests {
         // NFKC: fullwidth letters are the ASCII ones; a decomposed é is the composed one.
         assert_eq!(slug("Ｔｅｓｔ"), "test");
         assert_eq!(slug("cafe\u{301}"), slug("caf\u{e9}"));
-        // A mark stays with its letter (Devanagari vowel signs).
+        // A mark stays with its letter (Devanagari vowel signs); alone it goes.
         assert_eq!(slug("परीक्षण"), "परीक्षण");
+        assert_eq!(slug("❤\u{fe0f} test"), "test");
+        assert_eq!(slug("\u{301}x"), "x");
+        // Windows' device names get a mark of their own.
+        assert_eq!(slug("CON"), "con_");
+        assert_eq!(slug("lpt1"), "lpt1_");
+        assert_eq!(slug("console"), "console");
         assert_eq!(
             Slug::legacy_from_test_id(&TestId::new("x.test.js > 挨拶する")).0,
             "default"
@@ -412,6 +429,11 @@ mod tests {
                 || unicode_normalization::char::is_combining_mark(c)
                 || c == '_'
                 || c == '-'));
+            // No folder begins with a mark that is not itself a letter (one no one could see).
+            let unseen = |c: char| {
+                unicode_normalization::char::is_combining_mark(c) && !c.is_alphanumeric()
+            };
+            prop_assert!(!s.starts_with(unseen), "{s:?} begins with a mark");
             prop_assert!(!s.chars().any(|c| c.is_ascii_uppercase()));
             prop_assert!(!s.contains("---"));
             prop_assert!(!s.starts_with('-') && !s.ends_with('-'));

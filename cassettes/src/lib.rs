@@ -43,10 +43,10 @@ pub use fs::{confined, DEFAULT_LOCK_TIMEOUT};
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, IgnoreRule, Key, Normalizer, RecordedRequest, ReplaceRule, Rules};
 pub use maintenance::{
-    cassette_files, fix_cassette, legacy_folder, move_legacy_folders, move_test, mv_command,
-    read_cassette, read_cassette_with_blobs, rekey_cassette, remove_folder, remove_leftover_temp,
-    remove_recordings, remove_unreferenced_blobs, rewrite_cassette, sealed, Fixed, Moved,
-    TestChanges,
+    cassette_files, fix_cassette, legacy_folder, legacy_folders, move_legacy_folders, move_test,
+    mv_command, read_cassette, read_cassette_with_blobs, rekey_cassette, remove_folder,
+    remove_leftover_temp, remove_recordings, remove_unreferenced_blobs, rewrite_cassette, sealed,
+    Fixed, LegacyFolder, Moved, TestChanges,
 };
 pub use store::{Store, Unused, DEFAULT_BUDGET};
 pub use summary::Tokens;
@@ -89,6 +89,16 @@ pub enum Error {
         test: String,
         /// The `cargo llmreplay mv` that finishes the rename.
         command: String,
+    },
+    #[error("{path} holds the cassettes of test {recorded_for:?} in the folder the slug rule of 0.1.0 named for it, which is now the folder of {test:?}: run `cargo llmreplay status --fix` to move them to their test's folder (they are replayed for neither test until then)")]
+    /// A folder the old slug rule named for one test, now another test's folder.
+    OldRuleFolder {
+        /// The cassette.
+        path: PathBuf,
+        /// The test its cassette names.
+        recorded_for: String,
+        /// The test whose folder it is now.
+        test: String,
     },
     #[error("cannot move the cassettes of {from:?} to {to:?}: {why}")]
     /// `mv` refused: what is in the way.

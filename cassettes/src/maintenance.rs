@@ -208,6 +208,97 @@ pub fn move_test(dir: &Path, from: &TestId, to: &TestId) -> Result<Moved, Error>
     })
 }
 
+/// A folder the slug rule of 0.1.0 named for a test, which today's rule names otherwise.
+#[derive(Clone, Debug)]
+pub struct LegacyFolder {
+    /// The folder.
+    pub folder: PathBuf,
+    /// The tests its cassettes name (one, unless the old rule gave several one folder).
+    pub tests: Vec<TestId>,
+    /// Where its cassettes belong now, for each test.
+    pub to: Vec<PathBuf>,
+    /// Why `move_legacy_folders` cannot move it, when it cannot.
+    pub stuck: Option<String>,
+}
+
+/// The folders of `dir` the old slug rule named for the tests their cassettes name.
+pub fn legacy_folders(dir: &Path) -> Result<Vec<LegacyFolder>, Error> {
+    let mut found = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    names.sort();
+    for folder in names {
+        let Some(name) = folder
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(str::to_string)
+        else {
+            continue;
+        };
+        let link = std::fs::symlink_metadata(&folder).is_ok_and(|m| m.file_type().is_symlink());
+        if !folder.is_dir() {
+            continue;
+        }
+        let mut tests: Vec<TestId> = Vec::new();
+        let mut unreadable = false;
+        for file in json_files(&folder).unwrap_or_default() {
+            match read_cassette(&file) {
+                Ok(c) => {
+                    let test = TestId::new(c.test.as_str());
+                    if !tests.contains(&test) {
+                        tests.push(test);
+                    }
+                }
+                Err(_) => unreadable = true,
+            }
+        }
+        let legacy: Vec<&TestId> = tests
+            .iter()
+            .filter(|t| {
+                Slug::legacy_from_test_id(t).as_str() == name
+                    && Slug::from_test_id(t).as_str() != name
+            })
+            .collect();
+        if legacy.is_empty() {
+            continue;
+        }
+        let to: Vec<PathBuf> = tests
+            .iter()
+            .map(|t| dir.join(Slug::from_test_id(t).as_str()))
+            .collect();
+        let stuck = if link {
+            Some("it is a symbolic link: move what it points to by hand".to_string())
+        } else if tests.len() > 1 {
+            Some(format!(
+                "the rule of 0.1.0 gave {} tests this one folder; move each test's cassettes (and the blobs they name) to its own folder by hand",
+                tests.len()
+            ))
+        } else if unreadable {
+            Some("a file in it cannot be read as a cassette".to_string())
+        } else if to[0].exists()
+            && std::fs::read_dir(&to[0]).map_or(true, |mut d| d.next().is_some())
+        {
+            Some(format!(
+                "{} is there already and not empty; move this folder's cassettes into it by hand",
+                to[0].display()
+            ))
+        } else {
+            None
+        };
+        found.push(LegacyFolder {
+            folder,
+            tests,
+            to,
+            stuck,
+        });
+    }
+    Ok(found)
+}
+
 /// The folder an older version's slug rule gave `test`, when it is not today's and still holds
 /// a cassette of that test: its recordings, to be moved, never missed in silence.
 pub fn legacy_folder(dir: &Path, test: &TestId) -> Option<PathBuf> {
@@ -223,68 +314,45 @@ pub fn legacy_folder(dir: &Path, test: &TestId) -> Option<PathBuf> {
         .then_some(folder)
 }
 
-/// Moves each folder an older slug rule named to today's name for its test: a folder whose
-/// cassettes all name one test, whose name is that test's old slug, and whose new folder is
-/// absent or empty. One rename under the folder's lock, as `move_test` does; anything else is
-/// left as it is (and `status` names it).
-pub fn move_legacy_folders(dir: &Path) -> Result<Vec<Moved>, Error> {
+/// Moves each folder the old slug rule named (see [`legacy_folders`]) that can be moved to
+/// today's name for its test: one rename under the folder's lock, as `move_test` does, until
+/// none is left that can (a move may free the name another waits for). The others are
+/// returned with why they stay.
+pub fn move_legacy_folders(dir: &Path) -> Result<(Vec<Moved>, Vec<LegacyFolder>), Error> {
     let mut moved = Vec::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(moved),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    for entry in entries {
-        let old = entry.map_err(|e| Error::io(dir, e))?.path();
-        let Some(name) = old.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        if !old.is_dir() {
-            continue;
-        }
-        let mut tests = HashSet::new();
-        let mut files = 0;
-        let mut recordings = 0;
-        for file in json_files(&old)? {
-            let Ok(cassette) = read_cassette(&file) else {
-                tests.insert(String::new());
-                continue;
-            };
-            files += 1;
-            recordings += cassette.interactions.len();
-            tests.insert(cassette.test.to_string());
-        }
-        let tests: Vec<String> = tests.into_iter().collect();
-        let [test] = &tests[..] else {
-            continue;
-        };
-        let id = TestId::new(test.as_str());
-        let new_slug = Slug::from_test_id(&id);
-        if name != Slug::legacy_from_test_id(&id).as_str() || name == new_slug.as_str() {
-            continue;
-        }
-        let new = dir.join(new_slug.as_str());
-        if new.exists() {
-            let empty = std::fs::read_dir(&new)
-                .map_err(|e| Error::io(&new, e))?
-                .next()
-                .is_none();
-            if !empty {
+    loop {
+        let found = legacy_folders(dir)?;
+        let mut progressed = false;
+        for legacy in &found {
+            if legacy.stuck.is_some() {
                 continue;
             }
-            std::fs::remove_dir(&new).map_err(|e| Error::io(&new, e))?;
+            let (old, new) = (&legacy.folder, &legacy.to[0]);
+            if new.exists() {
+                std::fs::remove_dir(new).map_err(|e| Error::io(new, e))?;
+            }
+            confined(dir, old)?;
+            let _lock = lock_folder(old, DEFAULT_LOCK_TIMEOUT)?;
+            std::fs::rename(old, new).map_err(|e| Error::io(old, e))?;
+            let (mut files, mut recordings) = (0, 0);
+            for file in json_files(new)? {
+                if let Ok(c) = read_cassette(&file) {
+                    files += 1;
+                    recordings += c.interactions.len();
+                }
+            }
+            moved.push(Moved {
+                from: old.clone(),
+                to: new.clone(),
+                files,
+                recordings,
+            });
+            progressed = true;
         }
-        confined(dir, &old)?;
-        let _lock = lock_folder(&old, DEFAULT_LOCK_TIMEOUT)?;
-        std::fs::rename(&old, &new).map_err(|e| Error::io(&old, e))?;
-        moved.push(Moved {
-            from: old,
-            to: new,
-            files,
-            recordings,
-        });
+        if !progressed {
+            return Ok((moved, found));
+        }
     }
-    Ok(moved)
 }
 
 /// What `fix_cassette` changed in one interaction.
@@ -547,4 +615,82 @@ pub fn read_cassette_with_blobs(path: &Path) -> Result<Cassette, Error> {
     let mut cassette = read_cassette(path)?;
     cassette.load_blobs(path.parent().expect("cassette paths have a folder"))?;
     Ok(cassette)
+}
+
+#[cfg(test)]
+mod legacy_tests {
+    use super::*;
+
+    fn put(dir: &Path, folder: &str, test: &str, provider: &str) {
+        let c = Cassette::new(&TestId::new(test), &ProviderName::new(provider).unwrap());
+        std::fs::create_dir_all(dir.join(folder)).unwrap();
+        std::fs::write(
+            dir.join(folder).join(format!("{provider}.json")),
+            c.to_bytes(),
+        )
+        .unwrap();
+    }
+
+    /// A folder the old rule named moves to its test's name; one that holds two tests, one
+    /// whose new folder is taken, and a link stay, each with why; a move that frees a name lets
+    /// the folder waiting for it move in the same call; nothing is lost.
+    #[test]
+    fn old_rule_folders_move_or_say_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        put(d, "chat--hello", "a.test.js > chat > hello", "openai");
+        put(d, "shared", "a.test.js > 挨拶 > shared", "openai");
+        put(d, "shared", "a.test.js > こんにちは > shared", "anthropic");
+        put(d, "ping", "b.test.js > 挨拶 > ping", "openai");
+        put(d, "b-test-js--挨拶--ping", "someone else", "openai");
+        // A chain: `foo` waits for `c-test-js-foo`, whose own cassette moves on.
+        put(d, "foo", "c.test.js foo", "openai");
+        put(d, "c-test-js-foo", "c-test-js-foo 日", "openai");
+        let outside = tempfile::tempdir().unwrap();
+        put(outside.path(), "x", "l.test.js > x", "openai");
+        std::os::unix::fs::symlink(outside.path().join("x"), d.join("x")).unwrap();
+
+        let (moved, left) = move_legacy_folders(d).unwrap();
+        let moved: Vec<String> = moved
+            .iter()
+            .map(|m| m.to.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            moved.contains(&"a-test-js--chat--hello".to_string()),
+            "{moved:?}"
+        );
+        assert!(moved.contains(&"c-test-js-foo-日".to_string()), "{moved:?}");
+        assert!(moved.contains(&"c-test-js-foo".to_string()), "{moved:?}");
+        let stuck: Vec<(String, String)> = left
+            .iter()
+            .map(|l| {
+                (
+                    l.folder.file_name().unwrap().to_string_lossy().into_owned(),
+                    l.stuck.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert!(
+            stuck
+                .iter()
+                .any(|(f, why)| f == "shared" && why.contains("2 tests")),
+            "{stuck:?}"
+        );
+        assert!(
+            stuck
+                .iter()
+                .any(|(f, why)| f == "ping" && why.contains("not empty")),
+            "{stuck:?}"
+        );
+        assert!(
+            stuck
+                .iter()
+                .any(|(f, why)| f == "x" && why.contains("symbolic link")),
+            "{stuck:?}"
+        );
+        assert!(d.join("shared/anthropic.json").is_file() && d.join("ping/openai.json").is_file());
+        assert!(outside.path().join("x/openai.json").is_file());
+        // Found again, never moved twice.
+        assert!(move_legacy_folders(d).unwrap().0.is_empty());
+    }
 }

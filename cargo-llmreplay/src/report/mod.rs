@@ -567,17 +567,25 @@ fn find_renames(
     missing: &mut [Missing],
     suite: &BTreeSet<TestId>,
 ) -> Result<(), cassettes::Error> {
-    let mut looked = BTreeMap::new();
+    // Folders the old slug rule named: `status --fix` moves them, or `status` says why not.
+    let legacy = if missing.is_empty() {
+        Vec::new()
+    } else {
+        cassettes::legacy_folders(cassette_dir)?
+    };
     for m in missing.iter_mut() {
-        let legacy = looked
-            .entry(m.miss.test.clone())
-            .or_insert_with(|| cassettes::legacy_folder(cassette_dir, &m.miss.test).is_some());
-        if *legacy {
-            m.renamed_from = Some(RenamedFrom {
-                test: m.miss.test.to_string(),
-                command: format!("{} status --fix", crate::program()),
-            });
-        }
+        let Some(folder) = legacy.iter().find(|l| l.tests.contains(&m.miss.test)) else {
+            continue;
+        };
+        let fix = if folder.stuck.is_none() {
+            "status --fix"
+        } else {
+            "status"
+        };
+        m.renamed_from = Some(RenamedFrom {
+            test: m.miss.test.to_string(),
+            command: format!("{} {fix}", crate::program()),
+        });
     }
     if missing.is_empty() || suite.is_empty() {
         return Ok(());

@@ -445,8 +445,11 @@ fn missing_call(m: &super::Missing) -> Item {
         .filter(|o| o.test == m.miss.test.as_str())
     {
         advice.push(Advice {
-            said: "its recordings are in the folder an older version named for it; move them"
-                .into(),
+            said: if old.command.ends_with("--fix") {
+                "its recordings are in the folder an older version named for it; move them".into()
+            } else {
+                "its recordings are in the folder an older version named for it, which --fix cannot move; status says why and what to do".into()
+            },
             command: old.command.clone(),
         });
     } else if let Some(old) = &m.renamed_from {

@@ -854,3 +854,29 @@ fn a_spool_gives_way_to_newer_recordings_and_keeps_its_damage_aside() {
             .is_empty()
     );
 }
+
+/// A folder the old slug rule named for one test, which is now another test's folder, is not
+/// replayed for either, and the error names `status --fix` (not an `mv` that would give the
+/// first test's recordings to the second).
+#[test]
+fn an_old_rule_folder_that_is_another_tests_folder_names_status_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = ProviderName::new("openai").unwrap();
+    let old = TestId::new("chat.test.js > 挨拶 > hello");
+    assert_eq!(Slug::legacy_from_test_id(&old).as_str(), "hello");
+    std::fs::create_dir(dir.path().join("hello")).unwrap();
+    std::fs::write(
+        dir.path().join("hello/openai.json"),
+        Cassette::new(&old, &p).to_bytes(),
+    )
+    .unwrap();
+    let store = Store::new(dir.path());
+    let entry = store.entry(&TestId::new("hello"), &p).unwrap();
+    let key = interaction("a", r#"{"id":"1"}"#).key;
+    match entry.next_recorded(&key, false) {
+        Err(e @ Error::OldRuleFolder { .. }) => {
+            assert!(e.to_string().contains("status --fix"), "{e}")
+        }
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+}
