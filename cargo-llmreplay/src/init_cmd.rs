@@ -337,9 +337,9 @@ fn outside_repository_root(root: &Path) -> Option<String> {
     let repo = root.ancestors().find(|d| d.join(".git").exists())?;
     (repo != root).then(|| {
         format!(
-            "GitHub reads workflows only at the repository's root: move {GATE_PATH} to {} and set its steps' working-directory to {}",
+            "GitHub reads workflows only at the repository's root: move {GATE_PATH} to {}, set its run steps' working-directory to {sub}, and begin the artifact paths with {sub}/ (upload-artifact reads from the root)",
             term(&repo.join(GATE_PATH).display().to_string()),
-            term(&root.strip_prefix(repo).unwrap_or(root).display().to_string())
+            sub = term(&root.strip_prefix(repo).unwrap_or(root).display().to_string())
         )
     })
 }
