@@ -5,6 +5,71 @@
 use crate::format::{ChunkContent, Interaction, ResponseBody};
 use crate::secrets::{find_with, Found, Guard};
 
+/// Whether a path names secrets by one of its segments (`/v1/realtime/client_secrets`, Azure
+/// Key Vault's `/secrets/NAME`): its answer's bare `value` is the secret itself.
+fn names_secrets(path: &str) -> bool {
+    path.split('/')
+        .any(|segment| providers::redact::is_secret_name(segment))
+}
+
+/// A JSON answer's top-level `value` string made the placeholder, parsed or as text (in the
+/// layout it was written); whether there was one to change. A compressed answer is left to the
+/// other rules (a value's shape, a known value).
+fn bare_value(body: &mut crate::body::Body) -> bool {
+    use crate::body::Body;
+    use providers::redact::PLACEHOLDER;
+    use serde_json::Value;
+    let secret = |value: &Value| match value.get("value") {
+        Some(Value::String(s)) if !s.is_empty() && s != PLACEHOLDER => Some(s.clone()),
+        _ => None,
+    };
+    match body {
+        Body::Json { value, .. } => match secret(value) {
+            Some(_) => {
+                value["value"] = Value::String(PLACEHOLDER.into());
+                true
+            }
+            None => false,
+        },
+        Body::Text(text) => {
+            let t = text.trim_start();
+            if !t.starts_with('{') || text.len() > providers::redact::TEXT_PARSE_LIMIT {
+                return false;
+            }
+            let Ok(mut value) = serde_json::from_str::<Value>(text) else {
+                return false;
+            };
+            let Some(s) = secret(&value) else {
+                return false;
+            };
+            let written = serde_json::to_string(&s).expect("a string serialises");
+            *text = match text.contains(&written) {
+                true => text.replace(&written, &format!("\"{PLACEHOLDER}\"")),
+                false => {
+                    value["value"] = Value::String(PLACEHOLDER.into());
+                    value.to_string()
+                }
+            };
+            true
+        }
+        Body::Bytes(bytes) => {
+            let Ok(text) = std::str::from_utf8(bytes) else {
+                return false;
+            };
+            let mut as_text = Body::Text(text.to_string());
+            if !bare_value(&mut as_text) {
+                return false;
+            }
+            let Body::Text(t) = as_text else {
+                return false;
+            };
+            *body = Body::exact(t.as_bytes());
+            true
+        }
+        _ => false,
+    }
+}
+
 impl Guard {
     /// Replaces the secrets of the answer, by name, value and shape: a whole body (JSON in its
     /// layout; text, SSE, XML or form as written; bytes that are text once gzip or deflate is
@@ -19,6 +84,9 @@ impl Guard {
         let mut changed = false;
         match &mut interaction.response.body {
             ResponseBody::Whole(b) => {
+                if names_secrets(&interaction.request.path) {
+                    changed |= bare_value(b);
+                }
                 let (c, d) = self.body(b, encoding.as_deref());
                 changed |= c;
                 decoded |= d;

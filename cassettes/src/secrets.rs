@@ -571,6 +571,7 @@ mod tests {
             "github_pat_0123456789abcdefghijklmnop",
             "glpat-0123456789abcdefghij",
             "ya29.a0AfH6SMBx1234567890abcdef",
+            "ek_68af296e8e408191a1120ab6383263c2",
             "gsk_0123456789abcdefghijklmnopqrstuvwxyzABCD",
             "sk_live_0123456789abcdefghij",
             "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH",
@@ -588,6 +589,7 @@ mod tests {
             "You said: Hello",
             "AKIA is short",
             "risk-ant-ic",
+            "day_of_week_0123456789abcdefghij",
             "3f14de6a0c1b2d3e4f5a6b7c8d9e0f1a2b3c4d5e",
         ] {
             assert_eq!(shape_in(text), None, "{text}");
@@ -623,6 +625,26 @@ mod tests {
             "{text}"
         );
         assert_eq!(guard.check(&echoed), None);
+    }
+
+    /// The answer of a path that names secrets (a Realtime client secret, a Key Vault secret)
+    /// loses its bare `value`, whatever its shape; elsewhere a `value` is kept.
+    #[test]
+    fn a_bare_value_is_secret_where_the_path_names_secrets() {
+        let guard = Guard::default();
+        let answer = r#"{"value": "kv-plain-7Hq2Xzw", "id": "https://v.vault.azure.net/secrets/db/1", "attributes": {"enabled": true}}"#;
+        for (path, secret) in [
+            ("/secrets/db/1", true),
+            ("/v1/realtime/client_secrets", true),
+            ("/v1/chat/completions", false),
+        ] {
+            let mut x = interaction("q", answer);
+            x.request.path = path.to_string();
+            guard.redact_answer(&mut x);
+            let text = serde_json::to_string(&x).unwrap();
+            assert_eq!(!text.contains("kv-plain-7Hq2Xzw"), secret, "{path}: {text}");
+            assert!(text.contains("enabled"), "{text}");
+        }
     }
 
     /// What the guard says names the place and the rule, never the value; a secret that is an

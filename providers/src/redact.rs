@@ -189,13 +189,38 @@ pub fn is_secret_name(name: &str) -> bool {
         return false;
     }
     let words = words(name);
-    let secret = words.iter().any(|w| SECRET_WORDS.contains(&w.as_str()))
+    let secret = words.iter().any(|w| is_secret_word(w))
         || words
             .windows(2)
             .any(|p| SECRET_PAIRS.contains(&(p[0].as_str(), p[1].as_str())));
     secret
         && !NOT_SECRET.contains(&folded(name).as_str())
         && !words.iter().any(|w| NOT_SECRET_WORDS.contains(&w.as_str()))
+}
+
+/// Words that end a name run together without separators (`ACCESSTOKEN`, `clientsecret`,
+/// `DBPASSWORD`): the name is secret as if it were split.
+const SECRET_ENDINGS: &[&str] = &[
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "credential",
+    "credentials",
+    "apikey",
+];
+
+/// Whether one word of a name makes it secret: a secret word, a secret pair written as one
+/// (`ACCESSKEY`, `privatekey`), or a word that ends in a secret word (`SESSIONTOKEN`).
+fn is_secret_word(word: &str) -> bool {
+    SECRET_WORDS.contains(&word)
+        || SECRET_PAIRS.iter().any(|(a, b)| {
+            word.len() == a.len() + b.len() && word.starts_with(a) && word.ends_with(b)
+        })
+        || SECRET_ENDINGS
+            .iter()
+            .any(|end| word.len() > end.len() && word.ends_with(end))
 }
 
 /// Whether a name holds any stem of a secret word at all, whatever its case: every name of
@@ -800,6 +825,13 @@ mod tests {
             "APIKey",
             "db.password",
             "auth",
+            // Run together, as upper-case variables and some SDKs write them.
+            "ACCESSKEY",
+            "SESSIONTOKEN",
+            "BEARERTOKEN",
+            "clientsecret",
+            "DBPASSWORD",
+            "PRIVATEKEY",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
@@ -822,6 +854,9 @@ mod tests {
             "next_page_token",
             "monkey",
             "keyboard",
+            "NEXTPAGETOKEN",
+            "MAXTOKENS",
+            "TOKENIZER",
         ] {
             assert!(!is_secret_name(name), "{name}");
         }

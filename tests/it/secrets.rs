@@ -274,6 +274,131 @@ async fn azure_identity_client_secret_through_capture_stores_no_secret_and_repla
     );
 }
 
+/// An OpenAI Realtime client secret (`POST /v1/realtime/client_secrets`, whose answer is a
+/// bare `value`) and a beta Realtime session (its `client_secret.value`), asked for with the
+/// official SDK: the ephemeral keys reach the client live, no file or output holds one, and a
+/// replay answers the placeholder with the expiry as recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_ephemeral_keys_are_never_stored_and_replay() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let run = |serve: &Serve, key: &str| {
+        let base = serve.for_test("secrets::t$realtime");
+        let out = run_sdk_script_with(
+            &python,
+            "body_secrets.py",
+            &["realtime"],
+            &[
+                ("OPENAI_BASE_URL", &format!("{base}/openai/v1")),
+                ("OPENAI_API_KEY", key),
+            ],
+        );
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let rec = Serve::recording_from(dir.path(), &[("openai", fake.url())]);
+    let recorded = run(&rec, "sk-test");
+    let rec_out = rec.stop();
+    let keys: Vec<String> = ["value", "session"]
+        .iter()
+        .map(|k| recorded[k].as_str().unwrap().to_string())
+        .collect();
+    assert!(keys.iter().all(|k| k.starts_with("ek_")), "{recorded}");
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--realtime/openai.json")).unwrap();
+    assert!(cassette.contains(PLACEHOLDER), "{cassette}");
+
+    let replay = Serve::replaying(dir.path());
+    let replayed = run(&replay, "sk-other");
+    let replay_out = replay.stop();
+    assert_eq!(fake.received().len(), 2, "the replay sent nothing");
+    assert_eq!(replayed["value"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["session"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["expires_at"], recorded["expires_at"]);
+    assert_eq!(
+        replayed["session_expires_at"],
+        recorded["session_expires_at"]
+    );
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    nowhere(dir.path(), &[&rec_out.stderr, &replay_out.stderr], &keys);
+}
+
+/// boto3 assumes a role through AWS STS behind the daemon's proxy (`serve --env` sourced, the
+/// run's CA trusted by `AWS_CA_BUNDLE`), then signs a call with the role's temporary
+/// credentials: the XML answer's `SecretAccessKey`, `SessionToken` and `AccessKeyId` reach
+/// the client live, the signed call carries them, and no file or output holds any; a replay
+/// with other long-term keys gives the placeholder credentials, which boto3 signs with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_assume_role_through_capture_stores_no_credential_and_replays() {
+    let Some(python) = sdk_python("boto3") else {
+        return;
+    };
+    let endpoint = TokenEndpoint::start(python, "sts.us-east-1.amazonaws.com").await;
+    let test = "secrets::t$sts";
+    let live = [
+        "sts",
+        "AKIAI44QH8DHBLIVE001",
+        "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbLIVEKEY",
+    ];
+    let (recorded, rec_env) = endpoint.run("record", test, &live);
+    let (key_id, secret, session) = (
+        recorded["key_id"].as_str().unwrap().to_string(),
+        recorded["secret"].as_str().unwrap().to_string(),
+        recorded["session"].as_str().unwrap().to_string(),
+    );
+    assert!(secret.starts_with("fake/sts+secret"), "{recorded}");
+    assert_eq!(
+        recorded["arn"],
+        "arn:aws:sts::123456789012:assumed-role/ci-role/ci"
+    );
+    // The signed call went out with the role's credentials.
+    let sent = endpoint.fake.received();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let header = |name: &str| {
+        sent[1]
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(header("x-amz-security-token"), session);
+    assert!(
+        header("authorization").contains(&format!("Credential={key_id}/")),
+        "{}",
+        header("authorization")
+    );
+    let cassette = endpoint
+        .dir
+        .path()
+        .join("c/secrets--t--sts/sts.us-east-1.amazonaws.com.json");
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    assert!(text.contains(PLACEHOLDER), "{text}");
+    assert!(
+        text.contains("2099-01-01T00:00:00Z"),
+        "the expiry is kept: {text}"
+    );
+
+    let other = [
+        "sts",
+        "AKIAI44QH8DHBOTHER02",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYOTHERKEY",
+    ];
+    let (replayed, replay_env) = endpoint.run("replay", test, &other);
+    assert_eq!(endpoint.fake.received().len(), 2, "replay sent nothing");
+    assert_eq!(replayed["secret"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["session"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["arn"], recorded["arn"]);
+    let secrets = [
+        live[1], live[2], other[1], other[2], &key_id, &secret, &session,
+    ];
+    nowhere(endpoint.dir.path(), &[&rec_env, &replay_env], &secrets);
+    // The run's own files (its log, run log and report) are in the target dir beside.
+    nowhere(endpoint.scratch.path(), &[], &secrets);
+}
+
 /// Realistic secret field names, as a generator: the words the name rule must catch, in the
 /// spellings SDKs and people write them.
 fn secret_names() -> impl proptest::strategy::Strategy<Value = String> {
@@ -385,4 +510,170 @@ async fn secrets_in_every_json_carrier_are_never_stored_and_replay_with_other_va
             "rotated-header",
         ],
     );
+}
+
+/// A body in one carrier that is not plain JSON, holding `secret` under `name`: its content
+/// type, content encoding and bytes.
+fn non_json_carrier(
+    kind: u8,
+    name: &str,
+    secret: &str,
+) -> (&'static str, Option<&'static str>, Vec<u8>) {
+    use std::io::Write;
+    match kind {
+        // A form with every oddity: empty pairs, a pair without `=`, a `{` in another value,
+        // a trailing `&` and newline.
+        0 => (
+            "application/x-www-form-urlencoded",
+            None,
+            format!("grant_type=password&&flag&{name}={secret}&state={{x}}&\n").into_bytes(),
+        ),
+        // XML, the secret an element's text.
+        1 => (
+            "text/xml",
+            None,
+            format!("<Response><Result><Credentials><{name}>{secret}</{name}><Expiration>2099-01-01T00:00:00Z</Expiration></Credentials></Result></Response>\n").into_bytes(),
+        ),
+        // SSE events whose JSON is spaced, with a CR.
+        2 => (
+            "text/event-stream",
+            None,
+            format!("event: session.created\ndata:  {{ \"{name}\" :  \"{secret}\" , \"n\": 1 }}\r\n\ndata: [DONE]\n\n").into_bytes(),
+        ),
+        // JSON, gzipped.
+        3 => {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(format!("{{\"note\": \"x\", \"{name}\": \"{secret}\"}}").as_bytes())
+                .unwrap();
+            ("application/json", Some("gzip"), gz.finish().unwrap())
+        }
+        // JSON past the size kept inline and parsed (a blob), the secret near its end.
+        _ => {
+            let filler = "{\"n\": 1},".repeat((4 << 20) / 9 + 16);
+            (
+                "application/json",
+                None,
+                format!("[{filler}{{\"{name}\": \"{secret}\"}}]").into_bytes(),
+            )
+        }
+    }
+}
+
+/// Every file under `dir`, read as text after undoing gzip (a cassette or blob kept
+/// compressed), none holding any of `secrets`; the same for `outputs`.
+fn nowhere_decoded(dir: &Path, outputs: &[&str], secrets: &[String]) {
+    use std::io::Read;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let mut bytes = std::fs::read(&p).unwrap();
+            if bytes.starts_with(&[0x1f, 0x8b]) {
+                let mut plain = Vec::new();
+                if flate2::read::MultiGzDecoder::new(&bytes[..])
+                    .read_to_end(&mut plain)
+                    .is_ok()
+                {
+                    bytes = plain;
+                }
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            for secret in secrets {
+                assert!(
+                    !text.contains(secret.as_str()),
+                    "{secret} in {}",
+                    p.display()
+                );
+            }
+        }
+    }
+    for out in outputs {
+        for secret in secrets {
+            assert!(
+                !out.contains(secret.as_str()),
+                "{secret} in an output:\n{out}"
+            );
+        }
+    }
+}
+
+/// Secrets drawn under generated names into every carrier that is not plain JSON (a form with
+/// oddities, XML, spaced SSE, gzip, a body past the blob size), sent through the real daemon to
+/// a fake that answers each body back as it came: no file the daemon wrote (cassettes, blobs,
+/// run log, journal) and no output holds a secret of the request or the answer, and each
+/// recording replays with other secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_every_other_carrier_are_never_stored_and_replay_with_other_values() {
+    use proptest::prelude::*;
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    // A case: a name, a secret's tail (the alphabet of keys and tokens), a carrier.
+    let case = (secret_names(), "[A-Za-z0-9_.~-]{10,24}");
+    let cases: Vec<(String, String, u8)> = (0..10u8)
+        .map(|i| {
+            let (name, tail) = case.new_tree(&mut runner).unwrap().current();
+            (name, tail, i % 5)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let send = |serve: &Serve, round: &'static str| {
+        let base = serve.for_test("secrets::t$other_carriers");
+        let cases = cases.clone();
+        async move {
+            let client = crate::support::http();
+            let mut answers = Vec::new();
+            for (i, (name, tail, kind)) in cases.iter().enumerate() {
+                let secret = format!("{round}{i}x{tail}");
+                let (content_type, encoding, body) = non_json_carrier(*kind, name, &secret);
+                let mut req = client
+                    .post(format!("{base}/openai/v1/case{i}/echo"))
+                    .header("content-type", content_type)
+                    .header("accept-encoding", "identity")
+                    .body(body);
+                if let Some(e) = encoding {
+                    req = req.header("content-encoding", e);
+                }
+                let resp = req.send().await.unwrap();
+                let status = resp.status();
+                let bytes = resp.bytes().await.unwrap();
+                assert_eq!(
+                    status,
+                    200,
+                    "{name} in carrier {kind}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(500)])
+                );
+                answers.push(bytes);
+            }
+            answers
+        }
+    };
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let recorded = send(&rec, "livesecret").await;
+    let rec_out = rec.stop();
+    assert_eq!(fake.received().len(), cases.len());
+    // The client got each body back live, secret and all.
+    assert!(recorded.iter().enumerate().all(|(i, a)| {
+        let (_, _, kind) = &cases[i];
+        *kind == 3 || String::from_utf8_lossy(a).contains(&format!("livesecret{i}x"))
+    }));
+    let replay = Serve::replaying(dir.path());
+    let _ = send(&replay, "rotatedsecret").await;
+    let replay_out = replay.stop();
+    assert_eq!(fake.received().len(), cases.len(), "replay went upstream");
+    let secrets: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, tail, _))| {
+            [
+                format!("livesecret{i}x{tail}"),
+                format!("rotatedsecret{i}x{tail}"),
+            ]
+        })
+        .collect();
+    nowhere_decoded(dir.path(), &[&rec_out.stderr, &replay_out.stderr], &secrets);
 }
