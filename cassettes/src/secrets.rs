@@ -414,9 +414,15 @@ impl Guard {
     /// A request body that keying left as bytes (too large to parse, compressed): redacted as
     /// an answer's would be. Keying calls this too, so a request keys as it is stored.
     pub fn request(&self, body: &mut Body) -> bool {
+        self.request_encoded(body, None)
+    }
+
+    /// [`Guard::request`] for a body sent with a `content-encoding` (lowercase): bytes are
+    /// decoded as it says before they are read.
+    pub fn request_encoded(&self, body: &mut Body, encoding: Option<&str>) -> bool {
         match body {
             Body::Bytes(_) | Body::Blob(_) | Body::Text(_) | Body::Parts(_) => {
-                self.body(body, None).0
+                self.body(body, encoding).0
             }
             Body::Json { value, .. } => {
                 let by_name = !self.fields.json(value).is_empty();

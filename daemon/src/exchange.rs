@@ -80,6 +80,10 @@ pub(crate) async fn http_read(
     };
     crate::credentials::learn(&state, &parts.headers, parts.uri.query());
     let keyed = |state: &State, query: Option<&str>, content_type: Option<&str>| {
+        let content_encoding = parts
+            .headers
+            .get(http::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok());
         let request = state
             .settings
             .normalizer
@@ -89,6 +93,7 @@ pub(crate) async fn http_read(
                 &route.upstream_path,
                 query,
                 content_type,
+                content_encoding,
                 &keyed_body,
                 providers::secret_params(),
             );

@@ -134,6 +134,10 @@ const KEPT_UNDER_SECRET: &[&str] = &[
 /// Query parameters that are secrets only as parameters: an OAuth redirect's `code`.
 const QUERY_ONLY: &[&str] = &["code"];
 
+/// Fields beside which a JSON `code` is an OAuth authorization code (a token request sent as
+/// JSON), not an error's or a tool's.
+const OAUTH_CODE_BESIDE: &[&str] = &["grant_type", "redirect_uri", "code_verifier"];
+
 /// Fields under which nothing is a secret, whatever it is called: a logprob's `token` is the
 /// text the model wrote.
 const NEVER_SECRET_UNDER: &[&str] = &["logprobs", "top_logprobs"];
@@ -316,11 +320,14 @@ impl BodyFields {
         use serde_json::Value;
         match value {
             Value::Object(map) => {
+                let oauth_code = map.contains_key("code")
+                    && OAUTH_CODE_BESIDE.iter().any(|k| map.contains_key(*k));
                 for (name, v) in map.iter_mut() {
                     if NEVER_SECRET_UNDER.contains(&name.as_str()) {
                         continue;
                     }
-                    if !names_only && self.is_secret(name) {
+                    let secret = self.is_secret(name) || (oauth_code && name == "code");
+                    if !names_only && secret {
                         self.hide(v, found, true);
                     } else {
                         let names = NAMES_NOT_VALUES_UNDER.contains(&name.as_str());
@@ -908,6 +915,28 @@ mod tests {
             arguments,
             format!("{{\"user\": \"ann\", \"password\": \"{PLACEHOLDER}\"}}")
         );
+    }
+
+    /// An OAuth authorization code sent as JSON (beside its `grant_type`, `redirect_uri` or
+    /// `code_verifier`) is a secret; any other `code` (an error's, a tool's) is not.
+    #[test]
+    fn an_oauth_code_in_json_is_secret_and_other_codes_are_not() {
+        let fields = BodyFields::default();
+        let mut v = serde_json::json!({
+            "grant_type": "authorization_code",
+            "code": "4/0AeanS0b-live-code",
+            "redirect_uri": "http://localhost:8080/cb",
+            "tools": [{"type": "code_interpreter", "code": "print(1)"}],
+            "error": {"code": "rate_limit_exceeded"}
+        });
+        let found = fields.json(&mut v);
+        assert_eq!(found, ["4/0AeanS0b-live-code"]);
+        assert_eq!(v["code"], PLACEHOLDER);
+        assert_eq!(v["tools"][0]["code"], "print(1)");
+        assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+        let mut pkce = serde_json::json!({"code": "abc-live-code-2", "code_verifier": "v-123"});
+        fields.json(&mut pkce);
+        assert_eq!(pkce["code"], PLACEHOLDER);
     }
 
     #[test]

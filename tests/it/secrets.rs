@@ -608,7 +608,6 @@ fn nowhere_decoded(dir: &Path, outputs: &[&str], secrets: &[String]) {
 /// recording replays with other secrets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_in_every_other_carrier_are_never_stored_and_replay_with_other_values() {
-    use proptest::prelude::*;
     use proptest::strategy::{Strategy, ValueTree};
     let mut runner = proptest::test_runner::TestRunner::deterministic();
     // A case: a name, a secret's tail (the alphabet of keys and tokens), a carrier.
@@ -676,4 +675,64 @@ async fn secrets_in_every_other_carrier_are_never_stored_and_replay_with_other_v
         })
         .collect();
     nowhere_decoded(dir.path(), &[&rec_out.stderr, &replay_out.stderr], &secrets);
+}
+
+/// `{"grant_type": "client_credentials", "client_secret": "br-<round>-secret-5Tq9Wz", "scope":
+/// "api"}` as Node's zlib writes it in brotli (no compressor is among the test's crates).
+const BROTLI_BODIES: [(&str, &str); 2] = [
+    ("live", "1b58000004c26d94fae52d1ab464c1286f100c5f53d4c901f3b7d377bb0652180420790e8fcf85645a1e2fa0b840e1b8a363d9ade2f4340e22b0f4c291b7665ac9478d5f365c84d5e099343b1f"),
+    ("rotated", "1b5b00008cc43826f183914ab2b951ea97211aa41586427033bc492728e3c887bcbae06b4e39606e8bd234903e3f805cef31766c8f81f8e102d20502a147b516ced5ac6f90c0d00f8412af1f3be18c839333ef82180eb6b1d1f001"),
+];
+
+/// A brotli request body (`content-encoding: br`) with a client secret, echoed back in brotli:
+/// the request is stored decoded without its secret, as the answer is, and a replay with
+/// another secret matches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brotli_request_loses_its_secret_and_replays_with_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let send = |serve: &Serve, hex_body: &str| {
+        let url = format!(
+            "{}/openai/v1/oauth2/echo",
+            serve.for_test("secrets::t$brotli")
+        );
+        let body = hex::decode(hex_body).unwrap();
+        async move {
+            let resp = crate::support::http()
+                .post(url)
+                .header("content-type", "application/json")
+                .header("content-encoding", "br")
+                .header("accept-encoding", "identity")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            let text = String::from_utf8_lossy(&resp.bytes().await.unwrap()).into_owned();
+            (status, text)
+        }
+    };
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let (status, _) = send(&rec, BROTLI_BODIES[0].1).await;
+    assert_eq!(status, 200);
+    let rec_out = rec.stop();
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--brotli/openai.json")).unwrap();
+    let stored: Value = serde_json::from_str(&cassette).unwrap();
+    let request = &stored["interactions"][0]["request"];
+    assert!(
+        request.to_string().contains(PLACEHOLDER),
+        "the request is kept decoded, its secret replaced: {request}"
+    );
+
+    let replay = Serve::replaying(dir.path());
+    let (status, text) = send(&replay, BROTLI_BODIES[1].1).await;
+    let replay_out = replay.stop();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    nowhere(
+        dir.path(),
+        &[&rec_out.stderr, &replay_out.stderr, &text],
+        &["br-live-secret", "br-rotated-secret"],
+    );
 }
