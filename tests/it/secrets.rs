@@ -736,3 +736,52 @@ async fn a_brotli_request_loses_its_secret_and_replays_with_another() {
         &["br-live-secret", "br-rotated-secret"],
     );
 }
+
+/// `begin`'s body, a test process's secret-looking variables: learned as the daemon's own
+/// (a prompt holding one is stored without it); a body that is not that JSON is refused
+/// without quoting it, and one over the limit is refused naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn begin_learns_the_test_processs_secret_variables_and_never_quotes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let client = crate::support::http();
+    let begin = |body: String| {
+        let url = format!("{}/__llmreplay/begin?test=secrets::t$begin", rec.base);
+        let client = client.clone();
+        async move {
+            let r = client.post(url).body(body).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, said) = begin(r#"{"env": {"VAULT_TOKEN": 123456789012}}"#.into()).await;
+    assert_eq!(status, 400, "{said}");
+    assert!(!said.contains("123456789012"), "{said}");
+    let (status, said) = begin(format!(
+        "{{\"env\": {{\"A_TOKEN\": \"{}\"}}}}",
+        "x".repeat(300 << 10)
+    ))
+    .await;
+    assert_eq!(status, 413, "{said}");
+    assert!(said.contains("256 KiB"), "{said}");
+    let (status, said) = begin(
+        r#"{"env": {"VAULT_TOKEN": "vault-begin-5Tq9Wz", "PATH_KEY": "short", "HOME": "/home/ana-long-path"}}"#.into(),
+    )
+    .await;
+    assert_eq!(status, 200, "{said}");
+    let resp = client
+        .post(format!("{}/openai/v1/chat/completions", rec.for_test("secrets::t$begin")))
+        .json(&serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Use vault-begin-5Tq9Wz from /home/ana-long-path"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let out = rec.stop();
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--begin/openai.json")).unwrap();
+    assert!(
+        cassette.contains("/home/ana-long-path"),
+        "not a secret: {cassette}"
+    );
+    nowhere(dir.path(), &[&out.stderr], &["vault-begin-5Tq9Wz"]);
+}
