@@ -8,8 +8,7 @@ use crate::secrets::{find_with, Found, Guard};
 /// Whether a path names secrets by one of its segments (`/v1/realtime/client_secrets`, Azure
 /// Key Vault's `/secrets/NAME`): its answer's bare `value` is the secret itself.
 fn names_secrets(path: &str) -> bool {
-    path.split('/')
-        .any(|segment| providers::redact::is_secret_name(segment))
+    path.split('/').any(providers::redact::is_secret_name)
 }
 
 /// A JSON answer's top-level `value` string made the placeholder, parsed or as text (in the

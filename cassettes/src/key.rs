@@ -410,14 +410,14 @@ impl Rules<'_> {
     }
 
     /// [`Normalizer::request`] for a body the caller holds as `Bytes`: a body kept as its bytes
-    /// (over [`crate::body::TREE_LIMIT`]) shares them instead of copying.
+    /// (over [`crate::body::TREE_LIMIT`]) shares them instead of copying. With the request's
+    /// `content-encoding`, a compressed body is read decoded for secrets.
     pub fn request_shared(
         &self,
         method: &str,
         path: &str,
         query: Option<&str>,
-        content_type: Option<&str>,
-        content_encoding: Option<&str>,
+        (content_type, content_encoding): (Option<&str>, Option<&str>),
         body: &Bytes,
         secret_params: &[&str],
     ) -> RecordedRequest {

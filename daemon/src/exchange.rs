@@ -92,8 +92,7 @@ pub(crate) async fn http_read(
                 parts.method.as_str(),
                 &route.upstream_path,
                 query,
-                content_type,
-                content_encoding,
+                (content_type, content_encoding),
                 &keyed_body,
                 providers::secret_params(),
             );
