@@ -69,6 +69,48 @@ fn bare_value(body: &mut crate::body::Body) -> bool {
     }
 }
 
+/// The fields that hold a stream's text a piece at a time: chat deltas' `content`, Anthropic's
+/// and Gemini's `text`, tool calls' `arguments` and `partial_json`, the Responses API's `delta`.
+const DELTA_FIELDS: &[&str] = &[
+    "content",
+    "text",
+    "arguments",
+    "partial_json",
+    "delta",
+    "thinking",
+    "refusal",
+    "transcript",
+];
+
+/// Calls `found` with each string under a [`DELTA_FIELDS`] name in `value`, in order, with its
+/// JSON pointer.
+fn deltas(value: &serde_json::Value, at: &mut String, found: &mut dyn FnMut(&str, &str)) {
+    use serde_json::Value;
+    let len = at.len();
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                at.truncate(len);
+                at.push('/');
+                at.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                match v {
+                    Value::String(s) if DELTA_FIELDS.contains(&k.as_str()) => found(at, s),
+                    _ => deltas(v, at, found),
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                at.truncate(len);
+                at.push_str(&format!("/{i}"));
+                deltas(v, at, found);
+            }
+        }
+        _ => {}
+    }
+    at.truncate(len);
+}
+
 impl Guard {
     /// Replaces the secrets of the answer, by name, value and shape: a whole body (JSON in its
     /// layout; text, SSE, XML or form as written; bytes that are text once gzip or deflate is
@@ -102,7 +144,7 @@ impl Guard {
                 }
             }
             ResponseBody::Stream { chunks, .. } => {
-                for chunk in chunks {
+                for chunk in chunks.iter_mut() {
                     match &mut chunk.content {
                         ChunkContent::Event { data, .. } => {
                             changed |= !self.fields.json(data).is_empty();
@@ -116,6 +158,7 @@ impl Guard {
                         }
                     }
                 }
+                changed |= self.across_deltas(chunks);
             }
         }
         if decoded {
@@ -131,6 +174,60 @@ impl Guard {
             }
         }
         changed |= self.request(&mut interaction.request.body);
+        changed
+    }
+
+    /// A secret a stream wrote across its deltas (a model echoing a key, or writing one of a
+    /// key's shapes, a few characters an event): the deltas' text read as one, and each piece
+    /// of a secret cut from its delta, the first piece's place taking the placeholder, so that
+    /// the assembled answer reads as a whole answer's would. Whether anything changed.
+    fn across_deltas(&self, chunks: &mut [crate::format::Chunk]) -> bool {
+        // Each delta string, by chunk and JSON pointer, and all of them end to end.
+        let mut pieces: Vec<(usize, String, std::ops::Range<usize>)> = Vec::new();
+        let mut text = String::new();
+        for (i, chunk) in chunks.iter().enumerate() {
+            if let ChunkContent::Event { data, .. } = &chunk.content {
+                deltas(data, &mut String::new(), &mut |pointer, s| {
+                    let at = text.len();
+                    text.push_str(s);
+                    pieces.push((i, pointer.to_string(), at..text.len()));
+                });
+            }
+        }
+        if pieces.len() < 2 || !self.scrubber().holds(&text) {
+            return false;
+        }
+        let spans = self.scrubber().spans(&text);
+        let mut changed = false;
+        for (i, pointer, range) in pieces {
+            let cut: Vec<&std::ops::Range<usize>> = spans
+                .iter()
+                .filter(|s| s.start < range.end && s.end > range.start)
+                .collect();
+            if cut.is_empty() {
+                continue;
+            }
+            let mut out = String::new();
+            let mut at = range.start;
+            for span in cut {
+                if span.start > at {
+                    out.push_str(&text[at..span.start]);
+                }
+                if span.start >= range.start {
+                    out.push_str(providers::redact::PLACEHOLDER);
+                }
+                at = span.end.min(range.end).max(at);
+            }
+            if at < range.end {
+                out.push_str(&text[at..range.end]);
+            }
+            if let ChunkContent::Event { data, .. } = &mut chunks[i].content {
+                if let Some(serde_json::Value::String(s)) = data.pointer_mut(&pointer) {
+                    *s = out;
+                    changed = true;
+                }
+            }
+        }
         changed
     }
 

@@ -319,6 +319,35 @@ impl Scrubber {
         }
     }
 
+    /// Where in `text` known values and shaped secrets stand (byte ranges, sorted, merged):
+    /// for text that is stored in pieces, as a stream's deltas are.
+    pub(crate) fn spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let mut spans: Vec<std::ops::Range<usize>> = self.values.with(|all| {
+            all.iter()
+                .flat_map(|(_, v)| {
+                    text.match_indices(v.as_str())
+                        .map(|(at, v)| at..at + v.len())
+                })
+                .collect()
+        });
+        let shapes = shapes();
+        for i in shapes.matching(text).collect::<Vec<_>>() {
+            for c in shapes.regex(i).captures_iter(text) {
+                let m = c.get(1).or_else(|| c.get(0)).expect("a match");
+                spans.push(m.range());
+            }
+        }
+        spans.sort_by_key(|r| (r.start, r.end));
+        let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
+        for r in spans {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        merged
+    }
+
     /// What `text` holds, for a message: "the value of HF_TOKEN", "shape openai-key".
     fn what(&self, text: &str) -> Option<String> {
         self.values
@@ -650,6 +679,49 @@ mod tests {
             let text = serde_json::to_string(&x).unwrap();
             assert_eq!(!text.contains("kv-plain-7Hq2Xzw"), secret, "{path}: {text}");
             assert!(text.contains("enabled"), "{text}");
+        }
+    }
+
+    /// A known value and a key's shape written across a stream's deltas, a few characters an
+    /// event (a model echoing a key, or writing AWS' example key): cut from every delta, the
+    /// first piece's place taking the placeholder, and the guard then finds nothing.
+    #[test]
+    fn a_secret_split_across_stream_deltas_is_cut_from_each() {
+        use crate::format::{RecordedResponse, StreamFormat, Summary};
+        let scrub = Scrubber::new(vec![("HF_TOKEN".into(), "hf-live-0123456789".into())]);
+        let guard = Guard::new(BodyFields::default(), scrub);
+        let chunk = |t: &str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}}}}]}}\n\n",
+                serde_json::to_string(t).unwrap()
+            )
+        };
+        let said = [
+            "Your key is hf-live-",
+            "0123",
+            "456789, and AWS' is AKIAIOS",
+            "FODNN7EX",
+            "AMPLE.",
+        ];
+        let frames: Vec<(bytes::Bytes, u64)> = said
+            .iter()
+            .map(|t| (bytes::Bytes::from(chunk(t)), 1))
+            .collect();
+        let mut x = interaction("q", "x");
+        x.response =
+            RecordedResponse::with_stream(200, Default::default(), StreamFormat::Sse, &frames);
+        x.summary = Summary::of(&x.response);
+        assert!(guard.check(&x).is_some(), "the guard would refuse it whole");
+        assert!(guard.redact_answer(&mut x));
+        x.summary = Summary::of(&x.response);
+        assert_eq!(guard.check(&x), None);
+        assert_eq!(
+            x.summary.as_ref().unwrap().text,
+            format!("Your key is {PLACEHOLDER}, and AWS' is {PLACEHOLDER}.")
+        );
+        let text = serde_json::to_string(&x).unwrap();
+        for piece in ["0123", "456789", "FODNN7EX", "AMPLE"] {
+            assert!(!text.contains(piece), "{piece} in {text}");
         }
     }
 

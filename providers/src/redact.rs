@@ -582,6 +582,17 @@ pub fn is_one_of(raw_name: &str, secrets: &[&str]) -> bool {
     secrets.iter().any(|s| s.eq_ignore_ascii_case(name))
         || is_secret_name(name)
         || QUERY_ONLY.iter().any(|q| q.eq_ignore_ascii_case(name))
+        || is_signature(name)
+}
+
+/// A signed URL's signature, by any vendor's name for it (`X-Goog-Signature` of Google Cloud
+/// Storage, `Signature` of S3's older presigning, `sig` of Azure's SAS): whoever holds the URL
+/// holds the access it grants. Only as a query parameter: a body's `signature` (Anthropic's
+/// thinking blocks) is content the client sends back.
+fn is_signature(name: &str) -> bool {
+    words(name)
+        .last()
+        .is_some_and(|w| w == "signature" || w == "sig")
 }
 
 /// Whether a header carries a key or a credential.
@@ -867,8 +878,21 @@ mod tests {
         ] {
             assert!(!is_secret_name(name), "{name}");
         }
-        for q in ["api_token", "auth", "access-token", "x-api-key", "code"] {
+        for q in [
+            "api_token",
+            "auth",
+            "access-token",
+            "x-api-key",
+            "code",
+            "X-Goog-Signature",
+            "x-goog-signature",
+            "Signature",
+            "sig",
+        ] {
             assert!(is_one_of(q, &[]), "{q}");
+        }
+        for q in ["signature_version", "design", "signatures_count"] {
+            assert!(!is_one_of(q, &[]), "{q}");
         }
     }
 

@@ -785,3 +785,68 @@ async fn begin_learns_the_test_processs_secret_variables_and_never_quotes_them()
     );
     nowhere(dir.path(), &[&out.stderr], &["vault-begin-5Tq9Wz"]);
 }
+
+/// A streamed answer that writes a key a few characters an event (the fake echoes the prompt
+/// five characters a chunk), as a model's tokens cut one: AWS' example key, by its shape, and a
+/// key variable's value. The recording is kept (not refused), every delta losing its piece,
+/// and replays with the placeholder where the key stood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_stream_writes_across_its_events_is_cut_from_each_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let value = "vault-live-0123456789";
+    let prompt = format!("CHARS5 Keys: AKIAIOSFODNN7EXAMPLE and {value}.");
+    let send = |serve: &Serve| {
+        let url = format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("secrets::t$deltas")
+        );
+        let body = serde_json::json!({"model": "gpt-4o-mini", "stream": true,
+            "messages": [{"role": "user", "content": prompt}]});
+        async move {
+            let resp = crate::support::http()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            (status.as_u16(), resp.text().await.unwrap())
+        }
+    };
+    let rec = Serve::in_mode(
+        dir.path(),
+        "record",
+        &format!("openai={}", fake.url()),
+        &[("VAULT_TOKEN", value)],
+    );
+    let (status, live) = send(&rec).await;
+    assert_eq!(status, 200, "{live}");
+    assert!(
+        live.contains("FODNN"),
+        "the client gets the live stream: {live}"
+    );
+    let rec_out = rec.stop();
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--deltas/openai.json")).unwrap();
+    let stored: Value = serde_json::from_str(&cassette).unwrap();
+    assert_eq!(
+        stored["interactions"][0]["summary"]["text"],
+        format!("You said: CHARS5 Keys: {PLACEHOLDER} and {PLACEHOLDER}."),
+        "{cassette}"
+    );
+    let replay = Serve::start_with_env(
+        dir.path(),
+        &["--cassette-dir", "c"],
+        &[("VAULT_TOKEN", value)],
+    );
+    let (status, replayed) = send(&replay).await;
+    let replay_out = replay.stop();
+    assert_eq!(status, 200, "{replayed}");
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    nowhere(
+        dir.path(),
+        &[&rec_out.stderr, &replay_out.stderr, &replayed],
+        &["FODNN", "7EXAM", "IAIOS", "ult-l", "ive-0", value],
+    );
+}

@@ -88,7 +88,8 @@ impl FakeState {
 }
 
 /// A fake LLM provider on 127.0.0.1. Prompts steer it: `FAIL500` and `RATE429` answer those
-/// statuses, `BREAK` cuts a stream off mid-way, `COUNT` puts the call number in the answer.
+/// statuses, `BREAK` cuts a stream off mid-way, `COUNT` puts the call number in the answer,
+/// `CHARS5` streams it five characters an event.
 pub struct FakeProvider {
     pub addr: SocketAddr,
     pub state: Arc<FakeState>,
@@ -390,7 +391,16 @@ async fn answer(
         String::new()
     };
     let text = format!("You said: {prompt}{counted}{suffix}");
-    let words: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
+    // `CHARS5` streams the answer five characters an event, as tokens cut a key.
+    let words: Vec<String> = match prompt.contains("CHARS5") {
+        true => text
+            .chars()
+            .collect::<Vec<char>>()
+            .chunks(5)
+            .map(|c| c.iter().collect())
+            .collect(),
+        false => text.split_inclusive(' ').map(str::to_string).collect(),
+    };
     let gap = *state.chunk_gap.lock().unwrap();
     let hold = state.hold.lock().unwrap().clone();
     let breaks = prompt.contains("BREAK");
