@@ -167,7 +167,17 @@ impl Guard {
             headers.remove("content-encoding");
             headers.remove("content-length");
         }
-        for value in interaction.response.headers.values_mut() {
+        for (name, value) in interaction.response.headers.iter_mut() {
+            // A redirect's URL carries what its query or fragment names as secret (an OAuth
+            // callback's `code`, the implicit flow's `#access_token=`).
+            if name.eq_ignore_ascii_case("location")
+                || name.eq_ignore_ascii_case("content-location")
+            {
+                if let std::borrow::Cow::Owned(u) = providers::redact::url(value) {
+                    *value = u;
+                    changed = true;
+                }
+            }
             if let Some(t) = self.scrubber().text(value) {
                 *value = t;
                 changed = true;

@@ -725,6 +725,26 @@ mod tests {
         }
     }
 
+    /// A redirect's `location` loses the secrets its query and fragment name: an OAuth
+    /// callback's `code`, the implicit flow's `access_token`.
+    #[test]
+    fn a_redirects_location_loses_its_code_and_token() {
+        let guard = Guard::default();
+        let mut x = interaction("q", "");
+        x.response.status = 302;
+        x.response.headers.insert(
+            "location".into(),
+            "http://localhost:8080/cb?code=4/0Aean-live-code&state=s1#access_token=at-live-9&token_type=bearer".into(),
+        );
+        assert!(guard.redact_answer(&mut x));
+        let location = &x.response.headers["location"];
+        assert!(
+            !location.contains("live-code") && !location.contains("at-live-9"),
+            "{location}"
+        );
+        assert!(location.contains("state=s1") && location.contains("token_type=bearer"));
+    }
+
     /// What the guard says names the place and the rule, never the value; a secret that is an
     /// object's key is masked in the pointer.
     #[test]

@@ -641,7 +641,17 @@ pub fn url(u: &str) -> Cow<'_, str> {
         None => userinfo(head),
     };
     let q = q.map(query);
-    if matches!(head, Cow::Borrowed(_)) && q.as_ref().is_none_or(|q| matches!(q, Cow::Borrowed(_)))
+    // A fragment of pairs carries tokens too: OAuth's implicit flow answers
+    // `#access_token=...&token_type=bearer`.
+    let fragment = fragment.map(|f| match f.contains('=') {
+        true => query(f),
+        false => Cow::Borrowed(f),
+    });
+    if matches!(head, Cow::Borrowed(_))
+        && q.as_ref().is_none_or(|q| matches!(q, Cow::Borrowed(_)))
+        && fragment
+            .as_ref()
+            .is_none_or(|f| matches!(f, Cow::Borrowed(_)))
     {
         return Cow::Borrowed(u);
     }
@@ -652,7 +662,7 @@ pub fn url(u: &str) -> Cow<'_, str> {
     }
     if let Some(f) = fragment {
         out.push('#');
-        out.push_str(f);
+        out.push_str(&f);
     }
     Cow::Owned(out)
 }
@@ -755,6 +765,14 @@ mod tests {
             ),
             ("http://127.0.0.1:1/a@b?x=1", "http://127.0.0.1:1/a@b?x=1"),
             ("https://h/p?key=1#frag", "https://h/p?key=***#frag"),
+            (
+                "http://localhost:8080/cb#access_token=ya29-x&token_type=bearer&expires_in=3599",
+                "http://localhost:8080/cb#access_token=***&token_type=bearer&expires_in=3599",
+            ),
+            (
+                "http://localhost:8080/cb?code=4/0Aean-live&state=s1",
+                "http://localhost:8080/cb?code=***&state=s1",
+            ),
             ("no url at all", "no url at all"),
             (
                 "/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawQ/sendMessage",
