@@ -590,9 +590,16 @@ pub fn is_one_of(raw_name: &str, secrets: &[&str]) -> bool {
 /// holds the access it grants. Only as a query parameter: a body's `signature` (Anthropic's
 /// thinking blocks) is content the client sends back.
 fn is_signature(name: &str) -> bool {
-    words(name)
-        .last()
-        .is_some_and(|w| w == "signature" || w == "sig")
+    // Every query pair of every keyed request asks: most end in neither, answered unsplit.
+    let ends_in = |end: &str| {
+        name.len() >= end.len()
+            && name.is_char_boundary(name.len() - end.len())
+            && name[name.len() - end.len()..].eq_ignore_ascii_case(end)
+    };
+    (ends_in("sig") || ends_in("signature"))
+        && words(name)
+            .last()
+            .is_some_and(|w| w == "signature" || w == "sig")
 }
 
 /// Whether a header carries a key or a credential.
