@@ -608,6 +608,8 @@ pub fn is_secret_header(name: &str) -> bool {
         .iter()
         .any(|s| s.eq_ignore_ascii_case(name))
         || name.eq_ignore_ascii_case("x-amz-security-token")
+        // Any tool's or gateway's own (`X-Vault-Token`, `x-service-secret`): by its words.
+        || is_secret_name(name)
 }
 
 /// A query string with the values of secret parameters masked; the rest as it was.
@@ -992,9 +994,18 @@ mod tests {
     fn secret_headers_are_masked() {
         assert_eq!(header("Authorization", "Bearer sk"), MASK);
         assert_eq!(header("x-goog-api-key", "k"), MASK);
-        assert_eq!(
-            header("content-type", "application/json"),
-            "application/json"
-        );
+        for name in ["X-Vault-Token", "x-service-secret", "X-Custom-Api-Key"] {
+            assert_eq!(header(name, "v"), MASK, "{name}");
+        }
+        for name in [
+            "content-type",
+            "x-ratelimit-remaining-tokens",
+            "anthropic-ratelimit-tokens-remaining",
+            "idempotency-key",
+            "www-authenticate",
+            "x-goog-api-client",
+        ] {
+            assert_eq!(header(name, "v"), "v", "{name}");
+        }
     }
 }

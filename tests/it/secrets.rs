@@ -850,3 +850,39 @@ async fn a_key_a_stream_writes_across_its_events_is_cut_from_each_and_replays() 
         &["FODNN", "7EXAM", "IAIOS", "ult-l", "ive-0", value],
     );
 }
+
+/// A tool's or gateway's own key header (`X-Vault-Token`), named by its words rather than a
+/// list: masked in `-vv`'s request heads, and its value, once seen, replaced where a body
+/// holds it (here under a field no name rule knows, sent and echoed back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_header_named_by_its_words_is_masked_and_its_value_never_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let rec = Serve::in_mode_with(
+        dir.path(),
+        "record",
+        &format!("openai={}", fake.url()),
+        &[],
+        &["-vv"],
+    );
+    let value = "hvault-hdr-live-7Hq2Xz";
+    let resp = crate::support::http()
+        .post(format!(
+            "{}/openai/v1/vault/echo",
+            rec.for_test("secrets::t$header")
+        ))
+        .header("x-vault-token", value)
+        .json(&serde_json::json!({"note": format!("renew {value}")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let out = rec.stop();
+    assert!(out.stderr.contains("x-vault-token: ***"), "{}", out.stderr);
+    let sent = &fake.received()[0];
+    assert!(sent
+        .headers
+        .iter()
+        .any(|(k, v)| k == "x-vault-token" && v == value));
+    nowhere(dir.path(), &[&out.stderr], &[value]);
+}
