@@ -604,3 +604,78 @@ async fn a_key_only_the_test_process_has_is_never_stored_and_replays_with_anothe
         }
     }
 }
+
+/// The Node setup's `begin` names the test process's secret-looking variables too: a key a
+/// vitest setup file loads (as dotenv would) is replaced wherever it turns up, and a replay
+/// with another value matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_only_the_vitest_process_has_is_never_stored_and_replays_with_another() {
+    let Some((dir, vitest)) = vitest_project() else {
+        return;
+    };
+    std::fs::remove_file(dir.path().join("chat.test.js")).unwrap();
+    std::fs::write(
+        dir.path().join("vitest.config.mjs"),
+        "export default { test: { include: [\"*.test.js\"], setupFiles: [\"./dotenv.js\", \"llmreplay-test-setup/vitest\"] } };\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("dotenv.js"),
+        "// As dotenv's config() would, from a .env the daemon never read.\nprocess.env.VAULT_SERVICE_TOKEN = process.env.DOTENV_VALUE;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("vault.test.js"),
+        "import fs from \"node:fs\";\nimport path from \"node:path\";\nimport OpenAI from \"openai\";\nimport { test } from \"vitest\";\n\ntest(\"vault\", async () => {\n  const token = process.env.VAULT_SERVICE_TOKEN;\n  const answer = await new OpenAI({ maxRetries: 0 }).chat.completions.create({\n    model: \"gpt-4o-mini\",\n    messages: [{ role: \"user\", content: `Check the vault with ${token}` }],\n  });\n  fs.writeFileSync(path.join(process.env.SAMPLE_OUT, \"vault.txt\"), answer.choices[0].message.content);\n});\n",
+    )
+    .unwrap();
+    let fake = FakeProvider::start().await;
+    let command: Vec<&OsStr> = vec![
+        OsStr::new("node"),
+        vitest.as_os_str(),
+        OsStr::new("run"),
+        OsStr::new("--reporter=dot"),
+    ];
+    let live = "vault-live-node-7Hq2Xz";
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut env = KEYS.to_vec();
+    env.push(("DOTENV_VALUE", live));
+    let (recorded, recorded_out) = run_keeping(dir.path(), &flags, &command, &env);
+    succeeded(&recorded);
+    assert!(answers(&recorded_out)["vault.txt"].contains(live));
+
+    let other = "vault-rotated-node-4Lm9";
+    let (replayed, replayed_out) = run_keeping(
+        dir.path(),
+        &[],
+        &command,
+        &[("CI", "true"), ("DOTENV_VALUE", other)],
+    );
+    succeeded(&replayed);
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    assert_eq!(
+        answers(&replayed_out)["vault.txt"],
+        "You said: Check the vault with llmreplay-redacted"
+    );
+    for (path, text) in crate::support::all_files(dir.path().join("tests").as_path())
+        .into_iter()
+        .chain(crate::support::all_files(
+            dir.path().join("target").as_path(),
+        ))
+    {
+        for secret in [live, other] {
+            assert!(!text.contains(secret), "{secret} in {}", path.display());
+        }
+    }
+    for out in [
+        &recorded.stderr,
+        &recorded.stdout,
+        &replayed.stderr,
+        &replayed.stdout,
+    ] {
+        for secret in [live, other] {
+            assert!(!out.contains(secret), "{secret} in:\n{out}");
+        }
+    }
+}
