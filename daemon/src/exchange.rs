@@ -163,8 +163,9 @@ pub(crate) async fn http_read(
         }
         Plan::Miss => {
             let hint = state.settings.record_hint.as_deref();
+            let shown = route.shown(state.settings.normalizer.guard().scrubber());
             let (message, detail) =
-                crate::explain::miss(&route, &call, &request, hint, &state.settings.program);
+                crate::explain::miss(&shown, &call, &request, hint, &state.settings.program);
             call.end(Outcome::Miss, 404, Some(detail));
             provider_error(
                 kind,
@@ -298,7 +299,9 @@ async fn record(
     let status = answer.status();
     let (answer_parts, answer_body) = answer.into_parts();
     let response = crate::proxy::answer_head(&answer_parts);
-    if let Some(unsaved) = unsaved(status, route, &parts.method, save) {
+    // Its messages show the path as the recordings store it.
+    let shown = route.shown(state.settings.normalizer.guard().scrubber());
+    if let Some(unsaved) = unsaved(status, &shown, &parts.method, save) {
         let (outcome, detail) = match &unsaved {
             Unsaved::Passed => (Outcome::Passthrough, None),
             Unsaved::Refused { message, .. } => {

@@ -134,7 +134,10 @@ fn call_for(
         &state.journal,
         entry,
         method,
-        route.upstream_path.clone(),
+        crate::route::shown_path(
+            state.settings.normalizer.guard().scrubber(),
+            &route.upstream_path,
+        ),
         key,
         form == Form::Session,
     ))

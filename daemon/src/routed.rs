@@ -23,7 +23,10 @@ pub(crate) async fn routed(
         &route.test,
         &route.provider.name,
         method,
-        &route.upstream_path,
+        &crate::route::shown_path(
+            state.settings.normalizer.guard().scrubber(),
+            &route.upstream_path,
+        ),
     );
     // Request heads have a target of their own, which the log file of `test` leaves out.
     if tracing::enabled!(target: "cargo_llmreplay::head", tracing::Level::DEBUG) {

@@ -148,8 +148,9 @@ pub async fn handle(state: Arc<State>, route: Route, req: Request<Incoming>) -> 
         }
         Plan::Miss => {
             let response = switching(&client_key, protocol.as_deref());
+            let shown = route.shown(state.settings.normalizer.guard().scrubber());
             let message =
-                crate::explain::session_miss(&route, req.uri().query(), &state.settings.program);
+                crate::explain::session_miss(&shown, req.uri().query(), &state.settings.program);
             tokio::spawn(tracing::Instrument::in_current_span(async move {
                 let _open = state.sessions.enter();
                 // Journalled before the refusal: the client may read it at once.
@@ -308,8 +309,9 @@ async fn replay(
             None => next += 1,
             Some(fields) => {
                 let sent = WsFrame::new(Side::Client, binary, payload, 0);
+                let shown = route.shown(state.settings.normalizer.guard().scrubber());
                 let message =
-                    crate::explain::frame_miss(&route, &sent, &fields, &state.settings.program);
+                    crate::explain::frame_miss(&shown, &sent, &fields, &state.settings.program);
                 let detail = Detail {
                     closest: Some(fields),
                     message: Some(message.clone()),

@@ -886,3 +886,31 @@ async fn a_key_header_named_by_its_words_is_masked_and_its_value_never_stored() 
         .any(|(k, v)| k == "x-vault-token" && v == value));
     nowhere(dir.path(), &[&out.stderr], &[value]);
 }
+
+/// A key variable's value in a request's path (an id a test took from a secret) is never
+/// shown: a replay's miss names the path with the placeholder, in the client's 404, the log
+/// and the report alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_in_a_missed_requests_path_is_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("c")).unwrap();
+    let value = "vaultpathlive7Hq2Xz9";
+    let replay = Serve::start_with_env(
+        dir.path(),
+        &["--cassette-dir", "c"],
+        &[("VAULT_TOKEN", value)],
+    );
+    let resp = crate::support::http()
+        .get(format!(
+            "{}/openai/v1/vaults/{value}/items?limit=2",
+            replay.for_test("secrets::t$path")
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let said = resp.text().await.unwrap();
+    assert!(said.contains("/v1/vaults/"), "{said}");
+    let out = replay.stop();
+    nowhere(dir.path(), &[&said, &out.stderr], &[value]);
+}
