@@ -398,17 +398,26 @@ impl Rules<'_> {
         body: &[u8],
         secret_params: &[&str],
     ) -> RecordedRequest {
-        self.request_of(method, path, query, content_type, body, None, secret_params)
+        self.request_of(
+            method,
+            path,
+            query,
+            (content_type, None),
+            body,
+            None,
+            secret_params,
+        )
     }
 
     /// [`Normalizer::request`] for a body the caller holds as `Bytes`: a body kept as its bytes
-    /// (over [`crate::body::TREE_LIMIT`]) shares them instead of copying.
+    /// (over [`crate::body::TREE_LIMIT`]) shares them instead of copying. With the request's
+    /// `content-encoding`, a compressed body is read decoded for secrets.
     pub fn request_shared(
         &self,
         method: &str,
         path: &str,
         query: Option<&str>,
-        content_type: Option<&str>,
+        (content_type, content_encoding): (Option<&str>, Option<&str>),
         body: &Bytes,
         secret_params: &[&str],
     ) -> RecordedRequest {
@@ -416,7 +425,7 @@ impl Rules<'_> {
             method,
             path,
             query,
-            content_type,
+            (content_type, content_encoding),
             body,
             Some(body),
             secret_params,
@@ -429,7 +438,7 @@ impl Rules<'_> {
         method: &str,
         path_in: &str,
         query: Option<&str>,
-        content_type: Option<&str>,
+        (content_type, content_encoding): (Option<&str>, Option<&str>),
         body: &[u8],
         shared: Option<&Bytes>,
         secret_params: &[&str],
@@ -456,7 +465,7 @@ impl Rules<'_> {
             method: method.to_string(),
             path,
             query,
-            body: self.body(content_type, body, shared, n),
+            body: self.body((content_type, content_encoding), body, shared, n),
             websocket: false,
         }
     }
@@ -529,13 +538,28 @@ impl Rules<'_> {
 
     fn body(
         &self,
-        content_type: Option<&str>,
+        (content_type, content_encoding): (Option<&str>, Option<&str>),
         body: &[u8],
         shared: Option<&Bytes>,
         n: &mut Numbering,
     ) -> Body {
         if body.is_empty() {
             return Body::Empty;
+        }
+        // A compressed upload (gzip, deflate, brotli, as its `content-encoding` says) is read
+        // decoded for secrets, and kept decoded once one is found.
+        let encoding = content_encoding
+            .map(str::trim)
+            .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"));
+        if let Some(encoding) = encoding {
+            let bytes = shared
+                .cloned()
+                .unwrap_or_else(|| Bytes::copy_from_slice(body));
+            let mut kept = Body::binary(bytes);
+            self.normalizer
+                .guard
+                .request_encoded(&mut kept, Some(&encoding.to_ascii_lowercase()));
+            return kept;
         }
         if let Some(mut parts) = content_type
             .and_then(multipart_boundary)

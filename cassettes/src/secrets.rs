@@ -319,6 +319,35 @@ impl Scrubber {
         }
     }
 
+    /// Where in `text` known values and shaped secrets stand (byte ranges, sorted, merged):
+    /// for text that is stored in pieces, as a stream's deltas are.
+    pub(crate) fn spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        let mut spans: Vec<std::ops::Range<usize>> = self.values.with(|all| {
+            all.iter()
+                .flat_map(|(_, v)| {
+                    text.match_indices(v.as_str())
+                        .map(|(at, v)| at..at + v.len())
+                })
+                .collect()
+        });
+        let shapes = shapes();
+        for i in shapes.matching(text).collect::<Vec<_>>() {
+            for c in shapes.regex(i).captures_iter(text) {
+                let m = c.get(1).or_else(|| c.get(0)).expect("a match");
+                spans.push(m.range());
+            }
+        }
+        spans.sort_by_key(|r| (r.start, r.end));
+        let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
+        for r in spans {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        merged
+    }
+
     /// What `text` holds, for a message: "the value of HF_TOKEN", "shape openai-key".
     fn what(&self, text: &str) -> Option<String> {
         self.values
@@ -414,9 +443,15 @@ impl Guard {
     /// A request body that keying left as bytes (too large to parse, compressed): redacted as
     /// an answer's would be. Keying calls this too, so a request keys as it is stored.
     pub fn request(&self, body: &mut Body) -> bool {
+        self.request_encoded(body, None)
+    }
+
+    /// [`Guard::request`] for a body sent with a `content-encoding` (lowercase): bytes are
+    /// decoded as it says before they are read.
+    pub fn request_encoded(&self, body: &mut Body, encoding: Option<&str>) -> bool {
         match body {
             Body::Bytes(_) | Body::Blob(_) | Body::Text(_) | Body::Parts(_) => {
-                self.body(body, None).0
+                self.body(body, encoding).0
             }
             Body::Json { value, .. } => {
                 let by_name = !self.fields.json(value).is_empty();
@@ -571,6 +606,7 @@ mod tests {
             "github_pat_0123456789abcdefghijklmnop",
             "glpat-0123456789abcdefghij",
             "ya29.a0AfH6SMBx1234567890abcdef",
+            "ek_68af296e8e408191a1120ab6383263c2",
             "gsk_0123456789abcdefghijklmnopqrstuvwxyzABCD",
             "sk_live_0123456789abcdefghij",
             "hf_abcdefghijklmnopqrstuvwxyzABCDEFGH",
@@ -588,6 +624,7 @@ mod tests {
             "You said: Hello",
             "AKIA is short",
             "risk-ant-ic",
+            "day_of_week_0123456789abcdefghij",
             "3f14de6a0c1b2d3e4f5a6b7c8d9e0f1a2b3c4d5e",
         ] {
             assert_eq!(shape_in(text), None, "{text}");
@@ -623,6 +660,89 @@ mod tests {
             "{text}"
         );
         assert_eq!(guard.check(&echoed), None);
+    }
+
+    /// The answer of a path that names secrets (a Realtime client secret, a Key Vault secret)
+    /// loses its bare `value`, whatever its shape; elsewhere a `value` is kept.
+    #[test]
+    fn a_bare_value_is_secret_where_the_path_names_secrets() {
+        let guard = Guard::default();
+        let answer = r#"{"value": "kv-plain-7Hq2Xzw", "id": "https://v.vault.azure.net/secrets/db/1", "attributes": {"enabled": true}}"#;
+        for (path, secret) in [
+            ("/secrets/db/1", true),
+            ("/v1/realtime/client_secrets", true),
+            ("/v1/chat/completions", false),
+        ] {
+            let mut x = interaction("q", answer);
+            x.request.path = path.to_string();
+            guard.redact_answer(&mut x);
+            let text = serde_json::to_string(&x).unwrap();
+            assert_eq!(!text.contains("kv-plain-7Hq2Xzw"), secret, "{path}: {text}");
+            assert!(text.contains("enabled"), "{text}");
+        }
+    }
+
+    /// A known value and a key's shape written across a stream's deltas, a few characters an
+    /// event (a model echoing a key, or writing AWS' example key): cut from every delta, the
+    /// first piece's place taking the placeholder, and the guard then finds nothing.
+    #[test]
+    fn a_secret_split_across_stream_deltas_is_cut_from_each() {
+        use crate::format::{RecordedResponse, StreamFormat, Summary};
+        let scrub = Scrubber::new(vec![("HF_TOKEN".into(), "hf-live-0123456789".into())]);
+        let guard = Guard::new(BodyFields::default(), scrub);
+        let chunk = |t: &str| {
+            format!(
+                "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}}}}]}}\n\n",
+                serde_json::to_string(t).unwrap()
+            )
+        };
+        let said = [
+            "Your key is hf-live-",
+            "0123",
+            "456789, and AWS' is AKIAIOS",
+            "FODNN7EX",
+            "AMPLE.",
+        ];
+        let frames: Vec<(bytes::Bytes, u64)> = said
+            .iter()
+            .map(|t| (bytes::Bytes::from(chunk(t)), 1))
+            .collect();
+        let mut x = interaction("q", "x");
+        x.response =
+            RecordedResponse::with_stream(200, Default::default(), StreamFormat::Sse, &frames);
+        x.summary = Summary::of(&x.response);
+        assert!(guard.check(&x).is_some(), "the guard would refuse it whole");
+        assert!(guard.redact_answer(&mut x));
+        x.summary = Summary::of(&x.response);
+        assert_eq!(guard.check(&x), None);
+        assert_eq!(
+            x.summary.as_ref().unwrap().text,
+            format!("Your key is {PLACEHOLDER}, and AWS' is {PLACEHOLDER}.")
+        );
+        let text = serde_json::to_string(&x).unwrap();
+        for piece in ["0123", "456789", "FODNN7EX", "AMPLE"] {
+            assert!(!text.contains(piece), "{piece} in {text}");
+        }
+    }
+
+    /// A redirect's `location` loses the secrets its query and fragment name: an OAuth
+    /// callback's `code`, the implicit flow's `access_token`.
+    #[test]
+    fn a_redirects_location_loses_its_code_and_token() {
+        let guard = Guard::default();
+        let mut x = interaction("q", "");
+        x.response.status = 302;
+        x.response.headers.insert(
+            "location".into(),
+            "http://localhost:8080/cb?code=4/0Aean-live-code&state=s1#access_token=at-live-9&token_type=bearer".into(),
+        );
+        assert!(guard.redact_answer(&mut x));
+        let location = &x.response.headers["location"];
+        assert!(
+            !location.contains("live-code") && !location.contains("at-live-9"),
+            "{location}"
+        );
+        assert!(location.contains("state=s1") && location.contains("token_type=bearer"));
     }
 
     /// What the guard says names the place and the rule, never the value; a secret that is an

@@ -387,7 +387,7 @@ const SECRET_VAR_SUFFIXES: &[&str] = &["_TOKEN", "_KEY", "_SECRET", "_PASSWORD",
 /// `*_CREDENTIALS`: `HF_TOKEN`, `OPENAI_API_KEY`, `AWS_SECRET_ACCESS_KEY`) with values long
 /// enough to be keys (a short value would turn up in ordinary text); the placeholder replay
 /// gives tests is none. Tests inherit this environment, so their keys are among these.
-fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+pub(crate) fn secret_values(vars: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = vars
         .filter(|(name, value)| {
             let upper = name.to_ascii_uppercase();

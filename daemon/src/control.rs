@@ -14,6 +14,27 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use std::sync::Arc;
 
+/// The most a `begin` body (a test process's secret-looking variables) may hold.
+const BEGIN_BODY_LIMIT: u64 = 256 << 10;
+
+/// Learns the values of a test process's secret-looking variables, as the daemon's own are
+/// (`*_TOKEN`, `*_KEY`, `*_SECRET`, `*_PASSWORD`, `*_CREDENTIALS`, 8 characters or more).
+fn learn_env(state: &State, body: &[u8]) -> Result<(), String> {
+    #[derive(serde::Deserialize)]
+    struct Begin {
+        #[serde(default)]
+        env: std::collections::BTreeMap<String, String>,
+    }
+    // Said by place, never by value: serde's message would quote a value of the wrong type.
+    let begin: Begin = serde_json::from_slice(body)
+        .map_err(|e| format!("not that JSON (line {}, column {})", e.line(), e.column()))?;
+    let scrub = state.settings.normalizer.guard().scrubber();
+    for (name, value) in crate::config::secret_values(begin.env.into_iter()) {
+        scrub.learn(&name, &value);
+    }
+    Ok(())
+}
+
 pub(crate) async fn control(
     state: &Arc<State>,
     rest: &str,
@@ -65,6 +86,18 @@ pub(crate) async fn control(
                 Some(t) => {
                     if let Some(refused) = refuse_id(state, "begin", &t) {
                         return refused;
+                    }
+                    // A plugin sends its process's secret-looking variables (a `.env` a
+                    // conftest loaded, say): their values are the run's secrets from now on.
+                    let idle = state.settings.limits.header_read_timeout;
+                    match crate::exchange::read_limited(req.into_body(), BEGIN_BODY_LIMIT, idle).await {
+                        Ok(body) if body.is_empty() => {}
+                        Ok(body) => {
+                            if let Err(why) = learn_env(state, &body) {
+                                return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: begin's body is {{\"env\": {{NAME: VALUE}}}}, the test process's secret-looking variables: {why}"));
+                            }
+                        }
+                        Err(_) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("cargo-llmreplay: begin's body (the test process's secret-looking variables) is at most {} KiB", BEGIN_BODY_LIMIT >> 10)),
                     }
                     let test = TestId::new(t);
                     // From now on, requests from this process (and what it spawns) are this

@@ -80,6 +80,10 @@ pub(crate) async fn http_read(
     };
     crate::credentials::learn(&state, &parts.headers, parts.uri.query());
     let keyed = |state: &State, query: Option<&str>, content_type: Option<&str>| {
+        let content_encoding = parts
+            .headers
+            .get(http::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok());
         let request = state
             .settings
             .normalizer
@@ -88,7 +92,7 @@ pub(crate) async fn http_read(
                 parts.method.as_str(),
                 &route.upstream_path,
                 query,
-                content_type,
+                (content_type, content_encoding),
                 &keyed_body,
                 providers::secret_params(),
             );
@@ -159,8 +163,9 @@ pub(crate) async fn http_read(
         }
         Plan::Miss => {
             let hint = state.settings.record_hint.as_deref();
+            let shown = route.shown(state.settings.normalizer.guard().scrubber());
             let (message, detail) =
-                crate::explain::miss(&route, &call, &request, hint, &state.settings.program);
+                crate::explain::miss(&shown, &call, &request, hint, &state.settings.program);
             call.end(Outcome::Miss, 404, Some(detail));
             provider_error(
                 kind,

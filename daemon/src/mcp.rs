@@ -182,8 +182,9 @@ pub(crate) async fn begin(
         }
         Plan::Miss | Plan::Acknowledge => {
             let hint = state.settings.record_hint.as_deref();
+            let shown = route.shown(state.settings.normalizer.guard().scrubber());
             let (mut text, detail) =
-                crate::explain::miss(&route, &call, &request, hint, &state.settings.program);
+                crate::explain::miss(&shown, &call, &request, hint, &state.settings.program);
             if let Some(tool) = protocol::tool(message) {
                 text = text.replacen(
                     "(replay mode).",

@@ -18,6 +18,24 @@ pub struct Route {
     pub captured: Option<String>,
 }
 
+impl Route {
+    /// This route as messages show it: its path without the run's known secrets and secret
+    /// shapes (a key a test put in an id, a bot's token), as its recordings store it.
+    pub(crate) fn shown(&self, scrub: &cassettes::secrets::Scrubber) -> Route {
+        Route {
+            test: self.test.clone(),
+            provider: self.provider.clone(),
+            upstream_path: shown_path(scrub, &self.upstream_path),
+            captured: self.captured.clone(),
+        }
+    }
+}
+
+/// `path` without the run's known secrets and secret shapes.
+pub(crate) fn shown_path(scrub: &cassettes::secrets::Scrubber, path: &str) -> String {
+    scrub.text(path).unwrap_or_else(|| path.to_string())
+}
+
 /// What a base URL's path says: its provider and upstream path, and the test it names.
 #[derive(Debug)]
 pub struct Resolved {

@@ -268,8 +268,7 @@ impl State {
     /// secret's shape in it becomes the placeholder, as in the cassette (README, "Secrets in
     /// what the daemon says").
     pub(crate) fn shown_path(&self, path: &str) -> String {
-        let scrub = self.settings.normalizer.guard().scrubber();
-        scrub.text(path).unwrap_or_else(|| path.to_string())
+        crate::route::shown_path(self.settings.normalizer.guard().scrubber(), path)
     }
 
     /// The client that reaches providers, made now if it was not at start.

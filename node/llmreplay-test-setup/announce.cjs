@@ -11,8 +11,24 @@ function root() {
   return base.split("/t/")[0].replace(/\/+$/, "");
 }
 
+// The names of variables whose values are keys, as the daemon judges its own.
+const SECRET_SUFFIXES = ["_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_CREDENTIALS"];
+
+// This process's secret-looking variables as the test starts (a .env a setup file loaded
+// included), for the daemon to replace wherever their values turn up: {"env": {...}}.
+function secretEnv() {
+  const env = {};
+  for (const [name, value] of Object.entries(process.env)) {
+    const upper = name.toUpperCase();
+    if (value && value.trim().length >= 8 && SECRET_SUFFIXES.some((s) => upper.endsWith(s))) {
+      env[name] = value;
+    }
+  }
+  return Object.keys(env).length ? JSON.stringify({ env }) : "";
+}
+
 // node:http, never a proxy: the daemon is on loopback.
-function post(route, params) {
+function post(route, params, body = "") {
   const at = root();
   if (at === null) return Promise.resolve(null);
   // Percent-encoded, spaces as %20: the daemon reads a `+` as itself.
@@ -21,7 +37,8 @@ function post(route, params) {
     .join("&");
   const url = new URL(`${at}/__llmreplay/${route}?${query}`);
   return new Promise((resolve) => {
-    const req = http.request(url, { method: "POST", headers: { "content-length": 0 } }, (res) => {
+    const headers = { "content-length": Buffer.byteLength(body) };
+    const req = http.request(url, { method: "POST", headers }, (res) => {
       let body = "";
       res.setEncoding("utf8");
       res.on("data", (c) => (body += c));
@@ -37,13 +54,13 @@ function post(route, params) {
       process.stderr.write(`llmreplay-test-setup: could not reach the daemon at ${at}: ${e.message}\n`);
       resolve(null);
     });
-    req.end();
+    req.end(body);
   });
 }
 
-/** This process runs `test` from now on. */
+/** This process runs `test` from now on; its secret-looking variables are the run's secrets. */
 function begin(test) {
-  return post("begin", { test, pid: process.pid });
+  return post("begin", { test, pid: process.pid }, secretEnv());
 }
 
 /** `test` ended: "passed", "failed" or "skipped". */

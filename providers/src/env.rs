@@ -130,9 +130,14 @@ pub const NO_PROXY_VARS: &[&str] = &["NO_PROXY", "no_proxy"];
 pub const CAPTURE_PROXY_VARS: &[&str] = &["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"];
 
 /// Variables that replace a client's trust store with a file (OpenSSL and rustls'
-/// native roots, Python's requests and httpx, curl): they get a bundle of the system's roots
-/// and the run's CA, since the file is all such a client trusts.
-pub const CA_BUNDLE_VARS: &[&str] = &["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"];
+/// native roots, Python's requests and httpx, curl, boto3 and the AWS CLI): they get a bundle
+/// of the system's roots and the run's CA, since the file is all such a client trusts.
+pub const CA_BUNDLE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "AWS_CA_BUNDLE",
+];
 
 /// A test's token in proxy credentials: its id, base64url without padding, so that no
 /// character of it needs escaping in a URL's userinfo (a test id holds `:` and `$`).

@@ -134,6 +134,10 @@ const KEPT_UNDER_SECRET: &[&str] = &[
 /// Query parameters that are secrets only as parameters: an OAuth redirect's `code`.
 const QUERY_ONLY: &[&str] = &["code"];
 
+/// Fields beside which a JSON `code` is an OAuth authorization code (a token request sent as
+/// JSON), not an error's or a tool's.
+const OAUTH_CODE_BESIDE: &[&str] = &["grant_type", "redirect_uri", "code_verifier"];
+
 /// Fields under which nothing is a secret, whatever it is called: a logprob's `token` is the
 /// text the model wrote.
 const NEVER_SECRET_UNDER: &[&str] = &["logprobs", "top_logprobs"];
@@ -189,13 +193,38 @@ pub fn is_secret_name(name: &str) -> bool {
         return false;
     }
     let words = words(name);
-    let secret = words.iter().any(|w| SECRET_WORDS.contains(&w.as_str()))
+    let secret = words.iter().any(|w| is_secret_word(w))
         || words
             .windows(2)
             .any(|p| SECRET_PAIRS.contains(&(p[0].as_str(), p[1].as_str())));
     secret
         && !NOT_SECRET.contains(&folded(name).as_str())
         && !words.iter().any(|w| NOT_SECRET_WORDS.contains(&w.as_str()))
+}
+
+/// Words that end a name run together without separators (`ACCESSTOKEN`, `clientsecret`,
+/// `DBPASSWORD`): the name is secret as if it were split.
+const SECRET_ENDINGS: &[&str] = &[
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "passphrase",
+    "credential",
+    "credentials",
+    "apikey",
+];
+
+/// Whether one word of a name makes it secret: a secret word, a secret pair written as one
+/// (`ACCESSKEY`, `privatekey`), or a word that ends in a secret word (`SESSIONTOKEN`).
+fn is_secret_word(word: &str) -> bool {
+    SECRET_WORDS.contains(&word)
+        || SECRET_PAIRS.iter().any(|(a, b)| {
+            word.len() == a.len() + b.len() && word.starts_with(a) && word.ends_with(b)
+        })
+        || SECRET_ENDINGS
+            .iter()
+            .any(|end| word.len() > end.len() && word.ends_with(end))
 }
 
 /// Whether a name holds any stem of a secret word at all, whatever its case: every name of
@@ -291,11 +320,14 @@ impl BodyFields {
         use serde_json::Value;
         match value {
             Value::Object(map) => {
+                let oauth_code = map.contains_key("code")
+                    && OAUTH_CODE_BESIDE.iter().any(|k| map.contains_key(*k));
                 for (name, v) in map.iter_mut() {
                     if NEVER_SECRET_UNDER.contains(&name.as_str()) {
                         continue;
                     }
-                    if !names_only && self.is_secret(name) {
+                    let secret = self.is_secret(name) || (oauth_code && name == "code");
+                    if !names_only && secret {
                         self.hide(v, found, true);
                     } else {
                         let names = NAMES_NOT_VALUES_UNDER.contains(&name.as_str());
@@ -550,6 +582,24 @@ pub fn is_one_of(raw_name: &str, secrets: &[&str]) -> bool {
     secrets.iter().any(|s| s.eq_ignore_ascii_case(name))
         || is_secret_name(name)
         || QUERY_ONLY.iter().any(|q| q.eq_ignore_ascii_case(name))
+        || is_signature(name)
+}
+
+/// A signed URL's signature, by any vendor's name for it (`X-Goog-Signature` of Google Cloud
+/// Storage, `Signature` of S3's older presigning, `sig` of Azure's SAS): whoever holds the URL
+/// holds the access it grants. Only as a query parameter: a body's `signature` (Anthropic's
+/// thinking blocks) is content the client sends back.
+fn is_signature(name: &str) -> bool {
+    // Every query pair of every keyed request asks: most end in neither, answered unsplit.
+    let ends_in = |end: &str| {
+        name.len() >= end.len()
+            && name.is_char_boundary(name.len() - end.len())
+            && name[name.len() - end.len()..].eq_ignore_ascii_case(end)
+    };
+    (ends_in("sig") || ends_in("signature"))
+        && words(name)
+            .last()
+            .is_some_and(|w| w == "signature" || w == "sig")
 }
 
 /// Whether a header carries a key or a credential.
@@ -558,6 +608,8 @@ pub fn is_secret_header(name: &str) -> bool {
         .iter()
         .any(|s| s.eq_ignore_ascii_case(name))
         || name.eq_ignore_ascii_case("x-amz-security-token")
+        // Any tool's or gateway's own (`X-Vault-Token`, `x-service-secret`): by its words.
+        || is_secret_name(name)
 }
 
 /// A query string with the values of secret parameters masked; the rest as it was.
@@ -598,7 +650,17 @@ pub fn url(u: &str) -> Cow<'_, str> {
         None => userinfo(head),
     };
     let q = q.map(query);
-    if matches!(head, Cow::Borrowed(_)) && q.as_ref().is_none_or(|q| matches!(q, Cow::Borrowed(_)))
+    // A fragment of pairs carries tokens too: OAuth's implicit flow answers
+    // `#access_token=...&token_type=bearer`.
+    let fragment = fragment.map(|f| match f.contains('=') {
+        true => query(f),
+        false => Cow::Borrowed(f),
+    });
+    if matches!(head, Cow::Borrowed(_))
+        && q.as_ref().is_none_or(|q| matches!(q, Cow::Borrowed(_)))
+        && fragment
+            .as_ref()
+            .is_none_or(|f| matches!(f, Cow::Borrowed(_)))
     {
         return Cow::Borrowed(u);
     }
@@ -609,7 +671,7 @@ pub fn url(u: &str) -> Cow<'_, str> {
     }
     if let Some(f) = fragment {
         out.push('#');
-        out.push_str(f);
+        out.push_str(&f);
     }
     Cow::Owned(out)
 }
@@ -712,6 +774,14 @@ mod tests {
             ),
             ("http://127.0.0.1:1/a@b?x=1", "http://127.0.0.1:1/a@b?x=1"),
             ("https://h/p?key=1#frag", "https://h/p?key=***#frag"),
+            (
+                "http://localhost:8080/cb#access_token=ya29-x&token_type=bearer&expires_in=3599",
+                "http://localhost:8080/cb#access_token=***&token_type=bearer&expires_in=3599",
+            ),
+            (
+                "http://localhost:8080/cb?code=4/0Aean-live&state=s1",
+                "http://localhost:8080/cb?code=***&state=s1",
+            ),
             ("no url at all", "no url at all"),
             (
                 "/bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawQ/sendMessage",
@@ -800,6 +870,13 @@ mod tests {
             "APIKey",
             "db.password",
             "auth",
+            // Run together, as upper-case variables and some SDKs write them.
+            "ACCESSKEY",
+            "SESSIONTOKEN",
+            "BEARERTOKEN",
+            "clientsecret",
+            "DBPASSWORD",
+            "PRIVATEKEY",
         ] {
             assert!(is_secret_name(name), "{name}");
         }
@@ -822,11 +899,27 @@ mod tests {
             "next_page_token",
             "monkey",
             "keyboard",
+            "NEXTPAGETOKEN",
+            "MAXTOKENS",
+            "TOKENIZER",
         ] {
             assert!(!is_secret_name(name), "{name}");
         }
-        for q in ["api_token", "auth", "access-token", "x-api-key", "code"] {
+        for q in [
+            "api_token",
+            "auth",
+            "access-token",
+            "x-api-key",
+            "code",
+            "X-Goog-Signature",
+            "x-goog-signature",
+            "Signature",
+            "sig",
+        ] {
             assert!(is_one_of(q, &[]), "{q}");
+        }
+        for q in ["signature_version", "design", "signatures_count"] {
+            assert!(!is_one_of(q, &[]), "{q}");
         }
     }
 
@@ -875,13 +968,44 @@ mod tests {
         );
     }
 
+    /// An OAuth authorization code sent as JSON (beside its `grant_type`, `redirect_uri` or
+    /// `code_verifier`) is a secret; any other `code` (an error's, a tool's) is not.
+    #[test]
+    fn an_oauth_code_in_json_is_secret_and_other_codes_are_not() {
+        let fields = BodyFields::default();
+        let mut v = serde_json::json!({
+            "grant_type": "authorization_code",
+            "code": "4/0AeanS0b-live-code",
+            "redirect_uri": "http://localhost:8080/cb",
+            "tools": [{"type": "code_interpreter", "code": "print(1)"}],
+            "error": {"code": "rate_limit_exceeded"}
+        });
+        let found = fields.json(&mut v);
+        assert_eq!(found, ["4/0AeanS0b-live-code"]);
+        assert_eq!(v["code"], PLACEHOLDER);
+        assert_eq!(v["tools"][0]["code"], "print(1)");
+        assert_eq!(v["error"]["code"], "rate_limit_exceeded");
+        let mut pkce = serde_json::json!({"code": "abc-live-code-2", "code_verifier": "v-123"});
+        fields.json(&mut pkce);
+        assert_eq!(pkce["code"], PLACEHOLDER);
+    }
+
     #[test]
     fn secret_headers_are_masked() {
         assert_eq!(header("Authorization", "Bearer sk"), MASK);
         assert_eq!(header("x-goog-api-key", "k"), MASK);
-        assert_eq!(
-            header("content-type", "application/json"),
-            "application/json"
-        );
+        for name in ["X-Vault-Token", "x-service-secret", "X-Custom-Api-Key"] {
+            assert_eq!(header(name, "v"), MASK, "{name}");
+        }
+        for name in [
+            "content-type",
+            "x-ratelimit-remaining-tokens",
+            "anthropic-ratelimit-tokens-remaining",
+            "idempotency-key",
+            "www-authenticate",
+            "x-goog-api-client",
+        ] {
+            assert_eq!(header(name, "v"), "v", "{name}");
+        }
     }
 }

@@ -314,6 +314,7 @@ fn no_credentials_are_challenged_then_default_and_capture_can_be_off() {
         "SSL_CERT_FILE",
         "REQUESTS_CA_BUNDLE",
         "CURL_CA_BUNDLE",
+        "AWS_CA_BUNDLE",
         "NODE_EXTRA_CA_CERTS",
     ] {
         let line = on

@@ -903,3 +903,56 @@ fn a_server_line_over_the_body_limit_is_named_and_fails() {
         stopped.stderr
     );
 }
+
+/// An MCP tool that answers a new access token as JSON in its result's text (a vault or an
+/// auth tool), called by the official Python client through the shim with a password: the
+/// password and the token reach the client live, but no file the run wrote (cassette, run
+/// log, report, logs) and nothing it printed holds either; a replay with another password
+/// matches and answers the placeholder token.
+#[test]
+fn a_tools_token_as_text_is_never_stored_and_replays_with_another_password() {
+    let Some(project) = Project::new() else {
+        return;
+    };
+    let server = server_copy(&project);
+    let mut args = project.demo_args(&server);
+    args[0] = "login".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let password = "vault-pw-live-7Hq2Xz";
+    let recorded = project.run(&["--record"], &args, &[("MCP_PASSWORD", password)]);
+    succeeded(&recorded);
+    let answer = &lines(&recorded)[0];
+    assert_eq!(answer["error"], false, "{answer}");
+    let token = answer["login"]["access_token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(token.starts_with("vault-at-"), "the live token: {answer}");
+    let cassette = std::fs::read_to_string(project.cassette("vault")).unwrap();
+    assert!(cassette.contains("llmreplay-redacted"), "{cassette}");
+    // The token's neighbours are kept: a client still reads its kind and lifetime.
+    assert!(cassette.contains("expires_in"), "{cassette}");
+    commit_all(project.root());
+
+    std::fs::remove_dir_all(server.parent().unwrap()).unwrap();
+    let other = "vault-pw-rotated-4Lm9";
+    let replayed = project.run(&[], &args, &[("MCP_PASSWORD", other)]);
+    succeeded(&replayed);
+    let again = &lines(&replayed)[0];
+    assert_eq!(
+        again["login"]["access_token"], "llmreplay-redacted",
+        "{again}"
+    );
+    assert_eq!(again["login"]["expires_in"], 3600, "{again}");
+    assert_eq!(project.report()["counts"]["misses"], 0);
+    for (path, text) in crate::support::all_files(project.root()) {
+        for secret in [password, other, token.as_str()] {
+            assert!(!text.contains(secret), "{secret} in {}", path.display());
+        }
+    }
+    for out in [&recorded.stderr, &replayed.stderr] {
+        for secret in [password, other, token.as_str()] {
+            assert!(!out.contains(secret), "{secret} in:\n{out}");
+        }
+    }
+}

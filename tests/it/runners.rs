@@ -780,3 +780,150 @@ async fn captured_calls_in_one_kept_tunnel_are_filed_per_test() {
     let replayed = run(&[], &[("CI", "true")]);
     succeeded(&replayed);
 }
+
+/// A key a test process has that the daemon does not (a conftest loaded it from `.env`):
+/// the plugin's `begin` names it, so its value is replaced wherever it turns up (here in a
+/// prompt and in the answer that echoes it), and a replay with another value matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_only_the_test_process_has_is_never_stored_and_replays_with_another() {
+    let Some(python) = sdk_python("pytest_llmreplay") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("conftest.py"),
+        "import os\n\n# As python-dotenv's load_dotenv() would, from a .env the daemon never read.\nos.environ['VAULT_SERVICE_TOKEN'] = os.environ['DOTENV_VALUE']\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("test_vault.py"),
+        "import os\n\nimport openai\n\n\ndef test_vault():\n    token = os.environ['VAULT_SERVICE_TOKEN']\n    answer = openai.OpenAI(max_retries=0).chat.completions.create(\n        model='gpt-4o-mini', messages=[{'role': 'user', 'content': f'Check the vault with {token}'}]\n    )\n    with open(os.path.join(os.environ['SAMPLE_OUT'], 'vault.txt'), 'w') as f:\n        f.write(answer.choices[0].message.content)\n",
+    )
+    .unwrap();
+    let fake = FakeProvider::start().await;
+    let pytest: Vec<&OsStr> = [
+        python.as_os_str(),
+        OsStr::new("-m"),
+        OsStr::new("pytest"),
+        OsStr::new("-q"),
+        OsStr::new("-p"),
+        OsStr::new("no:cacheprovider"),
+    ]
+    .to_vec();
+    let live = "vault-live-7Hq2Xz9Lm";
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut env = KEYS.to_vec();
+    env.push(("DOTENV_VALUE", live));
+    let (recorded, recorded_out) = run_keeping(dir.path(), &flags, &pytest, &env);
+    succeeded(&recorded);
+    assert!(
+        answers(&recorded_out)["vault.txt"].contains(live),
+        "the live answer echoes it"
+    );
+    assert!(String::from_utf8_lossy(&fake.received()[0].raw).contains(live));
+
+    let other = "vault-rotated-4Lm9Qp";
+    let (replayed, replayed_out) = run_keeping(
+        dir.path(),
+        &[],
+        &pytest,
+        &[("CI", "true"), ("DOTENV_VALUE", other)],
+    );
+    succeeded(&replayed);
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    assert_eq!(
+        answers(&replayed_out)["vault.txt"],
+        "You said: Check the vault with llmreplay-redacted"
+    );
+    for (path, text) in crate::support::all_files(dir.path()) {
+        for secret in [live, other] {
+            assert!(!text.contains(secret), "{secret} in {}", path.display());
+        }
+    }
+    for out in [
+        &recorded.stderr,
+        &recorded.stdout,
+        &replayed.stderr,
+        &replayed.stdout,
+    ] {
+        for secret in [live, other] {
+            assert!(!out.contains(secret), "{secret} in:\n{out}");
+        }
+    }
+}
+
+/// The Node setup's `begin` names the test process's secret-looking variables too: a key a
+/// vitest setup file loads (as dotenv would) is replaced wherever it turns up, and a replay
+/// with another value matches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_only_the_vitest_process_has_is_never_stored_and_replays_with_another() {
+    let Some((dir, vitest)) = vitest_project() else {
+        return;
+    };
+    std::fs::remove_file(dir.path().join("chat.test.js")).unwrap();
+    std::fs::write(
+        dir.path().join("vitest.config.mjs"),
+        "export default { test: { include: [\"*.test.js\"], setupFiles: [\"./dotenv.js\", \"llmreplay-test-setup/vitest\"] } };\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("dotenv.js"),
+        "// As dotenv's config() would, from a .env the daemon never read.\nprocess.env.VAULT_SERVICE_TOKEN = process.env.DOTENV_VALUE;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("vault.test.js"),
+        "import fs from \"node:fs\";\nimport path from \"node:path\";\nimport OpenAI from \"openai\";\nimport { test } from \"vitest\";\n\ntest(\"vault\", async () => {\n  const token = process.env.VAULT_SERVICE_TOKEN;\n  const answer = await new OpenAI({ maxRetries: 0 }).chat.completions.create({\n    model: \"gpt-4o-mini\",\n    messages: [{ role: \"user\", content: `Check the vault with ${token}` }],\n  });\n  fs.writeFileSync(path.join(process.env.SAMPLE_OUT, \"vault.txt\"), answer.choices[0].message.content);\n});\n",
+    )
+    .unwrap();
+    let fake = FakeProvider::start().await;
+    let command: Vec<&OsStr> = vec![
+        OsStr::new("node"),
+        vitest.as_os_str(),
+        OsStr::new("run"),
+        OsStr::new("--reporter=dot"),
+    ];
+    let live = "vault-live-node-7Hq2Xz";
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut env = KEYS.to_vec();
+    env.push(("DOTENV_VALUE", live));
+    let (recorded, recorded_out) = run_keeping(dir.path(), &flags, &command, &env);
+    succeeded(&recorded);
+    assert!(answers(&recorded_out)["vault.txt"].contains(live));
+
+    let other = "vault-rotated-node-4Lm9";
+    let (replayed, replayed_out) = run_keeping(
+        dir.path(),
+        &[],
+        &command,
+        &[("CI", "true"), ("DOTENV_VALUE", other)],
+    );
+    succeeded(&replayed);
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    assert_eq!(
+        answers(&replayed_out)["vault.txt"],
+        "You said: Check the vault with llmreplay-redacted"
+    );
+    for (path, text) in crate::support::all_files(dir.path().join("tests").as_path())
+        .into_iter()
+        .chain(crate::support::all_files(
+            dir.path().join("target").as_path(),
+        ))
+    {
+        for secret in [live, other] {
+            assert!(!text.contains(secret), "{secret} in {}", path.display());
+        }
+    }
+    for out in [
+        &recorded.stderr,
+        &recorded.stdout,
+        &replayed.stderr,
+        &replayed.stdout,
+    ] {
+        for secret in [live, other] {
+            assert!(!out.contains(secret), "{secret} in:\n{out}");
+        }
+    }
+}

@@ -274,6 +274,131 @@ async fn azure_identity_client_secret_through_capture_stores_no_secret_and_repla
     );
 }
 
+/// An OpenAI Realtime client secret (`POST /v1/realtime/client_secrets`, whose answer is a
+/// bare `value`) and a beta Realtime session (its `client_secret.value`), asked for with the
+/// official SDK: the ephemeral keys reach the client live, no file or output holds one, and a
+/// replay answers the placeholder with the expiry as recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_ephemeral_keys_are_never_stored_and_replay() {
+    let Some(python) = sdk_python("openai") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let run = |serve: &Serve, key: &str| {
+        let base = serve.for_test("secrets::t$realtime");
+        let out = run_sdk_script_with(
+            &python,
+            "body_secrets.py",
+            &["realtime"],
+            &[
+                ("OPENAI_BASE_URL", &format!("{base}/openai/v1")),
+                ("OPENAI_API_KEY", key),
+            ],
+        );
+        serde_json::from_str::<Value>(&out).unwrap()
+    };
+    let rec = Serve::recording_from(dir.path(), &[("openai", fake.url())]);
+    let recorded = run(&rec, "sk-test");
+    let rec_out = rec.stop();
+    let keys: Vec<String> = ["value", "session"]
+        .iter()
+        .map(|k| recorded[k].as_str().unwrap().to_string())
+        .collect();
+    assert!(keys.iter().all(|k| k.starts_with("ek_")), "{recorded}");
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--realtime/openai.json")).unwrap();
+    assert!(cassette.contains(PLACEHOLDER), "{cassette}");
+
+    let replay = Serve::replaying(dir.path());
+    let replayed = run(&replay, "sk-other");
+    let replay_out = replay.stop();
+    assert_eq!(fake.received().len(), 2, "the replay sent nothing");
+    assert_eq!(replayed["value"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["session"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["expires_at"], recorded["expires_at"]);
+    assert_eq!(
+        replayed["session_expires_at"],
+        recorded["session_expires_at"]
+    );
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    nowhere(dir.path(), &[&rec_out.stderr, &replay_out.stderr], &keys);
+}
+
+/// boto3 assumes a role through AWS STS behind the daemon's proxy (`serve --env` sourced, the
+/// run's CA trusted by `AWS_CA_BUNDLE`), then signs a call with the role's temporary
+/// credentials: the XML answer's `SecretAccessKey`, `SessionToken` and `AccessKeyId` reach
+/// the client live, the signed call carries them, and no file or output holds any; a replay
+/// with other long-term keys gives the placeholder credentials, which boto3 signs with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boto3_assume_role_through_capture_stores_no_credential_and_replays() {
+    let Some(python) = sdk_python("boto3") else {
+        return;
+    };
+    let endpoint = TokenEndpoint::start(python, "sts.us-east-1.amazonaws.com").await;
+    let test = "secrets::t$sts";
+    let live = [
+        "sts",
+        "AKIAI44QH8DHBLIVE001",
+        "je7MtGbClwBF/2Zp9Utk/h3yCo8nvbLIVEKEY",
+    ];
+    let (recorded, rec_env) = endpoint.run("record", test, &live);
+    let (key_id, secret, session) = (
+        recorded["key_id"].as_str().unwrap().to_string(),
+        recorded["secret"].as_str().unwrap().to_string(),
+        recorded["session"].as_str().unwrap().to_string(),
+    );
+    assert!(secret.starts_with("fake/sts+secret"), "{recorded}");
+    assert_eq!(
+        recorded["arn"],
+        "arn:aws:sts::123456789012:assumed-role/ci-role/ci"
+    );
+    // The signed call went out with the role's credentials.
+    let sent = endpoint.fake.received();
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    let header = |name: &str| {
+        sent[1]
+            .headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(header("x-amz-security-token"), session);
+    assert!(
+        header("authorization").contains(&format!("Credential={key_id}/")),
+        "{}",
+        header("authorization")
+    );
+    let cassette = endpoint
+        .dir
+        .path()
+        .join("c/secrets--t--sts/sts.us-east-1.amazonaws.com.json");
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    assert!(text.contains(PLACEHOLDER), "{text}");
+    assert!(
+        text.contains("2099-01-01T00:00:00Z"),
+        "the expiry is kept: {text}"
+    );
+
+    let other = [
+        "sts",
+        "AKIAI44QH8DHBOTHER02",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYOTHERKEY",
+    ];
+    let (replayed, replay_env) = endpoint.run("replay", test, &other);
+    assert_eq!(endpoint.fake.received().len(), 2, "replay sent nothing");
+    assert_eq!(replayed["secret"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["session"], PLACEHOLDER, "{replayed}");
+    assert_eq!(replayed["arn"], recorded["arn"]);
+    let secrets = [
+        live[1], live[2], other[1], other[2], &key_id, &secret, &session,
+    ];
+    nowhere(endpoint.dir.path(), &[&rec_env, &replay_env], &secrets);
+    // The run's own files (its log, run log and report) are in the target dir beside.
+    nowhere(endpoint.scratch.path(), &[], &secrets);
+}
+
 /// Realistic secret field names, as a generator: the words the name rule must catch, in the
 /// spellings SDKs and people write them.
 fn secret_names() -> impl proptest::strategy::Strategy<Value = String> {
@@ -385,6 +510,409 @@ async fn secrets_in_every_json_carrier_are_never_stored_and_replay_with_other_va
             "rotated-header",
         ],
     );
+}
+
+/// A body in one carrier that is not plain JSON, holding `secret` under `name`: its content
+/// type, content encoding and bytes.
+fn non_json_carrier(
+    kind: u8,
+    name: &str,
+    secret: &str,
+) -> (&'static str, Option<&'static str>, Vec<u8>) {
+    use std::io::Write;
+    match kind {
+        // A form with every oddity: empty pairs, a pair without `=`, a `{` in another value,
+        // a trailing `&` and newline.
+        0 => (
+            "application/x-www-form-urlencoded",
+            None,
+            format!("grant_type=password&&flag&{name}={secret}&state={{x}}&\n").into_bytes(),
+        ),
+        // XML, the secret an element's text.
+        1 => (
+            "text/xml",
+            None,
+            format!("<Response><Result><Credentials><{name}>{secret}</{name}><Expiration>2099-01-01T00:00:00Z</Expiration></Credentials></Result></Response>\n").into_bytes(),
+        ),
+        // SSE events whose JSON is spaced, with a CR.
+        2 => (
+            "text/event-stream",
+            None,
+            format!("event: session.created\ndata:  {{ \"{name}\" :  \"{secret}\" , \"n\": 1 }}\r\n\ndata: [DONE]\n\n").into_bytes(),
+        ),
+        // JSON, gzipped.
+        3 => {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(format!("{{\"note\": \"x\", \"{name}\": \"{secret}\"}}").as_bytes())
+                .unwrap();
+            ("application/json", Some("gzip"), gz.finish().unwrap())
+        }
+        // JSON past the size kept inline and parsed (a blob), the secret near its end.
+        _ => {
+            let filler = "{\"n\": 1},".repeat((4 << 20) / 9 + 16);
+            (
+                "application/json",
+                None,
+                format!("[{filler}{{\"{name}\": \"{secret}\"}}]").into_bytes(),
+            )
+        }
+    }
+}
+
+/// Every file under `dir`, read as text after undoing gzip (a cassette or blob kept
+/// compressed), none holding any of `secrets`; the same for `outputs`.
+fn nowhere_decoded(dir: &Path, outputs: &[&str], secrets: &[String]) {
+    use std::io::Read;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let mut bytes = std::fs::read(&p).unwrap();
+            if bytes.starts_with(&[0x1f, 0x8b]) {
+                let mut plain = Vec::new();
+                if flate2::read::MultiGzDecoder::new(&bytes[..])
+                    .read_to_end(&mut plain)
+                    .is_ok()
+                {
+                    bytes = plain;
+                }
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            for secret in secrets {
+                assert!(
+                    !text.contains(secret.as_str()),
+                    "{secret} in {}",
+                    p.display()
+                );
+            }
+        }
+    }
+    for out in outputs {
+        for secret in secrets {
+            assert!(
+                !out.contains(secret.as_str()),
+                "{secret} in an output:\n{out}"
+            );
+        }
+    }
+}
+
+/// Secrets drawn under generated names into every carrier that is not plain JSON (a form with
+/// oddities, XML, spaced SSE, gzip, a body past the blob size), sent through the real daemon to
+/// a fake that answers each body back as it came: no file the daemon wrote (cassettes, blobs,
+/// run log, journal) and no output holds a secret of the request or the answer, and each
+/// recording replays with other secrets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_every_other_carrier_are_never_stored_and_replay_with_other_values() {
+    use proptest::strategy::{Strategy, ValueTree};
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    // A case: a name, a secret's tail (the alphabet of keys and tokens), a carrier.
+    let case = (secret_names(), "[A-Za-z0-9_.~-]{10,24}");
+    let cases: Vec<(String, String, u8)> = (0..10u8)
+        .map(|i| {
+            let (name, tail) = case.new_tree(&mut runner).unwrap().current();
+            (name, tail, i % 5)
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let send = |serve: &Serve, round: &'static str| {
+        let base = serve.for_test("secrets::t$other_carriers");
+        let cases = cases.clone();
+        async move {
+            let client = crate::support::http();
+            let mut answers = Vec::new();
+            for (i, (name, tail, kind)) in cases.iter().enumerate() {
+                let secret = format!("{round}{i}x{tail}");
+                let (content_type, encoding, body) = non_json_carrier(*kind, name, &secret);
+                let mut req = client
+                    .post(format!("{base}/openai/v1/case{i}/echo"))
+                    .header("content-type", content_type)
+                    .header("accept-encoding", "identity")
+                    .body(body);
+                if let Some(e) = encoding {
+                    req = req.header("content-encoding", e);
+                }
+                let resp = req.send().await.unwrap();
+                let status = resp.status();
+                let bytes = resp.bytes().await.unwrap();
+                assert_eq!(
+                    status,
+                    200,
+                    "{name} in carrier {kind}: {}",
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(500)])
+                );
+                answers.push(bytes);
+            }
+            answers
+        }
+    };
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let recorded = send(&rec, "livesecret").await;
+    let rec_out = rec.stop();
+    assert_eq!(fake.received().len(), cases.len());
+    // The client got each body back live, secret and all.
+    assert!(recorded.iter().enumerate().all(|(i, a)| {
+        let (_, _, kind) = &cases[i];
+        *kind == 3 || String::from_utf8_lossy(a).contains(&format!("livesecret{i}x"))
+    }));
+    let replay = Serve::replaying(dir.path());
+    let _ = send(&replay, "rotatedsecret").await;
+    let replay_out = replay.stop();
+    assert_eq!(fake.received().len(), cases.len(), "replay went upstream");
+    let secrets: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, tail, _))| {
+            [
+                format!("livesecret{i}x{tail}"),
+                format!("rotatedsecret{i}x{tail}"),
+            ]
+        })
+        .collect();
+    nowhere_decoded(dir.path(), &[&rec_out.stderr, &replay_out.stderr], &secrets);
+}
+
+/// `{"grant_type": "client_credentials", "client_secret": "br-<round>-secret-5Tq9Wz", "scope":
+/// "api"}` as Node's zlib writes it in brotli (no compressor is among the test's crates).
+const BROTLI_BODIES: [(&str, &str); 2] = [
+    ("live", "1b58000004c26d94fae52d1ab464c1286f100c5f53d4c901f3b7d377bb0652180420790e8fcf85645a1e2fa0b840e1b8a363d9ade2f4340e22b0f4c291b7665ac9478d5f365c84d5e099343b1f"),
+    ("rotated", "1b5b00008cc43826f183914ab2b951ea97211aa41586427033bc492728e3c887bcbae06b4e39606e8bd234903e3f805cef31766c8f81f8e102d20502a147b516ced5ac6f90c0d00f8412af1f3be18c839333ef82180eb6b1d1f001"),
+];
+
+/// A brotli request body (`content-encoding: br`) with a client secret, echoed back in brotli:
+/// the request is stored decoded without its secret, as the answer is, and a replay with
+/// another secret matches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brotli_request_loses_its_secret_and_replays_with_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let send = |serve: &Serve, hex_body: &str| {
+        let url = format!(
+            "{}/openai/v1/oauth2/echo",
+            serve.for_test("secrets::t$brotli")
+        );
+        let body = hex::decode(hex_body).unwrap();
+        async move {
+            let resp = crate::support::http()
+                .post(url)
+                .header("content-type", "application/json")
+                .header("content-encoding", "br")
+                .header("accept-encoding", "identity")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            let text = String::from_utf8_lossy(&resp.bytes().await.unwrap()).into_owned();
+            (status, text)
+        }
+    };
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let (status, _) = send(&rec, BROTLI_BODIES[0].1).await;
+    assert_eq!(status, 200);
+    let rec_out = rec.stop();
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--brotli/openai.json")).unwrap();
+    let stored: Value = serde_json::from_str(&cassette).unwrap();
+    let request = &stored["interactions"][0]["request"];
+    assert!(
+        request.to_string().contains(PLACEHOLDER),
+        "the request is kept decoded, its secret replaced: {request}"
+    );
+
+    let replay = Serve::replaying(dir.path());
+    let (status, text) = send(&replay, BROTLI_BODIES[1].1).await;
+    let replay_out = replay.stop();
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    nowhere(
+        dir.path(),
+        &[&rec_out.stderr, &replay_out.stderr, &text],
+        &["br-live-secret", "br-rotated-secret"],
+    );
+}
+
+/// `begin`'s body, a test process's secret-looking variables: learned as the daemon's own
+/// (a prompt holding one is stored without it); a body that is not that JSON is refused
+/// without quoting it, and one over the limit is refused naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn begin_learns_the_test_processs_secret_variables_and_never_quotes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let rec = Serve::recording(dir.path(), &format!("openai={}", fake.url()));
+    let client = crate::support::http();
+    let begin = |body: String| {
+        let url = format!("{}/__llmreplay/begin?test=secrets::t$begin", rec.base);
+        let client = client.clone();
+        async move {
+            let r = client.post(url).body(body).send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap())
+        }
+    };
+    let (status, said) = begin(r#"{"env": {"VAULT_TOKEN": 123456789012}}"#.into()).await;
+    assert_eq!(status, 400, "{said}");
+    assert!(!said.contains("123456789012"), "{said}");
+    let (status, said) = begin(format!(
+        "{{\"env\": {{\"A_TOKEN\": \"{}\"}}}}",
+        "x".repeat(300 << 10)
+    ))
+    .await;
+    assert_eq!(status, 413, "{said}");
+    assert!(said.contains("256 KiB"), "{said}");
+    let (status, said) = begin(
+        r#"{"env": {"VAULT_TOKEN": "vault-begin-5Tq9Wz", "PATH_KEY": "short", "HOME": "/home/ana-long-path"}}"#.into(),
+    )
+    .await;
+    assert_eq!(status, 200, "{said}");
+    let resp = client
+        .post(format!("{}/openai/v1/chat/completions", rec.for_test("secrets::t$begin")))
+        .json(&serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Use vault-begin-5Tq9Wz from /home/ana-long-path"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let out = rec.stop();
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--begin/openai.json")).unwrap();
+    assert!(
+        cassette.contains("/home/ana-long-path"),
+        "not a secret: {cassette}"
+    );
+    nowhere(dir.path(), &[&out.stderr], &["vault-begin-5Tq9Wz"]);
+}
+
+/// A streamed answer that writes a key a few characters an event (the fake echoes the prompt
+/// five characters a chunk), as a model's tokens cut one: AWS' example key, by its shape, and a
+/// key variable's value. The recording is kept (not refused), every delta losing its piece,
+/// and replays with the placeholder where the key stood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_a_stream_writes_across_its_events_is_cut_from_each_and_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let value = "vault-live-0123456789";
+    let prompt = format!("CHARS5 Keys: AKIAIOSFODNN7EXAMPLE and {value}.");
+    let send = |serve: &Serve| {
+        let url = format!(
+            "{}/openai/v1/chat/completions",
+            serve.for_test("secrets::t$deltas")
+        );
+        let body = serde_json::json!({"model": "gpt-4o-mini", "stream": true,
+            "messages": [{"role": "user", "content": prompt}]});
+        async move {
+            let resp = crate::support::http()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = resp.status();
+            (status.as_u16(), resp.text().await.unwrap())
+        }
+    };
+    let rec = Serve::in_mode(
+        dir.path(),
+        "record",
+        &format!("openai={}", fake.url()),
+        &[("VAULT_TOKEN", value)],
+    );
+    let (status, live) = send(&rec).await;
+    assert_eq!(status, 200, "{live}");
+    assert!(
+        live.contains("FODNN"),
+        "the client gets the live stream: {live}"
+    );
+    let rec_out = rec.stop();
+    let cassette =
+        std::fs::read_to_string(dir.path().join("c/secrets--t--deltas/openai.json")).unwrap();
+    let stored: Value = serde_json::from_str(&cassette).unwrap();
+    assert_eq!(
+        stored["interactions"][0]["summary"]["text"],
+        format!("You said: CHARS5 Keys: {PLACEHOLDER} and {PLACEHOLDER}."),
+        "{cassette}"
+    );
+    let replay = Serve::start_with_env(
+        dir.path(),
+        &["--cassette-dir", "c"],
+        &[("VAULT_TOKEN", value)],
+    );
+    let (status, replayed) = send(&replay).await;
+    let replay_out = replay.stop();
+    assert_eq!(status, 200, "{replayed}");
+    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
+    nowhere(
+        dir.path(),
+        &[&rec_out.stderr, &replay_out.stderr, &replayed],
+        &["FODNN", "7EXAM", "IAIOS", "ult-l", "ive-0", value],
+    );
+}
+
+/// A tool's or gateway's own key header (`X-Vault-Token`), named by its words rather than a
+/// list: masked in `-vv`'s request heads, and its value, once seen, replaced where a body
+/// holds it (here under a field no name rule knows, sent and echoed back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_header_named_by_its_words_is_masked_and_its_value_never_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let rec = Serve::in_mode_with(
+        dir.path(),
+        "record",
+        &format!("openai={}", fake.url()),
+        &[],
+        &["-vv"],
+    );
+    let value = "hvault-hdr-live-7Hq2Xz";
+    let resp = crate::support::http()
+        .post(format!(
+            "{}/openai/v1/vault/echo",
+            rec.for_test("secrets::t$header")
+        ))
+        .header("x-vault-token", value)
+        .json(&serde_json::json!({"note": format!("renew {value}")}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let out = rec.stop();
+    assert!(out.stderr.contains("x-vault-token: ***"), "{}", out.stderr);
+    let sent = &fake.received()[0];
+    assert!(sent
+        .headers
+        .iter()
+        .any(|(k, v)| k == "x-vault-token" && v == value));
+    nowhere(dir.path(), &[&out.stderr], &[value]);
+}
+
+/// A key variable's value in a request's path (an id a test took from a secret) is never
+/// shown: a replay's miss names the path with the placeholder, in the client's 404, the log
+/// and the report alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_in_a_missed_requests_path_is_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("c")).unwrap();
+    let value = "vaultpathlive7Hq2Xz9";
+    let replay = Serve::start_with_env(
+        dir.path(),
+        &["--cassette-dir", "c"],
+        &[("VAULT_TOKEN", value)],
+    );
+    let resp = crate::support::http()
+        .get(format!(
+            "{}/openai/v1/vaults/{value}/items?limit=2",
+            replay.for_test("secrets::t$path")
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 404);
+    let said = resp.text().await.unwrap();
+    assert!(said.contains("/v1/vaults/"), "{said}");
+    let out = replay.stop();
+    nowhere(dir.path(), &[&said, &out.stderr], &[value]);
 }
 
 /// A key's value where the run log and the daemon's log take their words from what a test and

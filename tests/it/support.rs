@@ -88,7 +88,8 @@ impl FakeState {
 }
 
 /// A fake LLM provider on 127.0.0.1. Prompts steer it: `FAIL500` and `RATE429` answer those
-/// statuses, `BREAK` cuts a stream off mid-way, `COUNT` puts the call number in the answer.
+/// statuses, `BREAK` cuts a stream off mid-way, `COUNT` puts the call number in the answer,
+/// `CHARS5` streams it five characters an event.
 pub struct FakeProvider {
     pub addr: SocketAddr,
     pub state: Arc<FakeState>,
@@ -275,6 +276,71 @@ async fn answer(
         );
         return Ok(json_response(token, &[]));
     }
+    // An echo: the request's body back as the answer, in its type and encoding (any carrier a
+    // secret can travel in, both ways).
+    if path.ends_with("/echo") {
+        let encoding = state.received.lock().unwrap().last().and_then(|r| {
+            r.headers
+                .iter()
+                .find(|(k, _)| k == "content-encoding")
+                .map(|(_, v)| v.clone())
+        });
+        let mut answer = Response::builder().header("content-type", content_type.as_str());
+        if let Some(encoding) = encoding {
+            answer = answer.header("content-encoding", encoding);
+        }
+        return Ok(answer
+            .body(
+                Full::new(bytes.clone())
+                    .map_err(|never| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap());
+    }
+    // OpenAI Realtime's ephemeral keys: a client secret as a bare `value`, and a session
+    // whose `client_secret` holds one. Each call's key is new, as the real service's are.
+    if path.ends_with("/realtime/client_secrets") {
+        let key = format!("ek_{:032x}", fresh_tag());
+        return Ok(json_response(
+            json!({"value": key, "expires_at": 1756310470, "session": {
+                "type": "realtime", "object": "realtime.session", "id": format!("sess_{n}"),
+                "model": body["session"]["model"].as_str().unwrap_or("gpt-realtime"),
+                "output_modalities": ["audio"], "instructions": "Be brief."}})
+            .to_string(),
+            &[],
+        ));
+    }
+    if path.ends_with("/realtime/sessions") {
+        let key = format!("ek_{:032x}", fresh_tag());
+        return Ok(json_response(
+            json!({"id": format!("sess_{n}"), "object": "realtime.session",
+                "model": body["model"].as_str().unwrap_or("gpt-realtime"), "modalities": ["audio", "text"],
+                "client_secret": {"value": key, "expires_at": 1756310470}})
+            .to_string(),
+            &[],
+        ));
+    }
+    // AWS STS as boto3 meets it: a form in, XML out. AssumeRole answers new temporary
+    // credentials; GetCallerIdentity names the key that signed it (from its Authorization).
+    let form = std::str::from_utf8(&bytes).unwrap_or("");
+    if path == "/" && form.starts_with("Action=AssumeRole&") {
+        let tag = format!("{:020x}", fresh_tag());
+        let xml = format!(
+            "<AssumeRoleResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\n  <AssumeRoleResult>\n    <AssumedRoleUser>\n      <AssumedRoleId>AROA3XFRBF535PLBIFPI4:ci</AssumedRoleId>\n      <Arn>arn:aws:sts::123456789012:assumed-role/ci-role/ci</Arn>\n    </AssumedRoleUser>\n    <Credentials>\n      <AccessKeyId>ASIA{}</AccessKeyId>\n      <SecretAccessKey>fake/sts+secret{tag}</SecretAccessKey>\n      <SessionToken>IQoJb3JpZ2luX2Vj-fake-session-{tag}</SessionToken>\n      <Expiration>2099-01-01T00:00:00Z</Expiration>\n    </Credentials>\n    <PackedPolicySize>6</PackedPolicySize>\n  </AssumeRoleResult>\n  <ResponseMetadata>\n    <RequestId>c6104cbe-af31-11e0-8154-cbc7ccf896c7</RequestId>\n  </ResponseMetadata>\n</AssumeRoleResponse>\n",
+            tag[..16].to_uppercase()
+        );
+        return Ok(Response::builder()
+            .header("content-type", "text/xml")
+            .body(full(xml))
+            .unwrap());
+    }
+    if path == "/" && form.starts_with("Action=GetCallerIdentity&") {
+        let xml = "<GetCallerIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">\n  <GetCallerIdentityResult>\n    <Arn>arn:aws:sts::123456789012:assumed-role/ci-role/ci</Arn>\n    <UserId>AROA3XFRBF535PLBIFPI4:ci</UserId>\n    <Account>123456789012</Account>\n  </GetCallerIdentityResult>\n  <ResponseMetadata>\n    <RequestId>01234567-89ab-cdef-0123-456789abcdef</RequestId>\n  </ResponseMetadata>\n</GetCallerIdentityResponse>\n";
+        return Ok(Response::builder()
+            .header("content-type", "text/xml")
+            .body(full(xml.to_string()))
+            .unwrap());
+    }
     if path == "/token" {
         let tokens = format!(
             "{{\"access_token\": \"ya29.fake-access-{n}\", \"expires_in\": 3599, \"refresh_token\": \"1//fake-refresh-{n}\", \"scope\": \"https://www.googleapis.com/auth/cloud-platform\", \"token_type\": \"Bearer\", \"id_token\": \"eyJhbGciOiJub25lIn0.fake-{n}.\"}}"
@@ -325,7 +391,16 @@ async fn answer(
         String::new()
     };
     let text = format!("You said: {prompt}{counted}{suffix}");
-    let words: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
+    // `CHARS5` streams the answer five characters an event, as tokens cut a key.
+    let words: Vec<String> = match prompt.contains("CHARS5") {
+        true => text
+            .chars()
+            .collect::<Vec<char>>()
+            .chunks(5)
+            .map(|c| c.iter().collect())
+            .collect(),
+        false => text.split_inclusive(' ').map(str::to_string).collect(),
+    };
     let gap = *state.chunk_gap.lock().unwrap();
     let hold = state.hold.lock().unwrap().clone();
     let breaks = prompt.contains("BREAK");
@@ -1218,6 +1293,15 @@ fn commit_matching(dir: &Path, pathspec: &str) {
 }
 
 /// A number this process has not handed out before, for names that must not collide.
+/// A value no run saw before (the time in nanoseconds and a counter): a fake's new secret.
+fn fresh_tag() -> u128 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    nanos.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ rand_suffix()
+}
+
 pub fn rand_suffix() -> u128 {
     static N: AtomicUsize = AtomicUsize::new(0);
     N.fetch_add(1, Ordering::SeqCst) as u128

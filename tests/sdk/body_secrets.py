@@ -5,7 +5,10 @@ Google's token endpoint, `toolcall PASSWORD TOKEN` sends a chat history whose as
 tool call carries a password in its `arguments` and whose tool result is a token as JSON text,
 with OpenAI's Chat Completions API, and `azure SECRET` gets a token with azure-identity's
 ClientSecretCredential from Microsoft Entra ID (both through the proxy the environment
-names). Prints what came back."""
+names), `realtime` asks OpenAI for a Realtime client secret (a bare `value`) and a beta
+Realtime session (its `client_secret.value`), and `sts KEY_ID SECRET` assumes a role with
+boto3 through AWS STS, then signs a GetCallerIdentity with the role's temporary credentials
+(through the proxy; boto3 trusts the run's CA by `AWS_CA_BUNDLE`). Prints what came back."""
 
 import json
 import sys
@@ -93,5 +96,53 @@ elif mode == "azure":
     )
     token = credential.get_token("https://cognitiveservices.azure.com/.default")
     print(json.dumps({"token": token.token}))
+elif mode == "realtime":
+    import openai
+
+    client = openai.OpenAI()
+    secret = client.realtime.client_secrets.create(
+        session={"type": "realtime", "model": "gpt-realtime", "instructions": "Be brief."},
+        expires_after={"anchor": "created_at", "seconds": 600},
+    )
+    session = client.beta.realtime.sessions.create(model="gpt-realtime")
+    print(
+        json.dumps(
+            {
+                "value": secret.value,
+                "expires_at": secret.expires_at,
+                "session": session.client_secret.value,
+                "session_expires_at": session.client_secret.expires_at,
+            }
+        )
+    )
+elif mode == "sts":
+    import boto3
+
+    sts = boto3.client(
+        "sts",
+        region_name="us-east-1",
+        aws_access_key_id=sys.argv[2],
+        aws_secret_access_key=sys.argv[3],
+    )
+    role = sts.assume_role(RoleArn="arn:aws:iam::123456789012:role/ci-role", RoleSessionName="ci")
+    creds = role["Credentials"]
+    assumed = boto3.client(
+        "sts",
+        region_name="us-east-1",
+        aws_access_key_id=creds["AccessKeyId"],
+        aws_secret_access_key=creds["SecretAccessKey"],
+        aws_session_token=creds["SessionToken"],
+    )
+    me = assumed.get_caller_identity()
+    print(
+        json.dumps(
+            {
+                "key_id": creds["AccessKeyId"],
+                "secret": creds["SecretAccessKey"],
+                "session": creds["SessionToken"],
+                "arn": me["Arn"],
+            }
+        )
+    )
 else:
     sys.exit(f"unknown mode {mode}")

@@ -4,7 +4,8 @@ answer: `mcp_client.py demo SHIM PYTHON SERVER_SCRIPT` (stdio through `cargo llm
 hard-coded https://tools.example/mcp, through capture), `mcp_client.py streams` (the GET
 listening stream and a resumed answer stream, at `$WEB_MCP_URL`), `mcp_client.py resume` (a
 replayed answer stream resumed with Last-Event-ID, on the wire), `mcp_client.py everything SHIM NODE
-INDEX_JS` (the reference server-everything through the shim). `MCP_B` changes an argument; `MCP_TIMEOUT` is how long the client waits for `whoami`."""
+INDEX_JS` (the reference server-everything through the shim), `mcp_client.py login SHIM PYTHON
+SERVER_SCRIPT` (the demo server's token tool, logging in with `$MCP_PASSWORD`, through the shim). `MCP_B` changes an argument; `MCP_TIMEOUT` is how long the client waits for `whoami`."""
 
 import asyncio
 import json
@@ -61,6 +62,12 @@ async def demo(session):
         say(whoami=f"failed: {type(e).__name__}")
     result = await session.call_tool("summarize", {"text": "a long text"})
     say(summarize=text_of(result), logs=logs)
+
+
+async def login(session):
+    await session.initialize()
+    result = await session.call_tool("login", {"user": "ana", "password": os.environ["MCP_PASSWORD"]})
+    say(login=json.loads(text_of(result)), error=bool(result.is_error))
 
 
 async def everything(session):
@@ -173,16 +180,17 @@ async def main():
                 await demo(s)
         return
     shim, program, script = sys.argv[2:5]
-    name = "demo" if kind == "demo" else "everything"
+    name = {"demo": "demo", "login": "vault"}.get(kind, "everything")
+    more = ["--login"] if kind == "login" else []
     # As the SDK does by default, the server gets a short list of variables only (no
     # LLMREPLAY_*): the two the demo server reads are passed on by name.
     passed = {k: os.environ[k] for k in ("MCP_SCHEMA", "MCP_ANSWER") if k in os.environ}
     params = StdioServerParameters(
-        command=shim, args=["llmreplay", "mcp", "--name", name, "--", program, script], env=passed or None
+        command=shim, args=["llmreplay", "mcp", "--name", name, "--", program, script, *more], env=passed or None
     )
     async with stdio_client(params) as (r, w):
         async with ClientSession(r, w, sampling_callback=sampling, logging_callback=on_log) as s:
-            await (demo(s) if kind == "demo" else everything(s))
+            await {"demo": demo, "login": login}.get(kind, everything)(s)
 
 
 asyncio.run(main())

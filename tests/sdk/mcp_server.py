@@ -1,8 +1,10 @@
 """A FastMCP-style server of the official Python `mcp` SDK (MCPServer in 2.x), over stdio or
 Streamable HTTP: `mcp_server.py [http PORT_FILE] [--json] [--resumable]` (`--resumable`: an
-event store, so that a closed stream is resumed with Last-Event-ID). `MCP_SCHEMA=v2` gives `add` another
+event store, so that a closed stream is resumed with Last-Event-ID). `--login` adds a tool that answers a new
+access token as JSON text. `MCP_SCHEMA=v2` gives `add` another
 input schema, `MCP_ANSWER` another answer, for the schema drift and --live tests."""
 
+import json
 import os
 import sys
 
@@ -61,10 +63,20 @@ async def slow_steps(ctx: Context) -> str:
     return "done in steps"
 
 
-# The streams' tools, only where they are tried, so that the other tests list the same tools.
+def login(user: str, password: str) -> str:
+    """Issues a new access token, as JSON in the result's text (a vault or an auth tool)."""
+    import secrets
+
+    return json.dumps({"access_token": "vault-at-" + secrets.token_hex(16), "token_type": "Bearer", "expires_in": 3600})
+
+
+# The streams' tools and the token tool, only where they are tried, so that the other tests
+# list the same tools.
 if "--resumable" in sys.argv:
     server.tool()(announce)
     server.tool()(slow_steps)
+if "--login" in sys.argv:
+    server.tool()(login)
 
 
 class Events(EventStore):

@@ -6,7 +6,9 @@ request from this process, whatever client or connection it comes on, under that
 the test, `POST /__llmreplay/end` says how it ended, so that `--record` leaves a test that passed
 with exactly what it recorded. Where the daemon cannot tell a connection's process (it says so
 in its answer), the plugin names the test in an `X-Test-Id` header through httpx's and
-requests' own send methods instead.
+requests' own send methods instead. `begin` carries the process's secret-looking variables
+(`*_TOKEN`, `*_KEY`, `*_SECRET`, `*_PASSWORD`, `*_CREDENTIALS`) as they are when the test
+starts, so that a key a conftest loaded is replaced wherever it turns up, as the daemon's own.
 
 With no daemon in the environment (`LLMREPLAY_BASE_URL`), it does nothing.
 """
@@ -35,11 +37,11 @@ def _root():
     return base.split("/t/", 1)[0].rstrip("/")
 
 
-def _post(root, route, **params):
+def _post(root, route, _body=b"", **params):
     # Percent-encoded, spaces as %20: the daemon reads a `+` as itself.
     query = urllib.parse.urlencode(params, quote_via=urllib.parse.quote)
     url = f"{root}/__llmreplay/{route}?{query}"
-    request = urllib.request.Request(url, data=b"", method="POST")
+    request = urllib.request.Request(url, data=_body, method="POST")
     try:
         with _OPENER.open(request, timeout=30) as answer:
             return json.load(answer)
@@ -86,6 +88,20 @@ def _hook_clients():
         requests.Session.send = session_send
 
 
+_SECRET_SUFFIXES = ("_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_CREDENTIALS")
+
+
+def _secret_env():
+    """This process's secret-looking variables as the test starts (a `.env` a conftest loaded
+    included), for the daemon to replace wherever their values turn up: `{"env": {...}}`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.upper().endswith(_SECRET_SUFFIXES) and len(v.strip()) >= 8
+    }
+    return json.dumps({"env": env}).encode() if env else b""
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     global _current
@@ -97,7 +113,7 @@ def pytest_runtest_protocol(item, nextitem):
     # Nothing said yet: a test that never reaches its call's report (Ctrl-C, a crash) did
     # not pass, and its end says "interrupted", never "passed".
     item.stash[_OUTCOME] = None
-    answer = _post(root, "begin", test=test, pid=os.getpid())
+    answer = _post(root, "begin", _secret_env(), test=test, pid=os.getpid())
     if answer is not None and not answer.get("peers", False):
         _hook_clients()
     _current = test
