@@ -997,3 +997,65 @@ async fn a_model_or_a_path_holding_a_key_reaches_no_log() {
     );
     nowhere(dir.path(), &[&stopped.stderr], &[secret]);
 }
+
+/// A client's bearer token for an MCP server over Streamable HTTP is a secret of the run, as a
+/// provider's key is: a tool's arguments that carry it, and the server's answer that echoes it,
+/// are stored with the placeholder, and the call replays with another token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_servers_bearer_token_is_learned_and_never_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        format!("[mcp.web]\nurl = \"{}/mcp/echo\"\n", fake.url()),
+    )
+    .unwrap();
+    let call = |serve: &Serve, token: &str| {
+        let url = format!("{}/mcp/web", serve.for_test("secrets::t$mcp_http"));
+        let token = token.to_string();
+        let body = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "lookup", "arguments": {"note": format!("use {token} for the wiki")}}
+        });
+        async move {
+            let answer = crate::support::http()
+                .post(url)
+                .bearer_auth(&token)
+                .header("accept", "application/json, text/event-stream")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    };
+    let live = "mcp-http-bearer-K2V8Q4";
+    let args = [
+        "--cassette-dir",
+        "c",
+        "--mode",
+        "record",
+        "--allow-credentials-to",
+        "127.0.0.1",
+    ];
+    let rec = Serve::start(dir.path(), &args);
+    let (status, said) = call(&rec, live).await;
+    assert_eq!(status, 200, "{said}");
+    assert!(
+        said.contains(live),
+        "the client gets the server's answer as it was: {said}"
+    );
+    let rec_out = rec.stop();
+    let cassette = std::fs::read_to_string(dir.path().join("c/secrets--t--mcp_http/mcp-web.json"))
+        .unwrap_or_else(|e| panic!("{e}: {}", rec_out.stderr));
+    assert!(cassette.contains(PLACEHOLDER), "{cassette}");
+    nowhere(dir.path(), &[&rec_out.stderr, &said], &[]);
+    nowhere(dir.path(), &[&rec_out.stderr], &[live]);
+
+    let rep = Serve::replaying(dir.path());
+    let other = "mcp-http-rotated-7HJ3";
+    let (status, replayed) = call(&rep, other).await;
+    assert_eq!(status, 200, "{replayed}");
+    let rep_out = rep.stop();
+    nowhere(dir.path(), &[&rep_out.stderr], &[live, other]);
+}

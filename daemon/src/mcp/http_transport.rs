@@ -114,6 +114,9 @@ async fn serve(
     parts: http::request::Parts,
     body: Bytes,
 ) -> Response<Body> {
+    // A client's bearer token for the server is a secret of the run, as a provider's key is:
+    // wherever it turns up (a tool's arguments, a result), it is replaced.
+    crate::credentials::learn(state, &parts.headers, parts.uri.query());
     let live = state.settings.live_mcp(route.provider.name.as_str());
     let replays = state.settings.mode == crate::Mode::Replay && !live;
     match parts.method {
