@@ -342,3 +342,81 @@ async fn a_session_the_upstream_cuts_is_passed_on_and_not_saved() {
         "nothing saved"
     );
 }
+
+/// A Gemini Live turn sent in a binary frame, as Live clients may send it, holding a key the
+/// daemon's environment knows and a secret-named field; the model's text frames echo the key.
+/// No file and no output holds either, and the session replays with other values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_a_binary_frame_and_its_echo_are_never_stored_and_replay() {
+    let mut fake = FakeRealtime::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let turn = |url: String, key: &'static str, token: &'static str| async move {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let setup = json!({"setup": {"model": "models/gemini-live-2.5-flash"}});
+        ws.send(Message::binary(setup.to_string().into_bytes()))
+            .await
+            .unwrap();
+        let first = ws.next().await.unwrap().unwrap();
+        assert!(first.to_text().unwrap().contains("setupComplete"));
+        let turn = json!({
+            "clientContent": {"turns": [{"role": "user", "parts": [{"text": format!("my key is {key}")}]}], "turnComplete": true},
+            "auth": {"access_token": token}
+        });
+        ws.send(Message::binary(turn.to_string().into_bytes()))
+            .await
+            .unwrap();
+        let mut said = String::new();
+        while let Some(Ok(m)) = ws.next().await {
+            let Message::Text(t) = m else { break };
+            said.push_str(t.as_str());
+            if t.as_str().contains("turnComplete") {
+                break;
+            }
+        }
+        ws.close(None).await.unwrap();
+        said
+    };
+    let path =
+        "/gemini/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
+    let (key, token) = ("live-binary-key-Q8W2E6R4", "live-binary-token-P0O9I8");
+    let rec = Serve::in_mode_with(
+        dir.path(),
+        "record",
+        &format!("gemini={}", fake.url()),
+        &[("MY_LIVE_SERVICE_TOKEN", key)],
+        &[],
+    );
+    let url = |serve: &Serve| {
+        format!("{}{path}", serve.for_test("live$binary")).replace("http://", "ws://")
+    };
+    let said = turn(url(&rec), key, token).await;
+    assert!(
+        said.contains(key),
+        "the client hears the echo as it was: {said}"
+    );
+    let rec_out = rec.stop();
+    fake.stop();
+    for (file, text) in crate::support::all_files(dir.path()) {
+        for secret in [key, token] {
+            assert!(
+                !text.contains(secret),
+                "{secret} in {}:\n{text}",
+                file.display()
+            );
+        }
+    }
+    assert!(!rec_out.stderr.contains(key) && !rec_out.stderr.contains(token));
+
+    let (other_key, other_token) = ("live-binary-key-Z1X2C3V4", "live-binary-token-M5N6B7");
+    let rep = Serve::in_mode_with(
+        dir.path(),
+        "replay",
+        "gemini=http://127.0.0.1:9",
+        &[("MY_LIVE_SERVICE_TOKEN", other_key)],
+        &[],
+    );
+    let replayed = turn(url(&rep), other_key, other_token).await;
+    assert!(replayed.contains("turnComplete"), "{replayed}");
+    let rep_out = rep.stop();
+    assert!(!rep_out.stderr.contains(other_token), "{}", rep_out.stderr);
+}
