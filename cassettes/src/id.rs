@@ -142,23 +142,7 @@ impl Slug {
                 .into()
         };
         let separated = separate(&normal, &SPEC_FILE_PREFIX);
-        let mut mapped = String::with_capacity(separated.len());
-        for c in separated.chars() {
-            match c {
-                'A'..='Z' => mapped.push(c.to_ascii_lowercase()),
-                'a'..='z' | '0'..='9' | '_' | '-' => mapped.push(c),
-                '$' => mapped.push_str("--"),
-                c if !c.is_ascii() && c.is_alphanumeric() => mapped.extend(c.to_lowercase()),
-                // A mark stays with the letter it marks; alone (a variation selector after an
-                // emoji, a mark at the start) it would make a name no one can see.
-                c if unicode_normalization::char::is_combining_mark(c)
-                    && mapped.chars().last().is_some_and(char::is_alphanumeric) =>
-                {
-                    mapped.push(c)
-                }
-                _ => mapped.push('-'),
-            }
-        }
+        let mapped = map_chars(&separated, true);
         let slug = finish(id, &mapped);
         // Names Windows keeps for devices: a folder of that name cannot be checked out there.
         let reserved = matches!(slug.0.as_str(), "con" | "prn" | "aux" | "nul")
@@ -175,15 +159,7 @@ impl Slug {
     /// dropped): where an older version kept this test's recordings, to move them from.
     pub fn legacy_from_test_id(id: &TestId) -> Slug {
         let separated = separate(id.as_str(), &LEGACY_SPEC_FILE_PREFIX);
-        let mut mapped = String::with_capacity(separated.len());
-        for c in separated.chars() {
-            match c {
-                'A'..='Z' => mapped.push(c.to_ascii_lowercase()),
-                'a'..='z' | '0'..='9' | '_' | '-' => mapped.push(c),
-                '$' => mapped.push_str("--"),
-                _ => mapped.push('-'),
-            }
-        }
+        let mapped = map_chars(&separated, false);
         finish(id, &mapped)
     }
 
@@ -191,6 +167,33 @@ impl Slug {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// Each character as a folder name holds it: ASCII letters lowercased, digits, `_` and `-` as
+/// they are, `$` as `--`; with `any_script`, letters of any script lowercased and a mark after
+/// the letter it marks; everything else `-`.
+fn map_chars(text: &str, any_script: bool) -> String {
+    let mut mapped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            'A'..='Z' => mapped.push(c.to_ascii_lowercase()),
+            'a'..='z' | '0'..='9' | '_' | '-' => mapped.push(c),
+            '$' => mapped.push_str("--"),
+            c if any_script && !c.is_ascii() && c.is_alphanumeric() => {
+                mapped.extend(c.to_lowercase())
+            }
+            // A mark stays with the letter it marks; alone (a variation selector after an
+            // emoji, a mark at the start) it would make a name no one can see.
+            c if any_script
+                && unicode_normalization::char::is_combining_mark(c)
+                && mapped.chars().last().is_some_and(char::is_alphanumeric) =>
+            {
+                mapped.push(c)
+            }
+            _ => mapped.push('-'),
+        }
+    }
+    mapped
 }
 
 /// The id with its title separators as `--`, and a spec file's name dropped where `prefix`
