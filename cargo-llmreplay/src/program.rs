@@ -22,37 +22,9 @@ pub fn program() -> &'static daemon::Program {
     PROGRAM.get_or_init(daemon::Program::default)
 }
 
-/// The subcommands: `cargo llmreplay` before one of these is a command to say in the program's
-/// name; anywhere else (a folder, a test's name) it is data, and left as it is.
-const SUBCOMMANDS: &[&str] = &[
-    "init", "test", "run", "serve", "status", "diff", "prune", "recover", "mv", "review", "rerun",
-    "match", "rekey", "mcp", "report", "help",
-];
-
 /// `text` with each command it names said in the program's name.
 pub fn speak(text: &str) -> Cow<'_, str> {
-    let name = program().as_str();
-    if name == WRITTEN_AS || !text.contains(WRITTEN_AS) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(WRITTEN_AS) {
-        let after = &rest[at + WRITTEN_AS.len()..];
-        let command = after
-            .strip_prefix(' ')
-            .map(|a| {
-                a.split(|c: char| !c.is_ascii_alphanumeric())
-                    .next()
-                    .unwrap_or("")
-            })
-            .is_some_and(|word| SUBCOMMANDS.contains(&word));
-        out.push_str(&rest[..at]);
-        out.push_str(if command { name } else { WRITTEN_AS });
-        rest = after;
-    }
-    out.push_str(rest);
-    Cow::Owned(out)
+    program().speak(text)
 }
 
 /// A command line whose usage, help and examples are said in the program's name.

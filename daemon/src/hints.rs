@@ -36,6 +36,37 @@ impl Program {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// `text` with each command it names (`cargo llmreplay` before a subcommand) said in this
+    /// name; `cargo llmreplay` anywhere else (a folder, a test's name) is data, left as it is.
+    pub fn speak<'a>(&self, text: &'a str) -> std::borrow::Cow<'a, str> {
+        const WRITTEN_AS: &str = "cargo llmreplay";
+        const SUBCOMMANDS: &[&str] = &[
+            "init", "test", "run", "serve", "status", "diff", "prune", "recover", "mv", "review",
+            "rerun", "match", "rekey", "mcp", "report", "help",
+        ];
+        if self.0 == WRITTEN_AS || !text.contains(WRITTEN_AS) {
+            return std::borrow::Cow::Borrowed(text);
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(at) = rest.find(WRITTEN_AS) {
+            let after = &rest[at + WRITTEN_AS.len()..];
+            let command = after
+                .strip_prefix(' ')
+                .map(|a| {
+                    a.split(|c: char| !c.is_ascii_alphanumeric())
+                        .next()
+                        .unwrap_or("")
+                })
+                .is_some_and(|word| SUBCOMMANDS.contains(&word));
+            out.push_str(&rest[..at]);
+            out.push_str(if command { &self.0 } else { WRITTEN_AS });
+            rest = after;
+        }
+        out.push_str(rest);
+        std::borrow::Cow::Owned(out)
+    }
 }
 
 impl Default for Program {
@@ -228,6 +259,12 @@ mod tests {
             "cargo-llmreplay"
         );
         assert_eq!(named("llmreplay", false).as_str(), "llmreplay");
+        // What it says to a test's client too: commands renamed, data left.
+        let pip = named("/venv/bin/cargo-llmreplay", false);
+        assert_eq!(
+            pip.speak("run `cargo llmreplay status --fix`; test cargo llmreplay rocks"),
+            "run `cargo-llmreplay status --fix`; test cargo llmreplay rocks"
+        );
         assert_eq!(named("/tmp/my tool", false).as_str(), "cargo-llmreplay");
         assert_eq!(named("", false).as_str(), "cargo-llmreplay");
         let program = named("cargo-llmreplay", false);

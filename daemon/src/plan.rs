@@ -127,7 +127,7 @@ fn call_for(
                 route.provider.kind,
                 StatusCode::BAD_REQUEST,
                 "llmreplay_error",
-                &e.to_string(),
+                &state.settings.program.speak(&e.to_string()),
             ))
         })?;
     Ok(Call::begin(
@@ -160,7 +160,7 @@ fn next_in_sequence(
             Ok((call, lookup.hit))
         }
         Err(e) => {
-            let message = e.to_string();
+            let message = state.settings.program.speak(&e.to_string()).into_owned();
             call.end(Outcome::Error, 400, Some(Detail::message(message.clone())));
             Err(Box::new(provider_error(
                 kind,
