@@ -136,11 +136,9 @@ impl Resolved {
         cassettes: &CassetteDirArg,
         upstream: &UpstreamArg,
     ) -> Result<Self> {
-        // A Python or Node project has no cargo workspace: its cassettes are found all the same.
-        let root = match crate::locate::workspace_root() {
-            Ok(root) => root,
-            Err(_) => crate::locate::project_root()?,
-        };
+        // The nearest project's: a cargo workspace, or a Python or Node project (inside a Rust
+        // workspace too), whose cassettes are its own.
+        let root = crate::locate::project_root()?;
         Self::at(
             root,
             None,

@@ -35,17 +35,32 @@ pub fn workspace_root() -> Result<PathBuf> {
     Ok(manifest.parent().map(Into::into).unwrap_or(manifest))
 }
 
-/// The project's root for commands that need no cargo (`run`, and the cassette commands in a
-/// Python or Node project): the cargo workspace when there is one, else the nearest folder
-/// up from here with `llmreplay.toml`, else with `.git`, else this one.
+/// The project's root for `run` and the cassette commands: the nearest folder up from here
+/// that is a project. A Rust crate's is its cargo workspace's root; a folder with
+/// `llmreplay.toml`, `pyproject.toml`, `setup.py`, `setup.cfg` or `package.json` is its own
+/// (so two Python projects inside one Rust workspace keep their cassettes apart); else the
+/// repository's root (`.git`); else this folder.
 pub fn project_root() -> Result<PathBuf> {
     let here =
         std::env::current_dir().map_err(|e| Error::io("cannot read the current directory", e))?;
-    if let Some(root) = root_from_manifests(&here) {
-        return Ok(root);
-    }
-    for marker in [daemon::CONFIG_FILE, ".git"] {
-        if let Some(dir) = here.ancestors().find(|d| d.join(marker).exists()) {
+    for dir in here.ancestors() {
+        if dir.join("Cargo.toml").is_file() {
+            // Cargo's rule where it is sure; else cargo says.
+            return match root_from_manifests(dir) {
+                Some(root) => Ok(root),
+                None => workspace_root(),
+            };
+        }
+        let own = [
+            daemon::CONFIG_FILE,
+            "pyproject.toml",
+            "setup.py",
+            "setup.cfg",
+            "package.json",
+        ]
+        .iter()
+        .any(|marker| dir.join(marker).is_file());
+        if own || dir.join(".git").exists() {
             return Ok(dir.to_path_buf());
         }
     }

@@ -927,3 +927,89 @@ async fn a_key_only_the_vitest_process_has_is_never_stored_and_replays_with_anot
         }
     }
 }
+
+/// Two Python projects inside one Rust workspace, each with `tests/test_chat.py`: each owns its
+/// cassettes (its nearest project root), so recording one again leaves the other's as they
+/// were, and `status` in each sees its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_projects_inside_a_rust_workspace_keep_their_own_cassettes() {
+    let Some(python) = sdk_python("pytest_llmreplay") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[workspace]\nmembers = []\nresolver = \"2\"\n",
+    )
+    .unwrap();
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sdk/pytest_suite");
+    for project in ["pyA", "pyB"] {
+        let at = dir.path().join(project);
+        std::fs::create_dir_all(at.join("tests")).unwrap();
+        std::fs::write(
+            at.join("pyproject.toml"),
+            "[project]\nname = \"p\"\nversion = \"0\"\n",
+        )
+        .unwrap();
+        std::fs::copy(suite.join("test_chat.py"), at.join("tests/test_chat.py")).unwrap();
+    }
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let pytest: Vec<&OsStr> = [python.as_os_str()]
+        .into_iter()
+        .chain(["-m", "pytest", "-q", "-p", "no:cacheprovider"].map(OsStr::new))
+        .collect();
+    for project in ["pyA", "pyB"] {
+        let (out, _) = run_keeping(&dir.path().join(project), &flags, &pytest, KEYS);
+        succeeded(&out);
+    }
+    let hello = |project: &str| {
+        let id = cassettes::TestId::new("tests/test_chat.py::test_hello");
+        dir.path()
+            .join(project)
+            .join("tests/cassettes")
+            .join(cassettes::Slug::from_test_id(&id).as_str())
+            .join("openai.json")
+    };
+    assert!(hello("pyA").is_file() && hello("pyB").is_file());
+    assert!(
+        !dir.path().join("tests/cassettes").exists(),
+        "nothing at the workspace's root"
+    );
+    let kept = std::fs::read(hello("pyB")).unwrap();
+    let mut changed = KEYS.to_vec();
+    changed.push(("SAMPLE_CHANGED", "1"));
+    let (again, _) = run_keeping(&dir.path().join("pyA"), &flags, &pytest, &changed);
+    succeeded(&again);
+    assert_eq!(
+        std::fs::read(hello("pyB")).unwrap(),
+        kept,
+        "pyB's recording is as it was"
+    );
+    let a = crate::support::read_json(&hello("pyA"));
+    assert_eq!(crate::support::prompts(&a), ["Hello again"]);
+    fake.stop();
+    for project in ["pyA", "pyB"] {
+        let mut status = Command::new(binary());
+        status
+            .current_dir(dir.path().join(project))
+            .args(["llmreplay", "status", "--check"]);
+        let status = Output::of(&mut status);
+        succeeded(&status);
+        assert!(
+            status
+                .stderr
+                .contains("cassettes in tests/cassettes are clean"),
+            "{}",
+            status.stderr
+        );
+        // pyA replays its new recording, pyB its first one.
+        let mut env = vec![("CI", "true")];
+        if project == "pyA" {
+            env.push(("SAMPLE_CHANGED", "1"));
+        }
+        let (replayed, _) = run_keeping(&dir.path().join(project), &[], &pytest, &env);
+        succeeded(&replayed);
+    }
+}
