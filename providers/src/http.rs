@@ -23,6 +23,13 @@ impl Family for Http {
         vec![("authorization", format!("Bearer {key}"))]
     }
 
+    /// Tracing that only reports, met through capture: Langfuse's OpenTelemetry export (its
+    /// Python SDK 3 and later sends every span there) and its older ingestion endpoint. Each
+    /// batch holds new ids and times, so recorded it would miss on every replay.
+    fn telemetry_paths(&self) -> &'static [&'static str] {
+        &["/api/public/otel/v1/traces", "/api/public/ingestion"]
+    }
+
     fn error_body(&self, _status: u16, code: &str, message: &str) -> Value {
         json!({ "error": { "code": code, "message": message } })
     }

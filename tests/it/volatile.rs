@@ -638,3 +638,58 @@ async fn configured_telemetry_paths_are_answered_whatever_their_body() {
     );
     assert_eq!(fake.received().len(), 2, "replay never reaches the sink");
 }
+
+/// Langfuse's trace export (OpenTelemetry, as its Python SDK 3+ sends it) and its ingestion
+/// endpoint are telemetry of any HTTP API with no setting: new spans replay with no miss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn langfuse_traces_are_telemetry_by_default() {
+    use crate::support::{http, Serve};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("llmreplay.toml"),
+        "[providers.langfuse]\nkind = \"http\"\nupstream = \"https://cloud.langfuse.com\"\n",
+    )
+    .unwrap();
+    let fake = FakeProvider::start().await;
+    let test = "traces$langfuse";
+    let paths = [
+        "/langfuse/api/public/otel/v1/traces",
+        "/langfuse/api/public/ingestion",
+    ];
+    let rec = Serve::recording(dir.path(), &format!("langfuse={}", fake.url()));
+    for path in paths {
+        let url = format!("{}{path}", rec.for_test(test));
+        http()
+            .post(&url)
+            .body(vec![0x0a, 0x01, 0x02])
+            .send()
+            .await
+            .unwrap();
+    }
+    assert!(rec.stop().status.success());
+    assert_eq!(
+        fake.received().len(),
+        2,
+        "both reach Langfuse while recording"
+    );
+    let replay = Serve::replaying(dir.path());
+    for path in paths {
+        let url = format!("{}{path}", replay.for_test(test));
+        // Answered here, as recorded or with 204, whatever the new spans hold.
+        http()
+            .post(&url)
+            .body(vec![0x0a, 0x09, 0x09, 0x09])
+            .send()
+            .await
+            .unwrap();
+    }
+    let journal = replay.journal().await;
+    let outcomes: Vec<&str> = journal
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["telemetry", "telemetry"], "{journal}");
+    assert!(replay.stop().status.success());
+}
