@@ -1013,3 +1013,78 @@ async fn python_projects_inside_a_rust_workspace_keep_their_own_cassettes() {
         succeeded(&replayed);
     }
 }
+
+/// pytest-rerunfailures: a test whose first attempt fails after its call, rerun once. The rerun
+/// begins the test again, so it is answered from the first recording as the first attempt was:
+/// recorded, then replayed offline (both attempts again) with nothing missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pytest_rerun_starts_its_tests_calls_afresh() {
+    let Some(python) = sdk_python("pytest_rerunfailures") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sdk/pytest_flaky");
+    std::fs::copy(
+        suite.join("test_flaky.py"),
+        dir.path().join("test_flaky.py"),
+    )
+    .unwrap();
+    let pytest: Vec<&OsStr> = [python.as_os_str()]
+        .into_iter()
+        .chain(
+            [
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--reruns",
+                "1",
+            ]
+            .map(OsStr::new),
+        )
+        .collect();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let state = tempfile::tempdir().unwrap();
+    let mut env = KEYS.to_vec();
+    env.push(("SAMPLE_STATE", state.path().to_str().unwrap()));
+    let recorded = run_in(dir.path(), &flags, &pytest, &env);
+    succeeded(&recorded);
+    assert!(
+        recorded.stdout.contains("1 passed, 1 rerun"),
+        "{}",
+        recorded.stdout
+    );
+    assert_eq!(fake.received().len(), 2, "both attempts called");
+    let id = cassettes::TestId::new("test_flaky.py::test_flaky");
+    let cassette = crate::support::read_json(
+        &dir.path()
+            .join("tests/cassettes")
+            .join(cassettes::Slug::from_test_id(&id).as_str())
+            .join("openai.json"),
+    );
+    assert_eq!(
+        crate::support::prompts(&cassette),
+        ["Retry me"],
+        "the passing attempt's call"
+    );
+    fake.stop();
+    let state = tempfile::tempdir().unwrap();
+    let replayed = run_in(
+        dir.path(),
+        &[],
+        &pytest,
+        &[
+            ("CI", "true"),
+            ("SAMPLE_STATE", state.path().to_str().unwrap()),
+        ],
+    );
+    succeeded(&replayed);
+    assert!(
+        replayed.stdout.contains("1 passed, 1 rerun"),
+        "{}",
+        replayed.stdout
+    );
+}

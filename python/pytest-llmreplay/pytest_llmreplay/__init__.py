@@ -130,6 +130,21 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 _OUTCOME = pytest.StashKey[str]()
+_ATTEMPTS = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # A rerun (pytest-rerunfailures runs the whole protocol again inside one) begins the test
+    # again: its calls are answered from the first of its recordings, as the first attempt's were.
+    if _OUTCOME not in item.stash:
+        return
+    attempts = item.stash.get(_ATTEMPTS, 0) + 1
+    item.stash[_ATTEMPTS] = attempts
+    root = _root()
+    if attempts > 1 and root is not None:
+        item.stash[_OUTCOME] = None
+        _post(root, "begin", _secret_env(), test=item.nodeid, pid=os.getpid())
 
 
 @pytest.hookimpl(hookwrapper=True)
