@@ -1088,3 +1088,51 @@ async fn a_pytest_rerun_starts_its_tests_calls_afresh() {
         replayed.stdout
     );
 }
+
+/// vitest's `retry`: a test whose first attempt fails after its call is run again; its
+/// `beforeEach` begins it again, so the retry is answered from the first recording as the
+/// first attempt was: recorded, then replayed offline (both attempts) with nothing missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vitest_retry_starts_its_tests_calls_afresh() {
+    let Some((dir, vitest)) = vitest_project() else {
+        return;
+    };
+    let node = crate::clients::node_clients().unwrap();
+    std::fs::remove_file(dir.path().join("chat.test.js")).unwrap();
+    std::fs::copy(
+        node.join("vitest_suite/flaky.test.js"),
+        dir.path().join("flaky.test.js"),
+    )
+    .unwrap();
+    let command: Vec<&OsStr> = vec![
+        OsStr::new("node"),
+        vitest.as_os_str(),
+        OsStr::new("run"),
+        OsStr::new("--reporter=dot"),
+    ];
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let state = tempfile::tempdir().unwrap();
+    let mut env = KEYS.to_vec();
+    env.push(("SAMPLE_STATE", state.path().to_str().unwrap()));
+    let recorded = run_in(dir.path(), &flags, &command, &env);
+    succeeded(&recorded);
+    assert_eq!(fake.received().len(), 2, "both attempts called");
+    fake.stop();
+    let state = tempfile::tempdir().unwrap();
+    let replayed = run_in(
+        dir.path(),
+        &[],
+        &command,
+        &[
+            ("CI", "true"),
+            ("SAMPLE_STATE", state.path().to_str().unwrap()),
+        ],
+    );
+    succeeded(&replayed);
+    assert!(
+        state.path().join("failed-once").exists(),
+        "the first attempt ran and failed"
+    );
+}
