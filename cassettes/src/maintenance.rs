@@ -223,95 +223,83 @@ pub struct LegacyFolder {
 
 /// The folders of `dir` the old slug rule named for the tests their cassettes name.
 pub fn legacy_folders(dir: &Path) -> Result<Vec<LegacyFolder>, Error> {
-    let mut found = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io(dir, e)),
     };
     let mut names: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     names.sort();
-    for folder in names {
-        let Some(name) = folder
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(str::to_string)
-        else {
-            continue;
-        };
-        let link = std::fs::symlink_metadata(&folder).is_ok_and(|m| m.file_type().is_symlink());
-        if !folder.is_dir() {
-            continue;
-        }
-        let mut tests: Vec<TestId> = Vec::new();
-        let mut unreadable = false;
-        for file in json_files(&folder).unwrap_or_default() {
-            match read_cassette(&file) {
-                Ok(c) => {
-                    let test = TestId::new(c.test.as_str());
-                    if !tests.contains(&test) {
-                        tests.push(test);
-                    }
-                }
-                Err(_) => unreadable = true,
-            }
-        }
-        let legacy: Vec<&TestId> = tests
-            .iter()
-            .filter(|t| {
-                Slug::legacy_from_test_id(t).as_str() == name
-                    && Slug::from_test_id(t).as_str() != name
-            })
-            .collect();
-        if legacy.is_empty() {
-            continue;
-        }
-        let to: Vec<PathBuf> = tests
-            .iter()
-            .map(|t| dir.join(Slug::from_test_id(t).as_str()))
-            .collect();
-        let stuck = if link {
-            Some("it is a symbolic link: move what it points to by hand".to_string())
-        } else if tests.len() > 1 {
-            Some(format!(
-                "the rule of 0.1.0 gave {} tests this one folder; move each test's cassettes (and the blobs they name) to its own folder by hand",
-                tests.len()
-            ))
-        } else if unreadable {
-            Some("a file in it cannot be read as a cassette".to_string())
-        } else if to[0].exists()
-            && std::fs::read_dir(&to[0]).map_or(true, |mut d| d.next().is_some())
-        {
-            Some(format!(
-                "{} is there already and not empty; move this folder's cassettes into it by hand",
-                to[0].display()
-            ))
-        } else {
-            None
-        };
-        found.push(LegacyFolder {
-            folder,
-            tests,
-            to,
-            stuck,
-        });
-    }
-    Ok(found)
+    Ok(names
+        .into_iter()
+        .filter_map(|folder| inspect_legacy(dir, folder))
+        .collect())
 }
 
-/// The folder an older version's slug rule gave `test`, when it is not today's and still holds
-/// a cassette of that test: its recordings, to be moved, never missed in silence.
-pub fn legacy_folder(dir: &Path, test: &TestId) -> Option<PathBuf> {
+/// The folder the old slug rule gave `test`, when it is not today's and still holds a cassette
+/// of that test: its recordings, to be moved, never missed in silence. Reads that folder alone.
+pub fn legacy_folder(dir: &Path, test: &TestId) -> Option<LegacyFolder> {
     let legacy = Slug::legacy_from_test_id(test);
     if legacy == Slug::from_test_id(test) {
         return None;
     }
-    let folder = dir.join(legacy.as_str());
-    let files = json_files(&folder).ok()?;
-    files
+    inspect_legacy(dir, dir.join(legacy.as_str())).filter(|l| l.tests.contains(test))
+}
+
+/// `folder` of `dir`, when the old slug rule named it for a test its cassettes name: where
+/// they belong now, and why it cannot be moved, if it cannot.
+fn inspect_legacy(dir: &Path, folder: PathBuf) -> Option<LegacyFolder> {
+    let name = folder.file_name().and_then(|n| n.to_str())?.to_string();
+    let link = std::fs::symlink_metadata(&folder).is_ok_and(|m| m.file_type().is_symlink());
+    if !folder.is_dir() {
+        return None;
+    }
+    let mut tests: Vec<TestId> = Vec::new();
+    let mut unreadable = false;
+    for file in json_files(&folder).unwrap_or_default() {
+        match read_cassette(&file) {
+            Ok(c) => {
+                let test = TestId::new(c.test.as_str());
+                if !tests.contains(&test) {
+                    tests.push(test);
+                }
+            }
+            Err(_) => unreadable = true,
+        }
+    }
+    let legacy = tests.iter().any(|t| {
+        Slug::legacy_from_test_id(t).as_str() == name && Slug::from_test_id(t).as_str() != name
+    });
+    if !legacy {
+        return None;
+    }
+    let to: Vec<PathBuf> = tests
         .iter()
-        .any(|f| read_cassette(f).is_ok_and(|c| c.test == test.as_str()))
-        .then_some(folder)
+        .map(|t| dir.join(Slug::from_test_id(t).as_str()))
+        .collect();
+    let stuck = if link {
+        Some("it is a symbolic link: move what it points to by hand".to_string())
+    } else if tests.len() > 1 {
+        Some(format!(
+            "the rule of 0.1.0 gave {} tests this one folder; move each test's cassettes (and the blobs they name) to its own folder by hand",
+            tests.len()
+        ))
+    } else if unreadable {
+        Some("a file in it cannot be read as a cassette".to_string())
+    } else if to[0].exists() && std::fs::read_dir(&to[0]).map_or(true, |mut d| d.next().is_some()) {
+        Some(format!(
+            "{} is there already and not empty; move this folder's cassettes into it by hand",
+            to[0].display()
+        ))
+    } else {
+        None
+    };
+    Some(LegacyFolder {
+        folder,
+        tests,
+        to,
+        stuck,
+    })
 }
 
 /// Moves each folder the old slug rule named (see [`legacy_folders`]) that can be moved to

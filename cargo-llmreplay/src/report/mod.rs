@@ -567,25 +567,20 @@ fn find_renames(
     missing: &mut [Missing],
     suite: &BTreeSet<TestId>,
 ) -> Result<(), cassettes::Error> {
-    // Folders the old slug rule named: `status --fix` moves them, or `status` says why not.
-    let legacy = if missing.is_empty() {
-        Vec::new()
-    } else {
-        cassettes::legacy_folders(cassette_dir)?
-    };
+    // A missing test's folder of the old slug rule: `status --fix` moves it, or `status` says
+    // why not. Only that folder is read, once a test.
+    let mut looked: BTreeMap<TestId, Option<bool>> = BTreeMap::new();
     for m in missing.iter_mut() {
-        let Some(folder) = legacy.iter().find(|l| l.tests.contains(&m.miss.test)) else {
-            continue;
-        };
-        let fix = if folder.stuck.is_none() {
-            "status --fix"
-        } else {
-            "status"
-        };
-        m.renamed_from = Some(RenamedFrom {
-            test: m.miss.test.to_string(),
-            command: format!("{} {fix}", crate::program()),
+        let movable = *looked.entry(m.miss.test.clone()).or_insert_with(|| {
+            cassettes::legacy_folder(cassette_dir, &m.miss.test).map(|l| l.stuck.is_none())
         });
+        if let Some(movable) = movable {
+            let fix = if movable { "status --fix" } else { "status" };
+            m.renamed_from = Some(RenamedFrom {
+                test: m.miss.test.to_string(),
+                command: format!("{} {fix}", crate::program()),
+            });
+        }
     }
     if missing.is_empty() || suite.is_empty() {
         return Ok(());
