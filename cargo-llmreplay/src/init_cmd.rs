@@ -119,8 +119,8 @@ pub fn run(args: InitArgs) -> Result<Outcome> {
     let cassettes = cassette_dir(&root);
     match &cassettes {
         Ok(dir) => {
-            let line = attributes(&root, dir)?;
-            if line.starts_with("wrote") || line.starts_with("added") {
+            let (line, changed) = attributes(&root, dir)?;
+            if changed {
                 written.push(".gitattributes".into());
             }
             say(format!("  {line}"));
@@ -286,8 +286,8 @@ fn cassette_dir(root: &Path) -> std::result::Result<String, String> {
 }
 
 /// Adds the line that keeps cassettes from line-ending conversion (they are compared byte for
-/// byte), once; says what it did.
-fn attributes(root: &Path, cassette_dir: &str) -> Result<String> {
+/// byte), once; says what it did, and whether it changed the file.
+fn attributes(root: &Path, cassette_dir: &str) -> Result<(String, bool)> {
     // git reads a pattern with spaces or a `#` only when quoted.
     let pattern = format!("{cassette_dir}/**");
     let line = if pattern.contains([' ', '#', '\t']) {
@@ -297,21 +297,20 @@ fn attributes(root: &Path, cassette_dir: &str) -> Result<String> {
     };
     let line = line.as_str();
     let path = root.join(".gitattributes");
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        let said = format!(
+            ".gitattributes is a symbolic link, which init does not follow: add the line `{line}` yourself"
+        );
+        return Ok((said, false));
+    }
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), e)),
     };
-    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Ok(
-            ".gitattributes is a symbolic link, which init does not follow: add the line `"
-                .to_string()
-                + line
-                + "` yourself",
-        );
-    }
     if text.lines().any(|l| l.trim() == line) {
-        return Ok(".gitattributes already keeps cassette bytes as recorded".into());
+        let said = ".gitattributes already keeps cassette bytes as recorded".to_string();
+        return Ok((said, false));
     }
     // The file's own line endings.
     let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
@@ -325,11 +324,12 @@ fn attributes(root: &Path, cassette_dir: &str) -> Result<String> {
     added.push_str(eol);
     std::fs::write(&path, added)
         .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
-    Ok(if text.is_empty() {
+    let said = if text.is_empty() {
         format!("wrote    .gitattributes ({line})")
     } else {
         format!("added    `{line}` to .gitattributes")
-    })
+    };
+    Ok((said, true))
 }
 
 /// GitHub reads workflows only at the repository's root: a project in a subfolder says so.

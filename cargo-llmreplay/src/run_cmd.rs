@@ -55,7 +55,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         .unwrap_or_else(|| resolved.default_report());
     let log = report.with_extension("log");
     // A miss tells the test's own output how to record it: with this very command.
-    resolved.settings.record_hint = Some(rerun_command(&args.command, "--record-missing", None));
+    resolved.settings.record_hint = Some(rerun_command(&args.command, "--record-missing"));
     let mut prepared = Prepared::new(resolved, None, Paths { report, log })?;
     let env = prepared.env(true);
     let mode = prepared.run.mode;
@@ -92,7 +92,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // The commands that record, for this command; pytest, vitest and jest can run one test.
     let runner = Runner::of(&args.command);
     for m in &mut reported.report.missing {
-        m.command = rerun_command(&args.command, "--record-missing", None);
+        m.command = rerun_command(&args.command, "--record-missing");
         m.rerecord = runner
             .filter(|_| m.miss.detail.same_call)
             .and_then(|(r, at)| r.one_test(at, &args.command, m.miss.test.as_str()))
@@ -207,12 +207,11 @@ fn regex_escape(text: &str) -> String {
 }
 
 /// `<program> run FLAG -- COMMAND`, quoted for the shell.
-fn rerun_command(command: &[OsString], flag: &str, test: Option<&str>) -> String {
-    let mut words: Vec<String> = command
+fn rerun_command(command: &[OsString], flag: &str) -> String {
+    let words: Vec<String> = command
         .iter()
         .map(|w| w.to_string_lossy().into_owned())
         .collect();
-    words.extend(test.map(str::to_string));
     rerun_words(&words, flag)
 }
 
@@ -253,7 +252,7 @@ mod tests {
         );
         // Without a test, the command as it was.
         assert_eq!(
-            rerun_command(&words(&line), "--record-missing", None),
+            rerun_command(&words(&line), "--record-missing"),
             format!("cargo llmreplay run --record-missing -- {line}")
         );
     }
