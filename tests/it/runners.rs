@@ -810,12 +810,30 @@ async fn a_key_only_the_test_process_has_is_never_stored_and_replays_with_anothe
         OsStr::new("no:cacheprovider"),
     ]
     .to_vec();
-    let live = "vault-live-7Hq2Xz9Lm";
-    let flags = record_flags(&fake);
+    vault_key_is_never_stored(
+        dir.path(),
+        &fake,
+        &pytest,
+        ("vault-live-7Hq2Xz9Lm", "vault-rotated-4Lm9Qp"),
+        &[dir.path()],
+    );
+}
+
+/// Records `command` with `DOTENV_VALUE` set to `live` (a key only the test process has, which
+/// the test sends and the stand-in echoes), then replays it offline with `other`: the replay
+/// matches, and no file under `dirs` and no output holds either value.
+fn vault_key_is_never_stored(
+    dir: &Path,
+    fake: &FakeProvider,
+    command: &[&OsStr],
+    (live, other): (&str, &str),
+    dirs: &[&Path],
+) {
+    let flags = record_flags(fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut env = KEYS.to_vec();
     env.push(("DOTENV_VALUE", live));
-    let (recorded, recorded_out) = run_keeping(dir.path(), &flags, &pytest, &env);
+    let (recorded, recorded_out) = run_keeping(dir, &flags, command, &env);
     succeeded(&recorded);
     assert!(
         answers(&recorded_out)["vault.txt"].contains(live),
@@ -823,11 +841,10 @@ async fn a_key_only_the_test_process_has_is_never_stored_and_replays_with_anothe
     );
     assert!(String::from_utf8_lossy(&fake.received()[0].raw).contains(live));
 
-    let other = "vault-rotated-4Lm9Qp";
     let (replayed, replayed_out) = run_keeping(
-        dir.path(),
+        dir,
         &[],
-        &pytest,
+        command,
         &[("CI", "true"), ("DOTENV_VALUE", other)],
     );
     succeeded(&replayed);
@@ -836,7 +853,7 @@ async fn a_key_only_the_test_process_has_is_never_stored_and_replays_with_anothe
         answers(&replayed_out)["vault.txt"],
         "You said: Check the vault with llmreplay-redacted"
     );
-    for (path, text) in crate::support::all_files(dir.path()) {
+    for (path, text) in dirs.iter().flat_map(|d| crate::support::all_files(d)) {
         for secret in [live, other] {
             assert!(!text.contains(secret), "{secret} in {}", path.display());
         }
@@ -884,48 +901,15 @@ async fn a_key_only_the_vitest_process_has_is_never_stored_and_replays_with_anot
         OsStr::new("run"),
         OsStr::new("--reporter=dot"),
     ];
-    let live = "vault-live-node-7Hq2Xz";
-    let flags = record_flags(&fake);
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut env = KEYS.to_vec();
-    env.push(("DOTENV_VALUE", live));
-    let (recorded, recorded_out) = run_keeping(dir.path(), &flags, &command, &env);
-    succeeded(&recorded);
-    assert!(answers(&recorded_out)["vault.txt"].contains(live));
-
-    let other = "vault-rotated-node-4Lm9";
-    let (replayed, replayed_out) = run_keeping(
+    // The project's own files (node_modules links to the shared clients) and what the runs wrote.
+    let (tests, target) = (dir.path().join("tests"), dir.path().join("target"));
+    vault_key_is_never_stored(
         dir.path(),
-        &[],
+        &fake,
         &command,
-        &[("CI", "true"), ("DOTENV_VALUE", other)],
+        ("vault-live-node-7Hq2Xz", "vault-rotated-node-4Lm9"),
+        &[&tests, &target],
     );
-    succeeded(&replayed);
-    assert_eq!(fake.received().len(), 1, "the replay sent nothing");
-    assert_eq!(
-        answers(&replayed_out)["vault.txt"],
-        "You said: Check the vault with llmreplay-redacted"
-    );
-    for (path, text) in crate::support::all_files(dir.path().join("tests").as_path())
-        .into_iter()
-        .chain(crate::support::all_files(
-            dir.path().join("target").as_path(),
-        ))
-    {
-        for secret in [live, other] {
-            assert!(!text.contains(secret), "{secret} in {}", path.display());
-        }
-    }
-    for out in [
-        &recorded.stderr,
-        &recorded.stdout,
-        &replayed.stderr,
-        &replayed.stdout,
-    ] {
-        for secret in [live, other] {
-            assert!(!out.contains(secret), "{secret} in:\n{out}");
-        }
-    }
 }
 
 /// Two Python projects inside one Rust workspace, each with `tests/test_chat.py`: each owns its
