@@ -5,6 +5,7 @@
 
 mod support;
 
+mod at_once;
 mod bodies;
 mod capture;
 mod cli;
