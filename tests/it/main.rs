@@ -21,6 +21,7 @@ mod network;
 mod peers;
 mod rerun;
 mod review;
+mod run_loop;
 mod runlog;
 mod runners;
 mod sdk;
