@@ -191,7 +191,18 @@ pub(crate) async fn control(
                         Some("false" | "0") | None => false,
                         Some(other) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: listed's filtered is true or false (whether the runner's own selection left tests out), not {other:?}")),
                     };
-                    state.journal.collected(&runner, filtered, names.lines())
+                    match state.journal.collected(&runner, filtered, names.lines()) {
+                        Ok(met) if !met.is_empty() => {
+                            let pairs: Vec<String> = met
+                                .iter()
+                                .take(10)
+                                .map(|(folder, one, other)| format!("{:?} and {:?} (folder {folder})", one.as_str(), other.as_str()))
+                                .collect();
+                            return text(StatusCode::CONFLICT, format!("cargo-llmreplay: tests whose ids share a cassette folder: {}; rename one of each pair (a distinct test name, pytest's ids=, a distinct describe or it title)", pairs.join("; ")));
+                        }
+                        Ok(_) => Ok(()),
+                        Err(bytes) => Err(bytes),
+                    }
                 }
                 _ => state.journal.listed(&binary, names.lines()),
             };

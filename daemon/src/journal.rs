@@ -70,6 +70,8 @@ pub struct Listings {
     pub runners: std::collections::BTreeSet<String>,
     /// Whether any runner's own selection left tests out (`-k`, `-t`, a test named).
     pub filtered: bool,
+    /// Each collected test's cassette folder, to find two that meet before either runs.
+    folders: std::collections::HashMap<String, TestId>,
 }
 
 #[derive(Default)]
@@ -460,20 +462,34 @@ impl Journal {
     }
 
     /// Notes the suite a test plugin collected (`runner`: pytest, vitest...), its ids as its
-    /// tests begin, and whether the runner's own selection left tests out (`filtered`).
+    /// tests begin, and whether the runner's own selection left tests out (`filtered`). Says
+    /// which of them meet another collected test at one cassette folder, before either runs:
+    /// `(folder, one, other)` each.
     pub fn collected<'a>(
         &self,
         runner: &str,
         filtered: bool,
         ids: impl Iterator<Item = &'a str>,
-    ) -> Result<(), usize> {
-        self.note_listed(ids.filter(|n| !n.is_empty()).map(TestId::new))?;
+    ) -> Result<Vec<(String, TestId, TestId)>, usize> {
+        let ids: Vec<TestId> = ids.filter(|n| !n.is_empty()).map(TestId::new).collect();
+        self.note_listed(ids.iter().cloned())?;
         let mut listings = self.listings.lock().expect("journal lock");
         if listings.runners.len() < 16 {
             listings.runners.insert(runner.to_string());
         }
         listings.filtered |= filtered;
-        Ok(())
+        let mut met = Vec::new();
+        for id in ids {
+            let slug = cassettes::Slug::from_test_id(&id).to_string();
+            match listings.folders.get(&slug) {
+                Some(owner) if *owner != id => met.push((slug, owner.clone(), id)),
+                Some(_) => {}
+                None => {
+                    listings.folders.insert(slug, id);
+                }
+            }
+        }
+        Ok(met)
     }
 
     /// What test plugins said of the suites they collected in this run.

@@ -144,3 +144,42 @@ async fn tests_at_once_in_one_process_are_told_apart_by_their_header_on_every_ro
     let _ = daemon.kill();
     let _ = daemon.wait();
 }
+
+/// A plugin's list of the suite it collected: two tests that would meet at one cassette
+/// folder are named, with the folder, before either runs; a bad `filtered` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collected_suite_names_tests_that_would_share_a_folder_before_they_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeProvider::start().await;
+    let upstream = format!("openai={}", fake.url());
+    let serve = crate::support::Serve::in_mode(dir.path(), "replay", &upstream, &[]);
+    let list = |query: &str, body: &str| {
+        let url = format!("{}/__llmreplay/listed?{query}", serve.base);
+        let body = body.to_string();
+        async move {
+            let answer = http().post(url).body(body).send().await.unwrap();
+            (answer.status().as_u16(), answer.text().await.unwrap())
+        }
+    };
+    let (status, said) = list(
+        "runner=pytest&filtered=false",
+        "t.py::test a\nt.py::test_b\n",
+    )
+    .await;
+    assert_eq!(status, 200, "{said}");
+    // Another worker's list, with one that meets `test a`'s folder.
+    let (status, said) = list(
+        "runner=pytest&filtered=false",
+        "t.py::test a\nt.py::test-a\n",
+    )
+    .await;
+    assert_eq!(status, 409, "{said}");
+    assert!(
+        said.contains("\"t.py::test a\" and \"t.py::test-a\" (folder t-py--test-a)"),
+        "{said}"
+    );
+    let (status, said) = list("runner=pytest&filtered=maybe", "t.py::x\n").await;
+    assert_eq!(status, 400, "{said}");
+    assert!(said.contains("filtered is true or false"), "{said}");
+    serve.stop();
+}
