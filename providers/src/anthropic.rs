@@ -137,10 +137,17 @@ impl Family for Anthropic {
 
     fn tokens(&self, usage: &Value) -> Option<Tokens> {
         // OpenAI's Responses API names its counts the same; that family reads those first.
-        let input = count(usage, "input_tokens")?;
+        let uncached = count(usage, "input_tokens")?;
+        let cache_read = count(usage, "cache_read_input_tokens").unwrap_or(0);
+        let cache_write = count(usage, "cache_creation_input_tokens").unwrap_or(0);
+        // Anthropic's `input_tokens` leaves out what the cache read and wrote; prices count
+        // them as input, at their own rates.
         Some(Tokens {
-            input,
+            input: uncached + cache_read + cache_write,
             output: count(usage, "output_tokens").unwrap_or(0),
+            cache_read,
+            cache_write,
+            reasoning: 0,
         })
     }
 

@@ -172,10 +172,18 @@ impl Family for Bedrock {
     fn tokens(&self, usage: &Value) -> Option<Tokens> {
         match (count(usage, "inputTokens"), count(usage, "outputTokens")) {
             (None, None) => None,
-            (i, o) => Some(Tokens {
-                input: i.unwrap_or(0),
-                output: o.unwrap_or(0),
-            }),
+            (i, o) => {
+                // The Converse API counts cache reads and writes apart from `inputTokens`.
+                let cache_read = count(usage, "cacheReadInputTokens").unwrap_or(0);
+                let cache_write = count(usage, "cacheWriteInputTokens").unwrap_or(0);
+                Some(Tokens {
+                    input: i.unwrap_or(0) + cache_read + cache_write,
+                    output: o.unwrap_or(0),
+                    cache_read,
+                    cache_write,
+                    reasoning: 0,
+                })
+            }
         }
     }
 

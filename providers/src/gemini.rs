@@ -131,10 +131,20 @@ impl Family for Gemini {
         if input.is_none() && output.is_none() && total.is_none() {
             return None;
         }
-        let input = input.unwrap_or(0);
+        let input = input.unwrap_or(0) + count(usage, "toolUsePromptTokenCount").unwrap_or(0);
+        let thoughts = count(usage, "thoughtsTokenCount").unwrap_or(0);
+        // Thinking is billed as output but counted apart from the candidates; the cached
+        // content is counted within the prompt.
+        let output = match output {
+            Some(candidates) => candidates + thoughts,
+            None => total.unwrap_or(0).saturating_sub(input),
+        };
         Some(Tokens {
             input,
-            output: output.unwrap_or_else(|| total.unwrap_or(0).saturating_sub(input)),
+            output,
+            cache_read: count(usage, "cachedContentTokenCount").unwrap_or(0),
+            cache_write: 0,
+            reasoning: thoughts,
         })
     }
 

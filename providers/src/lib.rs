@@ -289,13 +289,29 @@ impl Answer {
     }
 }
 
-/// Token counts, whatever the family names them.
+/// Token counts, whatever the family names them, counted the way prices are: `input` is every
+/// token the prompt held (cache reads and writes among them, though Anthropic counts those
+/// apart), `output` every token generated (reasoning among them, though Gemini counts those
+/// apart).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
     /// Tokens in.
     pub input: u64,
     /// Tokens out.
     pub output: u64,
+    /// Of `input`, those read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read: u64,
+    /// Of `input`, those written to the provider's prompt cache (Anthropic, Bedrock).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write: u64,
+    /// Of `output`, those the model reasoned with and did not show.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Tokens {
@@ -523,6 +539,11 @@ fn header(headers: &BTreeMap<String, String>, names: &[&str]) -> Option<String> 
 
 fn count(usage: &Value, key: &str) -> Option<u64> {
     usage.get(key).and_then(Value::as_u64)
+}
+
+/// A count inside `usage`, at a JSON pointer (`/prompt_tokens_details/cached_tokens`).
+fn count_at(usage: &Value, pointer: &str) -> Option<u64> {
+    usage.pointer(pointer).and_then(Value::as_u64)
 }
 
 #[cfg(test)]

@@ -81,6 +81,7 @@ impl Family for Ollama {
         Some(Tokens {
             input: input.unwrap_or(0),
             output: output.unwrap_or(0),
+            ..Tokens::default()
         })
     }
 

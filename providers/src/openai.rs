@@ -2,7 +2,8 @@
 //! the Responses API (whole and as events), embeddings, audio and images.
 
 use crate::{
-    args_text, content_text, count, header, last_user, str_at, Answer, Family, Kind, Tokens,
+    args_text, content_text, count, count_at, header, last_user, str_at, Answer, Family, Kind,
+    Tokens,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -158,6 +159,12 @@ impl Family for OpenAi {
     }
 
     fn tokens(&self, usage: &Value) -> Option<Tokens> {
+        // Anthropic names its counts as the Responses API does, and counts its cache apart.
+        if usage.get("cache_read_input_tokens").is_some()
+            || usage.get("cache_creation_input_tokens").is_some()
+        {
+            return None;
+        }
         let input = count(usage, "prompt_tokens").or_else(|| count(usage, "input_tokens"));
         let output = count(usage, "completion_tokens").or_else(|| count(usage, "output_tokens"));
         let total = count(usage, "total_tokens");
@@ -165,9 +172,25 @@ impl Family for OpenAi {
             return None;
         }
         let input = input.unwrap_or(0);
+        // Chat Completions and Responses name the details differently; both count cached
+        // tokens within the input and reasoning tokens within the output.
+        let detail = |chat: &str, responses: &str| {
+            count_at(usage, chat)
+                .or_else(|| count_at(usage, responses))
+                .unwrap_or(0)
+        };
         Some(Tokens {
             input,
             output: output.unwrap_or_else(|| total.unwrap_or(0).saturating_sub(input)),
+            cache_read: detail(
+                "/prompt_tokens_details/cached_tokens",
+                "/input_tokens_details/cached_tokens",
+            ),
+            cache_write: 0,
+            reasoning: detail(
+                "/completion_tokens_details/reasoning_tokens",
+                "/output_tokens_details/reasoning_tokens",
+            ),
         })
     }
 
