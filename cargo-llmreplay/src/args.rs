@@ -60,10 +60,21 @@ pub struct DaemonArgs {
     /// the recording; nothing is written. Repeatable.
     #[arg(long, value_name = "mcp:NAME", value_parser = parse_live)]
     pub live: Vec<String>,
+    /// While recording, stop sending requests upstream once the answers recorded cost this
+    /// much (US dollars: 2USD, 0.50USD), priced from their model and usage by the vendored
+    /// price table and [prices] of llmreplay.toml. A request that would replace a recording
+    /// whose own cost would pass the cap is not sent either. Each refused request is answered
+    /// 402 with the cap and the spend; what was recorded is kept; the run fails.
+    #[arg(long, value_name = "AMOUNT", value_parser = parse_money)]
+    pub max_spend: Option<ledger::Money>,
     #[command(flatten)]
     pub cassettes: CassetteDirArg,
     #[command(flatten)]
     pub upstream: UpstreamArg,
+}
+
+pub(crate) fn parse_money(s: &str) -> std::result::Result<ledger::Money, String> {
+    ledger::Money::parse_usd(s)
 }
 
 fn parse_live(s: &str) -> std::result::Result<String, String> {
@@ -115,7 +126,20 @@ impl DaemonArgs {
             allow_repeats: self.allow_repeats,
             allow_credentials_to: self.upstream.allow_credentials_to.clone(),
             live_mcp: self.live.clone(),
+            max_spend: self.max_spend,
         }
+    }
+
+    /// `--max-spend` holds a run that records to a cap: in a mode that saves nothing from
+    /// upstream it would hold nothing, and is refused rather than ignored.
+    pub fn check_max_spend(&self) -> Result<()> {
+        let mode = self.mode();
+        if self.max_spend.is_some() && !matches!(mode, Mode::Record | Mode::RecordMissing) {
+            return Err(Error::Usage(format!(
+                "--max-spend caps what recording spends, and mode {mode} records nothing; record with --record or --record-missing"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -155,6 +179,7 @@ impl Resolved {
     /// For a daemon rooted at `root`, with `config` instead of `root/llmreplay.toml` if given.
     pub fn daemon(root: PathBuf, config: Option<&Path>, args: &DaemonArgs) -> Result<Self> {
         args.check_ci()?;
+        args.check_max_spend()?;
         Self::at(root, config, &args.overrides())
     }
 

@@ -67,6 +67,12 @@ pub struct RerunArgs {
     /// Exit 1 when any answer changed.
     #[arg(long)]
     fail_on_change: bool,
+    /// Stop sending once the answers cost this much (US dollars: 2USD, 0.50USD), priced from
+    /// their model and usage by the vendored price table and [prices] of llmreplay.toml; a
+    /// request whose recording's own cost (on --model's price, if given) would pass the cap
+    /// is not sent. Each request not sent fails, naming the cap and the spend.
+    #[arg(long, value_name = "AMOUNT", value_parser = crate::args::parse_money)]
+    max_spend: Option<ledger::Money>,
     #[command(flatten)]
     cassettes: CassetteDirArg,
 }
@@ -164,11 +170,13 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         .map(|p| (p.name.as_str().to_string(), p.clone()))
         .collect();
     warn_of_missing_keys(&items, &providers);
+    let spend = daemon::Spend::new(settings.prices.clone(), args.max_spend);
     let request = Request {
         providers: &providers,
         model: args.model.as_deref(),
         params: &params,
         settings: &settings,
+        spend: &spend,
     };
     let outcomes = send_all(items, &request, args.jobs.into())?;
     let mut saves = Vec::new();
@@ -252,6 +260,8 @@ struct Request<'a> {
     model: Option<&'a str>,
     params: &'a [(String, Value)],
     settings: &'a Settings,
+    /// What the answers cost so far, against `--max-spend`.
+    spend: &'a daemon::Spend,
 }
 
 /// Sends every item, `jobs` at a time, with a progress bar on a terminal.
@@ -297,6 +307,23 @@ async fn send_one(item: &Item, request: &Request<'_>, resender: &Resender) -> Se
         request.params,
         request.settings,
     )?;
+    let spend = request.spend;
+    if spend.cap().is_some() {
+        // The old answer's usage, at the price of the model it will be sent to.
+        let model = request
+            .model
+            .map(str::to_string)
+            .or_else(|| ledger::model_of(&item.old));
+        let usage = item.old.summary.as_ref().and_then(|s| s.usage.as_ref());
+        let estimate = match spend
+            .prices()
+            .price(&item.provider, model.as_deref(), usage)
+        {
+            ledger::Priced::Cost(m) => Some(m),
+            ledger::Priced::Unpriced(_) => None,
+        };
+        spend.allow(estimate)?;
+    }
     let key = key_for(provider);
     let resent = resender
         .send(
@@ -308,6 +335,10 @@ async fn send_one(item: &Item, request: &Request<'_>, resender: &Resender) -> Se
         )
         .await
         .map_err(|e| e.to_string())?;
+    let usage = Summary::of(&resent.response).and_then(|s| s.usage);
+    let model =
+        ledger::answer_model(&resent.response.payloads()).or_else(|| outgoing.request.model());
+    spend.recorded(&item.provider, model.as_deref(), usage.as_ref());
     Ok((outgoing, resent))
 }
 

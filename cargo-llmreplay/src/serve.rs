@@ -134,6 +134,14 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
         .await
         .map_err(|e| Error::io("settling the recordings", std::io::Error::other(e)))?;
         let mut out = format!("cargo-llmreplay: {}\n", render::stats_sentence(&stats));
+        let ledger = journal.ledger();
+        if let Some(line) = crate::report::ledger_line(&ledger) {
+            out.push_str(&format!("  {}\n", crate::report::ledger_text(&line)));
+        }
+        let over_cap = crate::report::max_spend_sentence(&ledger);
+        if let Some(said) = &over_cap {
+            out.push_str(&format!("  error: {said}\n"));
+        }
         for (test, e) in &settled {
             out.push_str(&format!(
                 "  error: the recordings of {} were not written to its cassettes: {}; they are kept in the run's spool, and `{} recover` adds them once that is fixed\n",
@@ -174,7 +182,8 @@ pub fn run(args: ServeArgs) -> Result<Outcome> {
             stats.misses > 0
                 || stats.errors > 0
                 || !settled.is_empty()
-                || !store.collisions().is_empty(),
+                || !store.collisions().is_empty()
+                || over_cap.is_some(),
         ))
     })
 }

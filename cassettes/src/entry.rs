@@ -440,6 +440,26 @@ impl Entry {
         })
     }
 
+    /// Calls `f` with the recording of `key`'s `ordinal`-th request (its last, past them), as
+    /// loaded: its request and summary, its answer's bytes aside. None when there is none, or
+    /// the cassette cannot be read. For what a recording cost: the pricing of replays at the
+    /// run's end, and of a re-record before it is sent.
+    pub fn with_recorded<T>(
+        &self,
+        key: &Key,
+        ordinal: usize,
+        f: impl FnOnce(&Interaction) -> T,
+    ) -> Option<T> {
+        let mut state = self.state.lock().expect("entry lock");
+        let state = &mut *state;
+        let loaded = self
+            .ensure_loaded(&mut state.loaded, &state.run.pending)
+            .ok()?;
+        let positions = loaded.index.get(key)?;
+        let i = *positions.get(ordinal.min(positions.len().checked_sub(1)?))?;
+        Some(f(&loaded.cassette.interactions[i]))
+    }
+
     /// Counts a request of this attempt that went upstream and was not saved: the test then
     /// keeps its old recordings when the run ends (see [`Store::finish_test`]).
     pub fn note_unsaved(&self) {

@@ -62,6 +62,9 @@ struct FileConfig {
     telemetry: TelemetrySection,
     #[serde(default)]
     mcp: BTreeMap<String, McpEntry>,
+    /// `[prices."MODEL"]`: prices over the vendored table's.
+    #[serde(default)]
+    prices: BTreeMap<String, ledger::PriceOverride>,
 }
 
 /// `[mcp.NAME]`: a Streamable HTTP MCP server, served at `/mcp/NAME`.
@@ -311,6 +314,8 @@ pub struct Overrides {
     pub allow_credentials_to: Vec<String>,
     /// `--live mcp:NAME`: MCP servers run live in replay, their answers compared.
     pub live_mcp: Vec<String>,
+    /// `--max-spend`: what the answers recorded may cost before no request is sent upstream.
+    pub max_spend: Option<ledger::Money>,
 }
 
 /// The daemon's settings, checked and compiled.
@@ -364,6 +369,10 @@ pub struct Settings {
     /// The run's folder (`target/llmreplay/runs/<run id>`): its event log and, when the mode
     /// records, its spool. None: no run log (a daemon inside a library's test, say).
     pub run_dir: Option<PathBuf>,
+    /// The vendored price table with `[prices]` over it.
+    pub prices: ledger::Prices,
+    /// `--max-spend`.
+    pub max_spend: Option<ledger::Money>,
 }
 
 /// 128 random bits, as hex: the run's proxy secret.
@@ -690,6 +699,9 @@ impl Settings {
             }
             mcp.insert(name, url);
         }
+        let prices = ledger::Prices::vendored()
+            .with_overrides(&file.prices)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(Settings {
             mode: overrides.mode.unwrap_or_default(),
             cassette_dir: root.join(cassette_dir),
@@ -717,6 +729,8 @@ impl Settings {
             mcp,
             live_mcp: overrides.live_mcp.clone(),
             run_dir: None,
+            prices,
+            max_spend: overrides.max_spend,
         })
     }
 }

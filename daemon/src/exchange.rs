@@ -444,17 +444,11 @@ pub(crate) async fn save(
     Err(why)
 }
 
-/// The model an answer names and its usage block, as far as its payloads say.
+/// The model an answer names (else its request) and its usage block, as far as its payloads
+/// say.
 fn answer_facts(interaction: &Interaction) -> (Option<String>, Option<serde_json::Value>) {
     let usage = interaction.summary.as_ref().and_then(|s| s.usage.clone());
-    let model = interaction.response.payloads().iter().find_map(|p| {
-        p.get("model")
-            .or_else(|| p.pointer("/message/model"))
-            .or_else(|| p.pointer("/response/model"))
-            .and_then(|m| m.as_str())
-            .map(str::to_string)
-    });
-    (model, usage)
+    (ledger::model_of(interaction), usage)
 }
 
 /// Forwards an upstream answer frame by frame while keeping a copy, then records it.

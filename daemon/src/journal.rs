@@ -103,6 +103,8 @@ pub struct Journal {
     settled: Mutex<Vec<cassettes::TestChanges>>,
     /// Where the run's events go on disk, if anywhere.
     run_log: Option<std::sync::Arc<crate::run_log::RunLog>>,
+    /// What the answers saved cost, against `--max-spend`.
+    spend: crate::spend::Spend,
 }
 
 #[derive(Default)]
@@ -156,12 +158,16 @@ impl Journal {
         // The exchange has ended: whoever waits for its test goes on once it is recorded here.
         let flight = call.flight.take();
         let step = flight.as_ref().map(|f| f.step);
+        let answer = call.answer.take();
+        let (model, usage) = match answer.as_deref() {
+            Some((model, usage)) => (model.as_deref(), usage.as_ref()),
+            None => (None, None),
+        };
+        if outcome.saved() {
+            self.spend
+                .recorded(call.entry.provider.as_str(), model, usage);
+        }
         if let Some(run_log) = &self.run_log {
-            let answer = call.answer.take();
-            let (model, usage) = match answer.as_deref() {
-                Some((model, usage)) => (model.as_deref(), usage.as_ref()),
-                None => (None, None),
-            };
             run_log.exchange(&runlog::Exchange {
                 test: call.entry.test.as_str().into(),
                 step,
@@ -338,6 +344,69 @@ impl Journal {
                 tunnels: *count,
             })
             .collect()
+    }
+
+    /// Prices the answers it saves, and holds the run to a cap, with `spend`.
+    pub fn with_spend(mut self, spend: crate::spend::Spend) -> Self {
+        self.spend = spend;
+        self
+    }
+
+    /// What the answers saved so far cost, against `--max-spend`.
+    pub fn spend(&self) -> &crate::spend::Spend {
+        &self.spend
+    }
+
+    /// The run's ledger: each replay priced by what its recording cost (read from its
+    /// cassette now, once, rather than as it was answered), each answer saved by what it
+    /// reported. Replays past [`MAX_KEPT_HITS`] are counted as unpriced.
+    pub fn ledger(&self) -> runlog::report::Ledger {
+        let prices = self.spend.prices();
+        let mut replays = ledger::Tally::default();
+        {
+            let records = self.records.lock().expect("journal lock");
+            for r in records.iter().filter(|r| r.outcome == Outcome::Hit) {
+                let provider = r.call.entry.provider.as_str();
+                match r
+                    .call
+                    .entry
+                    .with_recorded(&r.call.key, r.call.ordinal, |i| {
+                        prices.estimate(provider, i)
+                    }) {
+                    Some(priced) => replays.add(priced),
+                    None => {
+                        *replays
+                            .unpriced
+                            .entry("(recording no longer in its cassette)".to_string())
+                            .or_default() += 1
+                    }
+                }
+            }
+        }
+        let past_kept = self.counted_hits.load(Ordering::Relaxed);
+        if past_kept > 0 {
+            *replays
+                .unpriced
+                .entry("(replays past the journal's limit)".to_string())
+                .or_default() += past_kept;
+        }
+        let recorded = self.spend.tally();
+        let mut unpriced = replays.unpriced.clone();
+        for (model, n) in &recorded.unpriced {
+            *unpriced.entry(model.clone()).or_default() += n;
+        }
+        runlog::report::Ledger {
+            prices_date: prices.date().to_string(),
+            saved_micros: replays.cost.micros(),
+            replays_priced: replays.priced,
+            replays_unpriced: replays.unpriced_count(),
+            spent_micros: recorded.cost.micros(),
+            recordings_priced: recorded.priced,
+            recordings_unpriced: recorded.unpriced_count(),
+            unpriced,
+            max_spend_micros: self.spend.cap().map(ledger::Money::micros),
+            refused_over_cap: self.spend.refused(),
+        }
     }
 
     /// Writes its events to `run_log` too.

@@ -41,6 +41,7 @@ mod server;
 mod session;
 pub mod settle;
 mod sigv4;
+mod spend;
 mod state;
 mod tee;
 pub mod upstream;
@@ -51,6 +52,7 @@ pub use hints::{
 };
 pub use journal::{short_json, ErrorAnswer, FieldValues, Journal, Listings, Miss, Outcome, Stats};
 pub use sigv4::SigningError;
+pub use spend::Spend;
 
 use cassettes::Store;
 use state::{InFlight, State};
@@ -151,13 +153,14 @@ impl Daemon {
                 )?);
             }
         }
+        let spend = spend::Spend::new(settings.prices.clone(), settings.max_spend);
         let state = Arc::new(State {
             store: Arc::new(store),
             interrupted: Arc::default(),
             loopback_port: local.ip().is_loopback().then_some(local.port()),
             faults: faults::Faults::with_declared(declared),
             settings,
-            journal: Arc::new(Journal::default().with_run_log(run_log)),
+            journal: Arc::new(Journal::default().with_run_log(run_log).with_spend(spend)),
             client,
             sessions: InFlight::default(),
             connections: InFlight::default(),

@@ -101,13 +101,52 @@ pub(crate) fn plan(
         // One recording a test: a re-record replaces it, quietly when its answer is the same.
         call.ordinal = 0;
     }
+    let replaces = hit.is_some();
     let plan = match (mode, hit) {
         (Mode::Replay | Mode::RecordMissing, Some(prepared)) => Plan::Replay(prepared),
         (Mode::Replay, None) if matches!(form, Form::Telemetry | Form::Listen) => Plan::Acknowledge,
         (Mode::Replay, None) => Plan::Miss,
         _ => Plan::Forward(Save::Yes),
     };
+    if matches!(plan, Plan::Forward(Save::Yes)) {
+        if let Err(message) = within_cap(state, &call, replaces) {
+            call.end(
+                Outcome::Refused,
+                402,
+                Some(Detail::message(message.clone())),
+            );
+            return Err(Box::new(provider_error(
+                kind,
+                StatusCode::PAYMENT_REQUIRED,
+                "llmreplay_max_spend",
+                &message,
+            )));
+        }
+    }
     Ok(Planned { call, delay, plan })
+}
+
+/// Whether a recording run's request may still go upstream under `--max-spend`: judged by
+/// what the run spent, and, for a request that replaces a recording, by what that cost. 402
+/// rather than 429: the SDKs retry a 429 (three refusals a call, each said), and no wait
+/// helps.
+fn within_cap(state: &State, call: &Call, replaces: bool) -> Result<(), String> {
+    let spend = state.journal.spend();
+    if spend.cap().is_none() {
+        return Ok(());
+    }
+    let estimate = replaces
+        .then(|| {
+            call.entry.with_recorded(&call.key, call.ordinal, |i| {
+                spend.prices().estimate(call.entry.provider.as_str(), i)
+            })
+        })
+        .flatten()
+        .and_then(|priced| match priced {
+            ledger::Priced::Cost(m) => Some(m),
+            ledger::Priced::Unpriced(_) => None,
+        });
+    spend.allow(estimate)
 }
 
 /// The journal's record of a request to `route` with `key`, before its place in the sequence

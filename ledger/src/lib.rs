@@ -12,7 +12,7 @@ mod table;
 pub use money::Money;
 pub use table::{ModelPrice, Rate};
 
-use cassettes::{Body, Interaction, RecordedRequest, Tokens};
+use cassettes::{Interaction, RecordedRequest, Tokens};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -260,42 +260,10 @@ pub fn answer_model(payloads: &[Value]) -> Option<String> {
     })
 }
 
-/// The model a request names: its body's `model`, else its path's (`/models/NAME:verb`,
-/// Bedrock's `/model/ID/verb`).
+/// The model a request names, as its family reads it (a body's `model`, Gemini's and
+/// Bedrock's paths).
 pub fn request_model(request: &RecordedRequest) -> Option<String> {
-    if let Body::Json { value, .. } = &request.body {
-        if let Some(m) = value.get("model").and_then(Value::as_str) {
-            return Some(m.to_string());
-        }
-    }
-    let path = request.path.as_str();
-    let (_, rest) = path
-        .split_once("/models/")
-        .or_else(|| path.split_once("/model/"))?;
-    let name = rest.split(['/', ':']).next()?;
-    let name = percent_decoded(name);
-    (!name.is_empty()).then_some(name)
-}
-
-/// Bedrock's model ids are percent-encoded in its paths (`…-v1%3A0`).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                out.push((hex(h).unwrap() * 16 + hex(l).unwrap()) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    request.model()
 }
 
 /// Costs added up: what was priced, how many calls, and the unpriced ones by what they name.

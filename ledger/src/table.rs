@@ -152,6 +152,7 @@ struct RawPrices {
 
 #[derive(Deserialize)]
 struct RawModel {
+    /// Named in errors; the table's own name for the model.
     id: String,
     #[serde(rename = "match")]
     rule: Rule,
@@ -174,7 +175,6 @@ struct RawTable {
 /// One model of the table.
 #[derive(Debug)]
 pub(crate) struct Model {
-    pub id: String,
     pub rule: Rule,
     pub price: ModelPrice,
 }
@@ -205,7 +205,6 @@ impl Table {
                     cache_write: rate(m.prices.cache_write_mtok).map_err(why)?,
                 };
                 models.push(Model {
-                    id: m.id,
                     rule: m.rule,
                     price,
                 });

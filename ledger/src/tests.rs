@@ -2,6 +2,7 @@
 //! micro-dollars per token).
 
 use super::*;
+use cassettes::Body;
 use serde_json::json;
 
 fn cost(provider: &str, model: &str, usage: Value) -> Priced {

@@ -100,6 +100,58 @@ pub struct Report {
     /// The first request that failed on its way (upstream unreachable, say), and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_failure: Option<Failure>,
+    /// What the run's replays saved and its recordings spent, by a dated price table.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<Ledger>,
+}
+
+/// The ledger of a run: the replays priced by what their recordings cost, the recordings by
+/// what their answers reported, in micro-dollars (US), rounded once from exact sums.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// The day the price table's prices were in force.
+    pub prices_date: String,
+    /// What the replays would have cost sent upstream.
+    pub saved_micros: u64,
+    /// Replays priced.
+    pub replays_priced: usize,
+    /// Replays not priced: their recording's model has no price, or it reported no usage.
+    pub replays_unpriced: usize,
+    /// What the answers recorded in this run cost.
+    pub spent_micros: u64,
+    /// Recordings priced.
+    pub recordings_priced: usize,
+    /// Recordings not priced.
+    pub recordings_unpriced: usize,
+    /// Every unpriced call (replay or recording) by its model, with how many.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unpriced: BTreeMap<String, usize>,
+    /// `--max-spend`, in micro-dollars, when the run had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_spend_micros: Option<u64>,
+    /// Requests refused, not sent, because the cap was reached.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub refused_over_cap: usize,
+}
+
+impl Ledger {
+    /// Adds another partition's ledger.
+    pub fn merge(&mut self, other: &Ledger) {
+        self.saved_micros += other.saved_micros;
+        self.replays_priced += other.replays_priced;
+        self.replays_unpriced += other.replays_unpriced;
+        self.spent_micros += other.spent_micros;
+        self.recordings_priced += other.recordings_priced;
+        self.recordings_unpriced += other.recordings_unpriced;
+        for (model, n) in &other.unpriced {
+            *self.unpriced.entry(model.clone()).or_default() += n;
+        }
+        self.refused_over_cap += other.refused_over_cap;
+        self.max_spend_micros = self.max_spend_micros.or(other.max_spend_micros);
+        if self.prices_date.is_empty() {
+            self.prices_date = other.prices_date.clone();
+        }
+    }
 }
 
 /// Which tests a run covered, as far as its nextest arguments tell.

@@ -12,6 +12,8 @@ mod summary;
 pub use command::{run, ReportCommand};
 pub use runlog::report::{Missing, RenamedFrom, Report, RunScope, Unused};
 pub use scope::{list_tests, read_list, scope_of, spawn_list};
+pub(crate) use sections::{ledger_line, max_spend_sentence};
+pub(crate) use summary::ledger_text;
 
 use crate::error::{exit, Error, Outcome, Result};
 use crate::render::{plural, term, Styles};
@@ -243,6 +245,11 @@ impl ReportExt for Report {
                 .run_log()
                 .map(|r| r.dir().join(runlog::EVENTS_FILE).display().to_string()),
             first_failure: inputs.journal.first_failure(),
+            ledger: Some(inputs.journal.ledger()).filter(|l| {
+                l.replays_priced + l.replays_unpriced + l.recordings_priced + l.recordings_unpriced
+                    > 0
+                    || l.max_spend_micros.is_some()
+            }),
         })
     }
 
@@ -336,6 +343,10 @@ impl ReportExt for Report {
             out.passed_through.extend(r.passed_through);
             out.collisions.extend(r.collisions);
             out.first_failure = out.first_failure.or(r.first_failure);
+            match (&mut out.ledger, r.ledger) {
+                (Some(a), Some(b)) => a.merge(&b),
+                (a, b) => *a = a.take().or(b),
+            }
             for e in r.error_answers {
                 if !out.error_answers.contains(&e) {
                     out.error_answers.push(e);
@@ -492,6 +503,13 @@ impl ReportExt for Report {
             why.push(format!(
                 "{} escaped to hosts with no recording: record them with the commands above, or name the hosts in [capture] pass",
                 plural(self.escaped.len(), "call")
+            ));
+        }
+        if let Some(l) = self.ledger.as_ref().filter(|l| l.refused_over_cap > 0) {
+            why.push(format!(
+                "--max-spend {} reached: {} not sent upstream; raise it or record the rest in another run",
+                ledger::Money::from_micros(l.max_spend_micros.unwrap_or_default()),
+                plural(l.refused_over_cap, "request")
             ));
         }
         if deny.contains(&Deny::Unused) && !self.unused.is_empty() {

@@ -26,6 +26,17 @@ pub struct Headline {
     /// What needs a look but fails no run by default, counted (`2 unused`): for a headline
     /// read without the sections.
     pub tallies: Vec<String>,
+    /// What the replays saved and the recordings spent, when any call was a model's.
+    pub ledger: Option<LedgerLine>,
+}
+
+/// The ledger in a sentence: `≈ $18.40 not spent by 1,240 replays (prices of 2026-11-27)`,
+/// and the calls no price was found for, by model (as a cassette named it: a renderer
+/// escapes it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LedgerLine {
+    pub said: String,
+    pub unpriced: Vec<(String, usize)>,
 }
 
 /// How much a section matters, from failing the run to worth a look.
@@ -45,6 +56,7 @@ pub enum Severity {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SectionKind {
     FirstFailure,
+    MaxSpend,
     ErrorAnswers,
     Recorded,
     Faults,
@@ -214,6 +226,7 @@ pub(super) fn sections(report: &Report, root: &Path) -> Sections {
             let said = format!("first failure ({}, {}): {cause}", f.test, f.status);
             Section::notice(K::FirstFailure, Warning, said)
         }),
+        max_spend_reached(report).map(|said| Section::notice(K::MaxSpend, Error, said)),
         (!report.error_answers.is_empty()).then(|| {
             let said = error_answers_line(&report.error_answers);
             Section::notice(K::ErrorAnswers, Warning, said)
@@ -360,6 +373,7 @@ pub(super) fn sections(report: &Report, root: &Path) -> Sections {
         headline: Headline {
             stats: stats_sentence(&report.counts),
             tallies,
+            ledger: report.ledger.as_ref().and_then(ledger_line),
         },
         sections: sections.into_iter().flatten().collect(),
         footer: Footer {
@@ -367,6 +381,67 @@ pub(super) fn sections(report: &Report, root: &Path) -> Sections {
             log: report.log.as_deref().filter(|_| went_wrong).map(rel),
         },
     }
+}
+
+/// The ledger's sentence; none when no call was priced or left unpriced.
+pub(crate) fn ledger_line(l: &runlog::report::Ledger) -> Option<LedgerLine> {
+    let money = |micros| ledger::Money::from_micros(micros);
+    let mut parts = Vec::new();
+    if l.replays_priced > 0 {
+        parts.push(format!(
+            "≈ {} not spent by {}",
+            money(l.saved_micros),
+            grouped(l.replays_priced, "replay")
+        ));
+    }
+    if l.recordings_priced > 0 {
+        parts.push(format!(
+            "≈ {} spent recording {}",
+            money(l.spent_micros),
+            grouped(l.recordings_priced, "answer")
+        ));
+    }
+    let unpriced: Vec<(String, usize)> = l.unpriced.iter().map(|(m, n)| (m.clone(), *n)).collect();
+    if parts.is_empty() && unpriced.is_empty() {
+        return None;
+    }
+    let said = match parts.is_empty() {
+        true => "no call was priced".to_string(),
+        false => format!("{} (prices of {})", parts.join("; "), l.prices_date),
+    };
+    Some(LedgerLine { said, unpriced })
+}
+
+/// `1,240 replays`: thousands grouped, as amounts are.
+fn grouped(n: usize, one: &str) -> String {
+    let mut digits = n.to_string();
+    let mut i = digits.len();
+    while i > 3 {
+        i -= 3;
+        digits.insert(i, ',');
+    }
+    match n {
+        1 => format!("1 {one}"),
+        _ => format!("{digits} {one}s"),
+    }
+}
+
+/// Why the run fails for `--max-spend`: the cap, what was spent, what was refused.
+fn max_spend_reached(report: &Report) -> Option<String> {
+    max_spend_sentence(report.ledger.as_ref()?)
+}
+
+/// Why a run fails for `--max-spend`, from its ledger; none when it refused nothing.
+pub(crate) fn max_spend_sentence(l: &runlog::report::Ledger) -> Option<String> {
+    if l.refused_over_cap == 0 {
+        return None;
+    }
+    let cap = ledger::Money::from_micros(l.max_spend_micros.unwrap_or_default());
+    Some(format!(
+        "--max-spend {cap} reached: {} spent recording, {} refused and not sent upstream (what was recorded before is kept); raise --max-spend or record the rest in another run",
+        ledger::Money::from_micros(l.spent_micros),
+        plural(l.refused_over_cap, "request")
+    ))
 }
 
 /// One command that records every missing test, when two or more tests missed (a renamed

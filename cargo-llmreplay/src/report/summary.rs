@@ -56,6 +56,9 @@ fn to_step_summary(sections: &Sections, failures: &[String]) {
 /// The summary for a terminal: a line per notice and per item, headings coloured by severity.
 pub(super) fn text(s: &Sections, report: &Path, styles: Styles) -> String {
     let mut out = format!("{} {}\n", styles.bold("cargo-llmreplay:"), s.headline.stats);
+    if let Some(ledger) = &s.headline.ledger {
+        let _ = writeln!(out, "  {}", ledger_text(ledger));
+    }
     for section in &s.sections {
         let heading = term(&section.heading);
         if section.items.is_empty() {
@@ -81,6 +84,20 @@ pub(super) fn text(s: &Sections, report: &Path, styles: Styles) -> String {
     let _ = writeln!(out, "report: {}", report.display());
     if let Some(log) = &s.footer.log {
         let _ = writeln!(out, "log: {} (a line per request)", term(log));
+    }
+    out
+}
+
+/// The ledger's sentence for a terminal, the unpriced models escaped.
+pub(crate) fn ledger_text(ledger: &super::sections::LedgerLine) -> String {
+    let mut out = ledger.said.clone();
+    let unpriced = ledger
+        .unpriced
+        .iter()
+        .map(|(model, n)| format!("{} ({n})", term(model)))
+        .collect::<Vec<_>>();
+    if !unpriced.is_empty() {
+        let _ = write!(out, "; unpriced: {}", unpriced.join(", "));
     }
     out
 }
@@ -202,6 +219,8 @@ enum Layout {
     Sentence(&'static str),
     /// The heading as a code span: it names paths from the cassettes.
     Code,
+    /// The heading as it is: only our words and numbers.
+    Said,
     /// A row per test, under these columns.
     Table(&'static [&'static str]),
     /// A bullet per file, under this line.
@@ -210,13 +229,14 @@ enum Layout {
 
 /// What the page shows, in its order: that it may be incomplete first, then what the run
 /// changed, then what fails it. What only the one who ran the tests acts on is left out.
-const PAGE: [(SectionKind, Layout); 8] = [
+const PAGE: [(SectionKind, Layout); 9] = [
     (
         SectionKind::StoppedEarly,
         Layout::Sentence(
             "nextest stopped at the first failure: tests after it did not run, so more may be missing.",
         ),
     ),
+    (SectionKind::MaxSpend, Layout::Said),
     (
         SectionKind::Recorded,
         Layout::Table(&["recorded in test", "what changed"]),
@@ -252,6 +272,18 @@ pub(super) fn markdown(s: &Sections) -> String {
         let _ = write!(out, " {tally}.");
     }
     out.push('\n');
+    if let Some(ledger) = &s.headline.ledger {
+        let _ = write!(out, "\n{}", ledger.said);
+        let unpriced = ledger
+            .unpriced
+            .iter()
+            .map(|(model, n)| format!("{} ({n})", code(model)))
+            .collect::<Vec<_>>();
+        if !unpriced.is_empty() {
+            let _ = write!(out, "; unpriced: {}", unpriced.join(", "));
+        }
+        out.push_str(".\n");
+    }
     for (kind, layout) in &PAGE {
         let Some(section) = s.sections.iter().find(|s| s.kind == *kind) else {
             continue;
@@ -262,6 +294,9 @@ pub(super) fn markdown(s: &Sections) -> String {
             }
             Layout::Code => {
                 let _ = writeln!(out, "\n{}", code(&section.heading));
+            }
+            Layout::Said => {
+                let _ = writeln!(out, "\n**{}.**", section.heading);
             }
             Layout::Table(columns) => table(&mut out, columns, section),
             Layout::List(intro) => list(&mut out, intro, section),
