@@ -16,6 +16,7 @@ mod faults;
 mod hostile;
 mod init;
 mod kept;
+mod ledger;
 mod mcp;
 mod network;
 mod peers;

@@ -89,7 +89,8 @@ impl FakeState {
 
 /// A fake LLM provider on 127.0.0.1. Prompts steer it: `FAIL500` and `RATE429` answer those
 /// statuses, `BREAK` cuts a stream off mid-way, `COUNT` puts the call number in the answer,
-/// `CHARS5` streams it five characters an event.
+/// `CHARS5` streams it five characters an event, `USAGE` gives OpenAI chat, Anthropic
+/// messages and Gemini answers the usage blocks of [`real_usage`].
 pub struct FakeProvider {
     pub addr: SocketAddr,
     pub state: Arc<FakeState>,
@@ -405,6 +406,7 @@ async fn answer(
     let hold = state.hold.lock().unwrap().clone();
     let breaks = prompt.contains("BREAK");
     let stream = body["stream"] == json!(true);
+    let usage = prompt.contains("USAGE").then_some(());
     if let Some(tool) = tool_asked(&body) {
         let streamed = stream || path.contains(":streamGenerateContent");
         return Ok(tool_answer(&path, &tool, n, streamed));
@@ -427,11 +429,21 @@ async fn answer(
                 .map(|w| format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": model, "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": null}]})))
                 .collect();
             events.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": model, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
+            // `stream_options.include_usage`: a last chunk with no choices and the usage.
+            if usage.is_some() && body["stream_options"]["include_usage"] == json!(true) {
+                events.push(format!("data: {}\n\n", json!({"id": id, "object": "chat.completion.chunk", "created": n, "model": model, "choices": [], "usage": real_usage("openai")})));
+            }
             events.push("data: [DONE]\n\n".into());
             sse(events, gap, breaks, "text/event-stream", hold.clone())
         } else {
             // OpenAI answers pretty-printed JSON with a final newline.
-            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": model, "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": words.len(), "total_tokens": 5 + words.len()}});
+            let counts = match usage {
+                Some(()) => real_usage("openai"),
+                None => {
+                    json!({"prompt_tokens": 5, "completion_tokens": words.len(), "total_tokens": 5 + words.len()})
+                }
+            };
+            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": model, "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": "stop"}], "usage": counts});
             json_response(
                 serde_json::to_string_pretty(&v).unwrap() + "\n",
                 &[
@@ -564,7 +576,14 @@ async fn answer(
             let mut events = vec![
                 format!(
                     "event: message_start\ndata: {}\n\n",
-                    json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant", "content": [], "model": body["model"], "usage": {"input_tokens": 5, "output_tokens": 1}}})
+                    json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant", "content": [], "model": body["model"], "usage": match usage {
+                        Some(()) => {
+                            let mut start = real_usage("anthropic");
+                            start["output_tokens"] = json!(1);
+                            start
+                        }
+                        None => json!({"input_tokens": 5, "output_tokens": 1}),
+                    }}})
                 ),
                 format!(
                     "event: content_block_start\ndata: {}\n\n",
@@ -579,7 +598,11 @@ async fn answer(
                 "event: content_block_stop\ndata: {}\n\n",
                 json!({"type": "content_block_stop", "index": 0})
             ));
-            events.push(format!("event: message_delta\ndata: {}\n\n", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": words.len()}})));
+            let out = match usage {
+                Some(()) => real_usage("anthropic")["output_tokens"].clone(),
+                None => json!(words.len()),
+            };
+            events.push(format!("event: message_delta\ndata: {}\n\n", json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": out}})));
             events.push(format!(
                 "event: message_stop\ndata: {}\n\n",
                 json!({"type": "message_stop"})
@@ -592,7 +615,11 @@ async fn answer(
                 hold.clone(),
             )
         } else {
-            json_response(json!({"id": id, "type": "message", "role": "assistant", "model": body["model"], "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": {"input_tokens": 5, "output_tokens": words.len()}}).to_string(), &[])
+            let counts = match usage {
+                Some(()) => real_usage("anthropic"),
+                None => json!({"input_tokens": 5, "output_tokens": words.len()}),
+            };
+            json_response(json!({"id": id, "type": "message", "role": "assistant", "model": body["model"], "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": counts}).to_string(), &[])
         }
     } else if path.contains(":generateContent") && !path.starts_with("/v1") {
         // Google's API has every path under its version, as `/v1beta/models/...`.
@@ -631,7 +658,16 @@ async fn answer(
         sse(events, gap, breaks, "text/event-stream", hold.clone())
     } else if path.contains(":generateContent") {
         // Google's JSON: indented, `": "`, and HTML-safe `\u` escapes serde_json never writes.
-        let v = json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 9}, "responseId": format!("r{n}")});
+        let mut v = json!({"candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5, "totalTokenCount": 9}, "responseId": format!("r{n}")});
+        if usage.is_some() {
+            v["usageMetadata"] = real_usage("gemini");
+            // The model's version is in the answer only: the request names it in its path.
+            let model = path
+                .split("/models/")
+                .nth(1)
+                .and_then(|m| m.split(':').next());
+            v["modelVersion"] = json!(model.unwrap_or("gemini"));
+        }
         json_response(encode_json(&v, JsonStyle::Google) + "\n", &[])
     } else if path == "/api/chat" || path == "/api/generate" {
         let chat = path == "/api/chat";
@@ -675,6 +711,25 @@ async fn answer(
             .unwrap()
     };
     Ok(resp)
+}
+
+/// Usage blocks as each family's API reports them, with cached and reasoning tokens, for
+/// prompts with `USAGE`. Their prices, worked out by hand, are in `tests/it/ledger.rs`.
+pub fn real_usage(family: &str) -> Value {
+    match family {
+        "openai" => json!({"prompt_tokens": 1200, "completion_tokens": 300, "total_tokens": 1500,
+            "prompt_tokens_details": {"cached_tokens": 1000, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 100, "audio_tokens": 0,
+                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}}),
+        "anthropic" => json!({"input_tokens": 200, "cache_creation_input_tokens": 1000,
+            "cache_read_input_tokens": 3000, "output_tokens": 400,
+            "cache_creation": {"ephemeral_5m_input_tokens": 1000, "ephemeral_1h_input_tokens": 0},
+            "service_tier": "standard"}),
+        "gemini" => json!({"promptTokenCount": 2000, "cachedContentTokenCount": 1500,
+            "candidatesTokenCount": 100, "thoughtsTokenCount": 200, "totalTokenCount": 2300,
+            "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 2000}]}),
+        _ => panic!("no usage for {family}"),
+    }
 }
 
 fn full(s: String) -> Body {
