@@ -252,6 +252,29 @@ async fn max_spend_refuses_the_request_past_the_cap_and_keeps_what_was_recorded(
         "the recording of the request refused in this run is kept from the last"
     );
 
+    // rerun, one request at a time: the first two (7,500) go; the third's recording would
+    // take the spend past 8,000, so it and the fourth are not sent, and fail naming the cap.
+    let before = fake.received().len();
+    let out = crate::support::Output::of(
+        Command::new(binary())
+            .current_dir(dir.path())
+            .args(["llmreplay", "rerun", "capped", "--save", "--jobs", "1"])
+            .args(cap)
+            .args(["--upstream", &format!("anthropic={}", fake.url())])
+            .env("ANTHROPIC_API_KEY", "sk-ant-ledger-test-key")
+            .env_remove("CI"),
+    );
+    assert_eq!(out.code, Some(1), "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(fake.received().len(), before + 2, "{}", out.stdout);
+    assert_eq!(
+        out.stdout
+            .matches("not sent upstream: this run spent $0.0075 of its --max-spend $0.008, and this request's recording cost $0.00375")
+            .count(),
+        2,
+        "{}",
+        out.stdout
+    );
+
     // A cap on a run that records nothing is refused, not ignored.
     let (code, _, stderr, _, _) = run_suite(dir.path(), &python, &fake, "capped", &cap);
     assert_eq!(code, Some(2), "{stderr}");
