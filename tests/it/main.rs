@@ -18,6 +18,7 @@ mod init;
 mod kept;
 mod mcp;
 mod network;
+mod pace;
 mod peers;
 mod rerun;
 mod review;
