@@ -17,6 +17,7 @@ mod init;
 mod kept;
 mod mcp;
 mod network;
+mod node_at_once;
 mod peers;
 mod rerun;
 mod review;
