@@ -20,12 +20,6 @@ function fullName(name) {
   return at ? `${at} > ${name}` : name;
 }
 
-// jest-circus keeps the collected tests on the environment's global, under a symbol of its own.
-function circusState() {
-  const symbol = Object.getOwnPropertySymbols(globalThis).find((s) => s.description === "JEST_STATE_SYMBOL");
-  return symbol ? globalThis[symbol] : undefined;
-}
-
 // Every test under `block`, by jest's own full name (its describes' names and its own, as
 // `currentTestName` says them); skipped and todo ones included.
 function testsOf(block, names = [], into = []) {
@@ -41,13 +35,18 @@ if (announce.root() !== null) {
   identity.reset();
   identity.install(globalThis);
   let current = null;
-  beforeAll(async () => {
-    const state = circusState();
-    if (!state || !state.rootDescribeBlock) return;
-    // `-t` and `.only` leave tests of the file out; `.skip` is the suite as written.
-    const filtered = Boolean(state.testNamePattern) || Boolean(state.hasFocusedTests);
-    await announce.listed("jest", testsOf(state.rootDescribeBlock), filtered);
-  });
+  // jest-circus's event handlers (on the environment's global, where its own live) see the
+  // collected suite as the run starts, even in a file whose tests are all skipped, where no
+  // hook runs. Another runner (jest-jasmine) lists nothing.
+  const handlers = globalThis[Symbol.for("EVENT_HANDLERS")];
+  if (Array.isArray(handlers)) {
+    handlers.push(async (event, state) => {
+      if (event.name !== "run_start" || !state || !state.rootDescribeBlock) return;
+      // `-t` and `.only` leave tests of the file out; `.skip` is the suite as written.
+      const filtered = Boolean(state.testNamePattern) || Boolean(state.hasFocusedTests);
+      await announce.listed("jest", testsOf(state.rootDescribeBlock), filtered);
+    });
+  }
   beforeEach(async () => {
     current = fullName(expect.getState().currentTestName);
     identity.started(current);

@@ -46,17 +46,41 @@ function filtered(file) {
   );
 }
 
+const LISTS = Symbol.for("llmreplay-test-setup.lists");
+
+async function list(file) {
+  await announce.listed("vitest", testsOf(file), filtered(file));
+}
+
+// Each file's suite, before its tests. The runner's onBeforeRunSuite sees every file, even one
+// whose tests are all skipped, where no hook runs; it is patched once per worker, on the class
+// every worker's runner is made from. Without that class (an older vitest), a beforeAll lists.
+function listEachFile() {
+  const runner = vitest.TestRunner && vitest.TestRunner.prototype;
+  if (runner && typeof runner.onBeforeRunSuite === "function") {
+    if (runner[LISTS]) return;
+    runner[LISTS] = true;
+    const original = runner.onBeforeRunSuite;
+    runner.onBeforeRunSuite = async function (suite) {
+      if (suite && suite.file === suite) await list(suite);
+      return original.call(this, suite);
+    };
+    return;
+  }
+  // No parameters declared: vitest 4+ reads a hook's first one as a fixtures pattern, and
+  // passes the file's suite second where older versions passed it first.
+  vitest.beforeAll(async function () {
+    const file = Array.from(arguments).find((a) => a && a.type === "suite" && Array.isArray(a.tasks));
+    if (file) await list(file);
+  });
+}
+
 const outcomes = { pass: "passed", fail: "failed", skip: "skipped", todo: "skipped" };
 
 if (announce.root() !== null) {
   identity.reset();
   identity.install(globalThis);
-  // No parameters declared: vitest 4+ reads a hook's first one as a fixtures pattern, and
-  // passes the file's suite second where older versions passed it first.
-  vitest.beforeAll(async function () {
-    const file = Array.from(arguments).find((a) => a && a.type === "suite" && Array.isArray(a.tasks));
-    if (file) await announce.listed("vitest", testsOf(file), filtered(file));
-  });
+  listEachFile();
   // aroundEach (vitest 4.1+) runs the test's hooks and body inside the callback: the test's
   // async context, which concurrent tests do not share.
   if (typeof vitest.aroundEach === "function") {

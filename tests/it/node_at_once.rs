@@ -124,7 +124,8 @@ async fn vitest_worker_threads_keep_each_tests_calls_apart() {
 
 /// jest with `workerThreads: true`: three files in three threads of one process, called at
 /// once; each folder holds its own test's call, replayed identically three times; a changed
-/// prompt misses under its own test's name.
+/// prompt misses under its own test's name. A renamed test's folder is then an orphan
+/// `--deny unused` names, and a `.skip` test's is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jest_worker_threads_keep_each_tests_calls_apart() {
     let files = [
@@ -159,6 +160,37 @@ async fn jest_worker_threads_keep_each_tests_calls_apart() {
     let missing = report["missing"].as_array().unwrap();
     assert_eq!(missing.len(), 1, "{report}");
     assert_eq!(missing[0]["test"], tests[1].0, "{report}");
+
+    // jest lists each file's tests: a deleted test's folder is an orphan, a skipped one's not.
+    let one = dir.path().join("one.test.cjs");
+    let skipped =
+        std::fs::read_to_string(&one)
+            .unwrap()
+            .replacen("test(\"first\"", "test.skip(\"first\"", 1);
+    assert!(skipped.contains("test.skip("));
+    std::fs::write(&one, skipped).unwrap();
+    let two = dir.path().join("two.test.cjs");
+    let without =
+        std::fs::read_to_string(&two)
+            .unwrap()
+            .replacen("test(\"asks\"", "test(\"asks anew\"", 1);
+    std::fs::write(&two, without).unwrap();
+    let (denied, _) = run_keeping(
+        dir.path(),
+        &["--deny", "unused"],
+        &command,
+        &[("CI", "true")],
+    );
+    assert_ne!(denied.code, Some(0), "{}", denied.stderr);
+    let report = read_json(&dir.path().join("target/llmreplay/report.json"));
+    let unused = report["unused"].to_string();
+    let slug = |test: &str| {
+        let folder = folder(dir.path(), test);
+        folder.file_name().unwrap().to_string_lossy().into_owned()
+    };
+    assert!(unused.contains(&slug(tests[1].0)), "{report}");
+    assert!(!unused.contains(&slug(tests[0].0)), "{report}");
+    assert!(!unused.contains(&slug(tests[2].0)), "{report}");
 }
 
 /// `describe.concurrent`: two tests of one file call at once, one with fetch (the `openai` SDK),
@@ -179,13 +211,16 @@ async fn vitest_concurrent_tests_keep_their_fetch_and_http_calls_apart() {
 }
 
 /// vitest lists each file's whole suite: a test deleted after recording leaves an orphaned
-/// folder that `--deny unused` names, while the tests `-t` leaves out are neither orphans nor
-/// unused.
+/// folder that `--deny unused` names, while the tests `-t` leaves out and a `.skip` test are
+/// neither orphans nor unused, nor are the tests of a file whose tests are all skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_vitest_tests_folder_is_an_orphan_and_a_filtered_ones_is_not() {
     let Some((dir, vitest)) = vitest_project() else {
         return;
     };
+    let twin = dir.path().join("twin.test.js");
+    let node = crate::clients::node_clients().unwrap();
+    std::fs::copy(node.join("vitest_suite/twin.test.js"), &twin).unwrap();
     let mut fake = FakeProvider::start().await;
     let flags = record_flags(&fake);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
@@ -217,7 +252,17 @@ async fn a_deleted_vitest_tests_folder_is_an_orphan_and_a_filtered_ones_is_not()
         "",
     );
     assert_ne!(without_bye, source, "the sample's bye test moved");
+    // A skipped test is still the suite's: its folder is no orphan.
+    let without_bye = without_bye.replacen("\ntest(\"top level\"", "\ntest.skip(\"top level\"", 1);
+    assert!(without_bye.contains("test.skip(\"top level\""));
     std::fs::write(&file, without_bye).unwrap();
+    // A file whose tests are all skipped runs no hook: it is listed all the same.
+    let all_skipped = std::fs::read_to_string(&twin)
+        .unwrap()
+        .replace("\ntest(\"", "\ntest.skip(\"")
+        .replace("  test(\"", "  test.skip(\"");
+    assert_eq!(all_skipped.matches("test.skip(").count(), 3);
+    std::fs::write(&twin, all_skipped).unwrap();
     let (denied, _) = run(&["--deny", "unused"], &[]);
     assert_ne!(denied.code, Some(0), "{}", denied.stderr);
     let slug = |folder: &Path| folder.file_name().unwrap().to_string_lossy().into_owned();
@@ -230,4 +275,13 @@ async fn a_deleted_vitest_tests_folder_is_an_orphan_and_a_filtered_ones_is_not()
     let unused = report["unused"].to_string();
     assert!(unused.contains(&slug(&bye)), "{report}");
     assert!(!unused.contains(&slug(&top)), "{report}");
+    for test in [
+        "twin.test.js > chat > hello",
+        "twin.test.js > 挨拶する",
+        "twin.test.js > Приветствие",
+    ] {
+        let twin = folder(dir.path(), test);
+        assert!(twin.is_dir(), "{test}");
+        assert!(!unused.contains(&slug(&twin)), "{test}: {report}");
+    }
 }
