@@ -45,6 +45,12 @@ function post(route, params, body = "") {
       res.setEncoding("utf8");
       res.on("data", (c) => (body += c));
       res.on("end", () => {
+        if (res.statusCode >= 400) {
+          // The daemon says what is wrong and what to do: a refusal must not pass unseen.
+          process.stderr.write(`llmreplay-test-setup: the daemon refused ${route} (${res.statusCode}): ${body.trim()}\n`);
+          resolve({ refused: body.trim() });
+          return;
+        }
         try {
           resolve(JSON.parse(body));
         } catch {
@@ -71,9 +77,13 @@ function end(test, outcome) {
 }
 
 /** The collected suite of `runner` (its tests' ids, as begin names them, skipped ones
- * included); `filtered` when the runner's own selection left some out. */
-function listed(runner, tests, filtered) {
-  return post("listed", { runner, filtered: Boolean(filtered) }, tests.map((t) => `${t}\n`).join(""));
+ * included); `filtered` when the runner's own selection left some out. Throws the daemon's
+ * message when it refuses the list. */
+async function listed(runner, tests, filtered) {
+  const body = tests.map((t) => `${t}\n`).join("");
+  const answer = await post("listed", { runner, filtered: Boolean(filtered) }, body);
+  // Refused (two tests that would share a folder): the file fails before any test runs.
+  if (answer && answer.refused !== undefined) throw new Error(answer.refused);
 }
 
 module.exports = { begin, end, listed, root };

@@ -285,3 +285,32 @@ async fn a_deleted_vitest_tests_folder_is_an_orphan_and_a_filtered_ones_is_not()
         assert!(!unused.contains(&slug(&twin)), "{test}: {report}");
     }
 }
+
+/// Two vitest tests whose ids would share a cassette folder: the daemon refuses the file's
+/// listing, and the file fails with its message before either test calls anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vitest_tests_that_would_share_a_folder_fail_before_they_call() {
+    let files = ["ask.js", "collide.test.js", "vitest.config.mjs"];
+    let Some(dir) = project("vitest_threads", &files) else {
+        return;
+    };
+    let same = |test: &str| folder(dir.path(), test);
+    assert_eq!(
+        same("collide.test.js > say hi"),
+        same("collide.test.js > say-hi")
+    );
+    let vitest = dir.path().join("node_modules/vitest/vitest.mjs");
+    let command = node_command(&vitest, &["run", "--reporter=dot"]);
+    let fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (refused, out) = run_keeping(dir.path(), &flags, &command, KEYS);
+    assert_ne!(refused.code, Some(0), "{}", refused.stderr);
+    let said = format!("{}{}", refused.stdout, refused.stderr);
+    assert!(
+        said.contains("tests whose ids share a cassette folder"),
+        "{said}"
+    );
+    assert!(fake.received().is_empty());
+    assert!(answers(&out).is_empty());
+}
