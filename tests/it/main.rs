@@ -18,6 +18,7 @@ mod init;
 mod kept;
 mod mcp;
 mod network;
+mod node_at_once;
 mod pace;
 mod peers;
 mod rerun;
