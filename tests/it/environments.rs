@@ -281,7 +281,8 @@ async fn google_genai_on_vertex_by_the_environment_alone_replays_without_credent
         files.iter().any(|(p, _)| p.ends_with("vertex.json")),
         "{files:?}"
     );
-    for (path, text) in &files {
+    // Nor in anything else the run wrote: its report, its log, its run log.
+    for (path, text) in all_files(dir.path()) {
         assert!(!text.contains("ya29."), "a token in {}", path.display());
         assert!(
             !text.contains("fake-refresh"),
