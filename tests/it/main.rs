@@ -12,6 +12,7 @@ mod cli;
 mod clients;
 mod clouds;
 mod daemon;
+mod environments;
 mod faults;
 mod hostile;
 mod init;

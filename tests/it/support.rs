@@ -836,6 +836,9 @@ pub fn without_provider_env(cmd: &mut Command) {
     for k in providers::env::key_vars(&routed) {
         cmd.env_remove(k);
     }
+    for file in providers::env::credentials_files() {
+        cmd.env_remove(file.var);
+    }
 }
 
 /// `--upstream openai=<fake> --upstream anthropic=<fake>`: the sample's providers.
