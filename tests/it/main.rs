@@ -14,6 +14,7 @@ mod clouds;
 mod daemon;
 mod environments;
 mod faults;
+mod freshness;
 mod hostile;
 mod init;
 mod kept;
