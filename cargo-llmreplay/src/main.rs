@@ -24,6 +24,7 @@ mod run_cmd;
 mod run_core;
 mod serve;
 mod source;
+mod stale;
 mod status;
 mod test_cmd;
 

@@ -393,6 +393,7 @@ fn judge(item: &Item, sent: Sent, root: &Path, save: bool) -> (RerunResult, Opti
         response: resent.response,
         timing: Some(resent.timing),
         recorded_at: None,
+        verified_at: None,
         step: None,
     });
     (result, saved)
@@ -806,6 +807,7 @@ mod tests {
             timing: None,
             summary: None,
             recorded_at: None,
+            verified_at: None,
             step: None,
         };
         let gemini = Provider::builtin(daemon::provider::Kind::Gemini);

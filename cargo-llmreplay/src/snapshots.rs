@@ -145,7 +145,9 @@ fn status() -> crate::status::Status {
         "fixed": [{"path": "/ws/tests/cassettes/a--d/openai.json",
                    "interactions": [{"index": 1, "key": [KEY, KEY], "summary": true}]}],
         "spools": [{"run_dir": "/ws/target/llmreplay/runs/20261127T063302Z-42",
-                    "tests": {"sample::chat$killed": 2}}]
+                    "tests": {"sample::chat$killed": 2}}],
+        "stale": [{"folder": "a--old", "fresh": null},
+                  {"folder": "a--b", "fresh": "2026-09-28T00:00:00Z", "age_s": 5184000}]
     }))
     .unwrap()
 }

@@ -38,6 +38,11 @@ pub struct StatusArgs {
     /// Skip `cargo nextest list`, and so the orphan check.
     #[arg(long)]
     no_list: bool,
+    /// Also list cassette folders with a recording neither recorded nor verified within AGE
+    /// (30d, 2w; undated recordings, of before dates were kept, count); --check then fails on
+    /// them too.
+    #[arg(long, value_name = "AGE", value_parser = crate::stale::max_age)]
+    stale: Option<std::time::Duration>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -74,10 +79,23 @@ pub(crate) struct Status {
     /// wrong request recorded by mistake looks the same. Not a failure of --check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     error_answers: Vec<ErrorAnswer>,
+    /// With --stale: each cassette folder past the age, with its least fresh date (null for
+    /// an undated recording), oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    stale: Vec<StaleFolder>,
     /// What --fix changed, per file.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[serde(default)]
     fixed: Vec<FixedFile>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StaleFolder {
+    folder: String,
+    fresh: Option<String>,
+    /// Its age in seconds, when its date is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    age_s: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -164,7 +182,12 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
         unusable: s.unusable,
     })
     .collect();
+    let stale = match args.stale {
+        Some(max) => stale_folders(cassette_dir, max)?,
+        None => Vec::new(),
+    };
     let status = Status {
+        stale,
         spools,
         git: changed.is_some(),
         changed: changed.unwrap_or_default(),
@@ -185,8 +208,27 @@ pub fn run(args: StatusArgs) -> Result<Outcome> {
     let any = !status.changed.is_empty()
         || !status.orphans.is_empty()
         || !status.problems.is_empty()
-        || !status.spools.is_empty();
+        || !status.spools.is_empty()
+        || !status.stale.is_empty();
     Ok(Outcome::gate(args.check && any))
+}
+
+/// Every cassette folder with a recording older than `max`, oldest first.
+fn stale_folders(cassette_dir: &Path, max: std::time::Duration) -> Result<Vec<StaleFolder>> {
+    let fresh: BTreeMap<String, Option<String>> = cassettes::Store::new(cassette_dir)
+        .folders()?
+        .into_iter()
+        .filter_map(|f| crate::stale::oldest_in(&cassette_dir.join(&f)).map(|d| (f, d)))
+        .collect();
+    let now = std::time::SystemTime::now();
+    Ok(crate::stale::stale_tests(&fresh, max, now)
+        .into_iter()
+        .map(|s| StaleFolder {
+            fresh: fresh[&s.test].clone(),
+            age_s: s.age.map(|a| a.as_secs()),
+            folder: s.test,
+        })
+        .collect())
 }
 
 pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
@@ -257,6 +299,21 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
         for (test, n) in &spool.tests {
             let _ = writeln!(out, "  {}  {}", term(test), render::plural(*n, "recording"));
         }
+    }
+    if !s.stale.is_empty() {
+        let _ = writeln!(
+            out,
+            "stale ({}): neither recorded nor verified since",
+            s.stale.len()
+        );
+        for f in &s.stale {
+            let age = match f.age_s {
+                Some(secs) => crate::stale::age_words(std::time::Duration::from_secs(secs)),
+                None => "no date: recorded before dates were kept".into(),
+            };
+            let _ = writeln!(out, "  {}/  {age}", rel(&cassette_dir.join(&f.folder)));
+        }
+        let _ = writeln!(out, "  `cargo llmreplay rerun --mark-verified` checks them against the live provider and stamps those that hold; or record them again");
     }
     if !s.git {
         out.push_str("not in a git repository: no changes to report\n");

@@ -23,6 +23,37 @@ pub fn utc(secs: u64) -> String {
     )
 }
 
+/// How fresh each recording of a cassette file is, read without its requests and answers:
+/// each interaction's verified date, else its recorded one; none for one of before dates.
+pub fn fresh_dates(text: &str) -> Result<Vec<Option<String>>, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Dated {
+        #[serde(default)]
+        recorded_at: Option<String>,
+        #[serde(default)]
+        verified_at: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(default)]
+        interactions: Vec<Dated>,
+    }
+    let file: File = serde_json::from_str(text)?;
+    Ok(file
+        .interactions
+        .iter()
+        .map(|d| fresher(d.verified_at.as_deref(), d.recorded_at.as_deref()).map(str::to_string))
+        .collect())
+}
+
+/// The later of a recording's verified and recorded dates (RFC 3339 in UTC sorts as text).
+pub fn fresher<'a>(verified: Option<&'a str>, recorded: Option<&'a str>) -> Option<&'a str> {
+    match (verified, recorded) {
+        (Some(v), Some(r)) => Some(v.max(r)),
+        (v, r) => v.or(r),
+    }
+}
+
 /// The proleptic Gregorian date of a day count from 1970-01-01 (Howard Hinnant's algorithm,
 /// public domain): no date crate for one conversion.
 fn civil_from_days(z: i64) -> (i64, u32, u32) {

@@ -65,6 +65,9 @@ pub struct Interaction {
     pub summary: Option<Summary>,
     /// When it was recorded (UTC, RFC 3339, seconds); none in files of format version 1.
     pub recorded_at: Option<String>,
+    /// When the live provider last gave an answer no code could tell from it (`rerun
+    /// --mark-verified`), in the same form; its answer was left as recorded.
+    pub verified_at: Option<String>,
     /// Its place among every exchange its test made in the run that recorded it, across all
     /// the test's cassette files, from 0: the order of an agent's calls to model and tools.
     pub step: Option<u64>,
@@ -86,6 +89,8 @@ struct RawInteraction {
     summary: Option<Summary>,
     #[serde(default)]
     recorded_at: Option<String>,
+    #[serde(default)]
+    verified_at: Option<String>,
     #[serde(default)]
     step: Option<u64>,
 }
@@ -113,6 +118,7 @@ impl TryFrom<RawInteraction> for Interaction {
             timing: r.timing,
             summary: r.summary,
             recorded_at: r.recorded_at,
+            verified_at: r.verified_at,
             step: r.step,
         })
     }
@@ -135,8 +141,15 @@ impl Interaction {
             response,
             timing: Some(timing),
             recorded_at: None,
+            verified_at: None,
             step: None,
         }
+    }
+
+    /// When it was last known to be the provider's answer: verified, else recorded; none for
+    /// a recording of before dates were kept.
+    pub fn fresh_at(&self) -> Option<&str> {
+        crate::clock::fresher(self.verified_at.as_deref(), self.recorded_at.as_deref())
     }
 }
 
@@ -159,6 +172,8 @@ struct RawInteractionRef<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     recorded_at: &'a Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    verified_at: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     step: &'a Option<u64>,
 }
 
@@ -177,6 +192,7 @@ impl Serialize for Interaction {
             timing: &self.timing,
             summary: &self.summary,
             recorded_at: &self.recorded_at,
+            verified_at: &self.verified_at,
             step: &self.step,
         }
         .serialize(serializer)
@@ -1060,6 +1076,7 @@ mod tests {
             timing: None,
             summary: None,
             recorded_at: None,
+            verified_at: None,
             step: None,
         });
         assert_eq!(p.body, parts.concat().as_bytes());

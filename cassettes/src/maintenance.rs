@@ -554,7 +554,8 @@ pub(crate) fn is_dir(entry: &std::fs::DirEntry) -> bool {
     }
 }
 
-pub(crate) fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
+/// The `.json` files of one cassette folder, sorted; none when there is no such folder.
+pub fn json_files(folder: &Path) -> Result<Vec<PathBuf>, Error> {
     let read = match std::fs::read_dir(folder) {
         Ok(read) => read,
         // No folder, or a file in its place: no cassette files there.

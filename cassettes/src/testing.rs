@@ -23,6 +23,7 @@ pub fn interaction(prompt: &str, answer: &str) -> Interaction {
         timing: None,
         summary: None,
         recorded_at: None,
+        verified_at: None,
         step: None,
     }
 }

@@ -554,6 +554,7 @@ mod tests {
                 response,
                 timing: None,
                 recorded_at: None,
+                verified_at: None,
                 step: None,
             }
         };

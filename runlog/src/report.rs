@@ -73,6 +73,11 @@ pub struct Report {
     /// Requests a fault answered, per test that asked for faults.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub faults: BTreeMap<String, usize>,
+    /// Each test that ran with recordings: when its least fresh recording was last recorded or
+    /// verified (RFC 3339, UTC), or null when one has no date (recorded before dates were
+    /// kept). What `--deny stale=AGE` judges, here and in `report merge`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fresh: BTreeMap<String, Option<String>>,
     /// Cassette files changed against git HEAD.
     pub changed: Vec<Change>,
     /// False when the cassettes are not in a git repository (so `changed` says nothing).

@@ -29,7 +29,7 @@ fn run_in(dir: &Path, flags: &[&str], command: &[&OsStr], env: &[(&str, &str)]) 
 }
 
 /// [`run_in`], with a fresh folder named in `SAMPLE_OUT` where the tests write their answers.
-fn run_keeping(
+pub(crate) fn run_keeping(
     dir: &Path,
     flags: &[&str],
     command: &[&OsStr],
@@ -98,7 +98,7 @@ impl Suite {
 }
 
 /// Fails the test with what the run printed unless it succeeded.
-fn succeeded(out: &Output) {
+pub(crate) fn succeeded(out: &Output) {
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
 }
 
@@ -115,7 +115,7 @@ fn files_in(folders: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
-fn answers(dir: &Path) -> BTreeMap<String, String> {
+pub(crate) fn answers(dir: &Path) -> BTreeMap<String, String> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| {
@@ -127,12 +127,12 @@ fn answers(dir: &Path) -> BTreeMap<String, String> {
 }
 
 /// What a developer records with; forwarded, written nowhere. Replay needs none.
-const KEYS: &[(&str, &str)] = &[
+pub(crate) const KEYS: &[(&str, &str)] = &[
     ("OPENAI_API_KEY", "sk-test-not-real"),
     ("ANTHROPIC_API_KEY", "sk-ant-test-not-real"),
 ];
 
-fn record_flags(fake: &FakeProvider) -> Vec<String> {
+pub(crate) fn record_flags(fake: &FakeProvider) -> Vec<String> {
     let mut flags = vec!["--record".to_string()];
     flags.extend(crate::support::upstream_args(fake));
     flags
@@ -367,7 +367,7 @@ fn serve_env_without_a_test_id_names_no_test_in_the_proxy() {
 
 /// The vitest suite (tests/node/vitest_suite) in its own temp dir, its packages those of
 /// tests/node (vitest, the `openai` SDK, and this repository's setup file, from the lockfile).
-fn vitest_project() -> Option<(tempfile::TempDir, PathBuf)> {
+pub(crate) fn vitest_project() -> Option<(tempfile::TempDir, PathBuf)> {
     let node = crate::clients::node_clients()?;
     let dir = tempfile::tempdir().unwrap();
     for file in ["chat.test.js", "vitest.config.mjs"] {

@@ -25,7 +25,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Deny {
     /// Recordings or cassette folders that nothing used.
     Unused,
@@ -35,6 +35,25 @@ pub enum Deny {
     /// missing; they never left the machine). These fail a run as anything missing does;
     /// the value is kept so that gates written for it still parse.
     Escaped,
+    /// Recordings of the tests that ran neither recorded nor verified within this long.
+    Stale(std::time::Duration),
+}
+
+impl std::str::FromStr for Deny {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Deny, String> {
+        match s {
+            "unused" => Ok(Deny::Unused),
+            "changed" => Ok(Deny::Changed),
+            "escaped" => Ok(Deny::Escaped),
+            _ => match s.strip_prefix("stale=") {
+                Some(age) => crate::stale::max_age(age).map(Deny::Stale),
+                None => Err(format!(
+                    "{s:?} is no gate: use unused, changed, escaped or stale=AGE (stale=30d)"
+                )),
+            },
+        }
+    }
 }
 
 /// Where a run's report goes and what fails its gate: the flags `test` and `run` share.
@@ -43,10 +62,11 @@ pub struct GateArgs {
     /// Write the JSON report here [default: <target dir>/llmreplay/report.json].
     #[arg(long, value_name = "PATH")]
     pub report: Option<PathBuf>,
-    /// Fail the run on unused recordings and folders (unused) or on cassettes changed against
-    /// git HEAD (changed). Repeatable. Missing and escaped calls always fail a run; `escaped` is
-    /// accepted for gates that name it.
-    #[arg(long, value_enum)]
+    /// Fail the run on unused recordings and folders (unused), on cassettes changed against
+    /// git HEAD (changed), or on recordings of the tests that ran neither recorded nor verified
+    /// within AGE (stale=30d; undated ones count). Repeatable. Missing and escaped calls always
+    /// fail a run; `escaped` is accepted for gates that name it.
+    #[arg(long, value_name = "unused|changed|escaped|stale=AGE")]
     pub deny: Vec<Deny>,
 }
 
@@ -232,6 +252,7 @@ impl ReportExt for Report {
             error_answers: inputs.journal.error_answers(),
             unused,
             faults: inputs.journal.faults(),
+            fresh: crate::stale::fresh_of(inputs.cassette_dir, &inputs.journal.tests()),
             live_differs: inputs.journal.live_differences(),
             git: changes.is_some(),
             sources,
@@ -355,6 +376,9 @@ impl ReportExt for Report {
             out.unused.extend(r.unused);
             for (test, n) in r.faults {
                 *out.faults.entry(test).or_default() += n;
+            }
+            for (test, fresh) in r.fresh {
+                crate::stale::keep_older(&mut out.fresh, test, fresh);
             }
             for c in r.changed {
                 if !out.changed.iter().any(|o| o.path == c.path) {
@@ -530,6 +554,23 @@ impl ReportExt for Report {
                 "--deny unused: {}; `{program} prune` removes them (a renamed test's folder moves with `{program} mv OLD NEW`)",
                 counted.join(" and ")
             ));
+        }
+        for max in deny.iter().filter_map(|d| match d {
+            Deny::Stale(max) => Some(*max),
+            _ => None,
+        }) {
+            let stale = crate::stale::stale_tests(&self.fresh, max, std::time::SystemTime::now());
+            if !stale.is_empty() {
+                let named: Vec<String> = stale.iter().take(10).map(|s| s.to_string()).collect();
+                let more = stale.len().saturating_sub(named.len());
+                why.push(format!(
+                    "--deny stale={}: {} with recordings neither recorded nor verified since: {}{}; `{program} rerun --mark-verified` checks them against the live provider, or record them again",
+                    humantime::format_duration(max),
+                    plural(stale.len(), "test"),
+                    named.join(", "),
+                    if more > 0 { format!(" and {more} more") } else { String::new() }
+                ));
+            }
         }
         if deny.contains(&Deny::Changed) && !self.changed.is_empty() {
             why.push(format!(

@@ -556,6 +556,7 @@ proptest::proptest! {
             timing: None,
             summary: None,
             recorded_at: None,
+            verified_at: None,
             step: None,
         };
         let key = x.key.clone();
