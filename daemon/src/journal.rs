@@ -361,6 +361,7 @@ impl Journal {
     /// cassette now, once, rather than as it was answered), each answer saved by what it
     /// reported. Replays past [`MAX_KEPT_HITS`] are counted as unpriced.
     pub fn ledger(&self) -> runlog::report::Ledger {
+        let began = std::time::Instant::now();
         let prices = self.spend.prices();
         let mut replays = ledger::Tally::default();
         {
@@ -390,6 +391,13 @@ impl Journal {
                 .entry("(replays past the journal's limit)".to_string())
                 .or_default() += past_kept;
         }
+        let n = replays.priced + replays.unpriced_count();
+        tracing::info!(
+            target: "cargo_llmreplay::ledger",
+            replays = n,
+            us = began.elapsed().as_micros() as u64,
+            "replays priced"
+        );
         let recorded = self.spend.tally();
         let mut unpriced = replays.unpriced.clone();
         for (model, n) in &recorded.unpriced {
@@ -726,6 +734,87 @@ impl From<cassettes::RecordOutcome> for Outcome {
 mod tests {
     use super::*;
     use cassettes::{ProviderName, Store, TestId};
+
+    /// Replays are priced from the recordings they replayed, by their key and ordinal (the
+    /// last recording for an ordinal past them); answers saved from what they reported.
+    /// gpt-4o-mini, 1,000 in and 100 out: 150 + 60 = 210 micro-dollars.
+    #[test]
+    fn the_ledger_prices_replays_from_their_recordings() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path());
+        let journal = Journal::default();
+        let entry = store
+            .entry(&TestId::new("t$a"), &ProviderName::new("openai").unwrap())
+            .unwrap();
+        let key_of = |prompt: &str| {
+            let body = serde_json::json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}]});
+            let request = cassettes::Normalizer::plain().request(
+                "POST",
+                "/v1/chat/completions",
+                None,
+                Some("application/json"),
+                body.to_string().as_bytes(),
+                &[],
+            );
+            (cassettes::Key::of(&request), request)
+        };
+        let answer = |tokens: u64| {
+            cassettes::RecordedResponse::with_body(
+                200,
+                Default::default(),
+                serde_json::json!({"model": "gpt-4o-mini", "choices": [{"message": {"content": "hi"}}],
+                    "usage": {"prompt_tokens": tokens, "completion_tokens": 100}})
+                .to_string()
+                .as_bytes(),
+            )
+        };
+        let (key, request) = key_of("one");
+        for (ordinal, tokens) in [(0, 1000), (1, 2000)] {
+            let x = cassettes::Interaction::recorded(
+                key.clone(),
+                request.clone(),
+                answer(tokens),
+                cassettes::Timing {
+                    ttfb_ms: 1,
+                    total_ms: 2,
+                },
+            );
+            entry.record(ordinal, x).unwrap();
+        }
+        let (unknown, _) = key_of("never recorded");
+        let hit = |key: &cassettes::Key, ordinal| Call {
+            entry: entry.clone(),
+            method: http::Method::POST,
+            path: "/v1/chat/completions".into(),
+            key: key.clone(),
+            ordinal,
+            started: std::time::Instant::now(),
+            bytes: None,
+            session: false,
+            flight: None,
+            answer: None,
+            sink: None,
+        };
+        for ordinal in [0, 1, 2] {
+            journal.log(hit(&key, ordinal), Outcome::Hit, 200, None);
+        }
+        journal.log(hit(&unknown, 0), Outcome::Hit, 200, None);
+        let mut saved = hit(&unknown, 0);
+        saved.answer = Some(Box::new((
+            Some("gpt-4o-mini".into()),
+            Some(serde_json::json!({"prompt_tokens": 1000, "completion_tokens": 100})),
+        )));
+        journal.log(saved, Outcome::Recorded, 200, None);
+        let l = journal.ledger();
+        // 210, then 2,000 × 0.15 + 60 = 360 twice (the second is past the recordings).
+        assert_eq!(l.saved_micros, 210 + 360 + 360);
+        assert_eq!((l.replays_priced, l.replays_unpriced), (3, 1));
+        assert_eq!(
+            l.unpriced,
+            [("(recording no longer in its cassette)".to_string(), 1)].into()
+        );
+        assert_eq!((l.spent_micros, l.recordings_priced), (210, 1));
+    }
 
     /// 20,000 misses keep at most `MAX_KEPT_OTHERS` records with details, and count them all.
     #[test]

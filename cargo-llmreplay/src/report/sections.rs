@@ -659,6 +659,40 @@ fn short_key(key: &str) -> &str {
 mod tests {
     use super::*;
 
+    /// The ledger's sentence as the issue words it, counts and amounts grouped by thousands;
+    /// unpriced calls apart; and the cap's failure.
+    #[test]
+    fn the_ledger_is_one_sentence_and_a_cap_reached_fails_in_words() {
+        let mut l = runlog::report::Ledger {
+            prices_date: "2026-11-27".into(),
+            saved_micros: 18_404_000,
+            replays_priced: 1_240,
+            replays_unpriced: 3,
+            unpriced: [("my-finetune".to_string(), 3)].into(),
+            ..Default::default()
+        };
+        let line = ledger_line(&l).unwrap();
+        assert_eq!(
+            line.said,
+            "≈ $18.40 not spent by 1,240 replays (prices of 2026-11-27)"
+        );
+        assert_eq!(line.unpriced, [("my-finetune".to_string(), 3)]);
+        assert_eq!(max_spend_sentence(&l), None);
+        l.spent_micros = 2_000_120;
+        l.recordings_priced = 1;
+        l.max_spend_micros = Some(2_000_000);
+        l.refused_over_cap = 2;
+        assert_eq!(
+            ledger_line(&l).unwrap().said,
+            "≈ $18.40 not spent by 1,240 replays; ≈ $2.00 spent recording 1 answer (prices of 2026-11-27)"
+        );
+        assert_eq!(
+            max_spend_sentence(&l).unwrap(),
+            "--max-spend $2.00 reached: $2.00 spent recording, 2 requests refused and not sent upstream (what was recorded before is kept); raise --max-spend or record the rest in another run"
+        );
+        assert_eq!(ledger_line(&runlog::report::Ledger::default()), None);
+    }
+
     /// The fixture of the snapshots, decided as data: the sections in the summary's order, a
     /// changed call's fixes (replace, then keep both) and a renamed test's `mv` as its fix.
     #[test]
