@@ -179,10 +179,16 @@ fn models_are_read_from_the_answer_else_the_request() {
         answer_model(&[json!({"modelVersion": "gemini-2.5-flash"})]),
         Some("gemini-2.5-flash".into())
     );
-    // Bedrock's Claude is in the table under `aws`.
-    let usage = json!({"inputTokens": 1000, "outputTokens": 100});
-    assert!(matches!(
-        cost("bedrock", "anthropic.claude-3-haiku-20240307-v1:0", usage),
-        Priced::Cost(_)
-    ));
+}
+
+/// Bedrock's Claude 3.5 Haiku under `aws`: 0.8 in, 1 cache write, 0.08 cache read, 4 out;
+/// the Converse API counts the cache apart from `inputTokens`.
+#[test]
+fn bedrock_counts_its_cache_apart_and_its_ids_carry_region_and_vendor() {
+    let usage = json!({"inputTokens": 100, "cacheReadInputTokens": 1000,
+        "cacheWriteInputTokens": 200, "outputTokens": 50});
+    assert_eq!(
+        cost("bedrock", "us.anthropic.claude-3-5-haiku-20241022-v1:0", usage),
+        micros(80 + 80 + 200 + 200)
+    );
 }
