@@ -56,6 +56,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let log = report.with_extension("log");
     // A miss tells the test's own output how to record it: with this very command.
     resolved.settings.record_hint = Some(rerun_command(&args.command, "--record-missing"));
+    // Kept until the command ends: its Python processes load it as they start.
+    let python = crate::python_hook::PythonHook::write(&resolved.target_dir())?;
     let mut prepared = Prepared::new(resolved, None, Paths { report, log })?;
     let env = prepared.env(true);
     let mode = prepared.run.mode;
@@ -68,6 +70,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         .args(rest)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("LLMREPLAY_MODE", mode.as_str())
+        .env("PYTHONPATH", python.pythonpath())
         .spawn()
         .map_err(|e| {
             Error::Precondition(format!("cannot run {}: {e}", program.to_string_lossy()))
@@ -78,6 +81,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         Naming::Tree(daemon::peer::IdVars::Named("LLMREPLAY_TEST_ID".into())),
     );
     let status = serving.wait(&format!("waiting for {}", program.to_string_lossy()))?;
+    drop(python);
     // Only the tests that ran are known: folders of the others are not judged.
     let scope = RunScope {
         filtered: true,

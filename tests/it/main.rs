@@ -18,6 +18,7 @@ mod kept;
 mod mcp;
 mod network;
 mod peers;
+mod python_ids;
 mod rerun;
 mod review;
 mod runlog;

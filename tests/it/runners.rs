@@ -10,7 +10,12 @@ use std::process::Command;
 
 /// `cargo llmreplay run FLAGS -- COMMAND...` in `dir` (its target dir inside), in an
 /// environment clean of CI's and the providers' variables, with `env` on top.
-fn run_in(dir: &Path, flags: &[&str], command: &[&OsStr], env: &[(&str, &str)]) -> Output {
+pub(crate) fn run_in(
+    dir: &Path,
+    flags: &[&str],
+    command: &[&OsStr],
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(binary());
     cmd.current_dir(dir)
         .args(["llmreplay", "run"])
@@ -29,7 +34,7 @@ fn run_in(dir: &Path, flags: &[&str], command: &[&OsStr], env: &[(&str, &str)]) 
 }
 
 /// [`run_in`], with a fresh folder named in `SAMPLE_OUT` where the tests write their answers.
-fn run_keeping(
+pub(crate) fn run_keeping(
     dir: &Path,
     flags: &[&str],
     command: &[&OsStr],
@@ -98,7 +103,7 @@ impl Suite {
 }
 
 /// Fails the test with what the run printed unless it succeeded.
-fn succeeded(out: &Output) {
+pub(crate) fn succeeded(out: &Output) {
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
 }
 
@@ -115,7 +120,7 @@ fn files_in(folders: &[PathBuf]) -> Vec<(PathBuf, Vec<u8>)> {
         .collect()
 }
 
-fn answers(dir: &Path) -> BTreeMap<String, String> {
+pub(crate) fn answers(dir: &Path) -> BTreeMap<String, String> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| {
@@ -127,12 +132,12 @@ fn answers(dir: &Path) -> BTreeMap<String, String> {
 }
 
 /// What a developer records with; forwarded, written nowhere. Replay needs none.
-const KEYS: &[(&str, &str)] = &[
+pub(crate) const KEYS: &[(&str, &str)] = &[
     ("OPENAI_API_KEY", "sk-test-not-real"),
     ("ANTHROPIC_API_KEY", "sk-ant-test-not-real"),
 ];
 
-fn record_flags(fake: &FakeProvider) -> Vec<String> {
+pub(crate) fn record_flags(fake: &FakeProvider) -> Vec<String> {
     let mut flags = vec!["--record".to_string()];
     flags.extend(crate::support::upstream_args(fake));
     flags
