@@ -5,6 +5,7 @@
 use crate::error::{Error, Result};
 use clap::Args;
 use daemon::{Mode, Overrides, Settings};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 /// Where the cassettes are.
@@ -202,4 +203,21 @@ pub fn filter_matches(filter: &str, names: &[&str]) -> bool {
             .is_ok_and(|m| names.iter().any(|n| m.is_match(n)));
     }
     names.iter().any(|n| n.contains(filter))
+}
+
+impl DaemonArgs {
+    /// The flags of this run that a recording run started from it needs too.
+    pub(crate) fn forwarded(&self) -> Vec<OsString> {
+        let mut out: Vec<OsString> = Vec::new();
+        for u in &self.upstream.upstream {
+            out.extend(["--upstream".into(), u.into()]);
+        }
+        for h in &self.upstream.allow_credentials_to {
+            out.extend(["--allow-credentials-to".into(), h.into()]);
+        }
+        if let Some(dir) = &self.cassettes.cassette_dir {
+            out.extend(["--cassette-dir".into(), dir.into()]);
+        }
+        out
+    }
 }

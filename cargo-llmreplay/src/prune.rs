@@ -110,10 +110,10 @@ pub fn run(args: PruneArgs) -> Result<Outcome> {
 
 /// Why this report cannot be trusted to say what is unused, if it cannot.
 fn trust(report: &Report, path: &Path, cassette_dir: &Path) -> Result<()> {
-    let again = "Run `cargo llmreplay test` over the whole suite first";
+    let again = "Run the whole suite first: `cargo llmreplay test`, or `cargo llmreplay run -- <runner>` with no test selected and its plugin (pytest-llmreplay, the vitest or jest setup) listing the suite";
     if report.scope.filtered {
         return Err(Error::Report(format!(
-            "{} comes from a filtered run (-E, -p or a test name): recordings of the tests it left out would look unused. {again}",
+            "{} comes from a filtered run (nextest's -E, -p or a test name; a runner's own selection such as pytest -k or vitest -t or files; or a `run` whose command no test plugin listed): recordings of the tests it left out would look unused. {again}",
             path.display()
         )));
     }

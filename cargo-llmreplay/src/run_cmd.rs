@@ -39,6 +39,12 @@ pub struct RunArgs {
     daemon: DaemonArgs,
     #[command(flatten)]
     gates: report::GateArgs,
+    /// After a recording run, walk through every recorded answer that changed (cargo llmreplay
+    /// review): accept (stage), reject or skip each. After a replay that missed, walk each
+    /// missed test first, with a key that records it again now (that one test, where pytest,
+    /// vitest or jest runs it). Not under CI.
+    #[arg(long, short = 'i')]
+    review: bool,
     /// The test command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -82,19 +88,30 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     );
     let status = serving.wait(&format!("waiting for {}", program.to_string_lossy()))?;
     drop(python);
-    // Only the tests that ran are known: folders of the others are not judged.
+    let stopped = serving.stop(status)?;
+    // The suite is known when the test plugins listed what they collected, and whole when
+    // neither they nor the command line selected: only then are folders of tests that did
+    // not run judged.
+    let runner = Runner::of(&args.command);
+    let listings = stopped.journal().listings();
+    let selected = runner.is_some_and(|(r, at)| r.selects(at, &args.command));
     let scope = RunScope {
-        filtered: true,
+        filtered: listings.runners.is_empty() || listings.filtered || selected,
         ..RunScope::default()
     };
-    let mut reported = serving.stop(status)?.report(Known {
+    // What ran is the suite's too: a script the command also ran made its own folder.
+    let listed = (!listings.runners.is_empty()).then(|| {
+        let mut suite = stopped.journal().suite();
+        suite.extend(stopped.journal().tests());
+        suite
+    });
+    let mut reported = stopped.report(Known {
         scope: &scope,
-        listed: None,
+        listed: listed.as_ref(),
         stopped_early: false,
         changes: None,
     })?;
     // The commands that record, for this command; pytest, vitest and jest can run one test.
-    let runner = Runner::of(&args.command);
     for m in &mut reported.report.missing {
         m.command = rerun_command(&args.command, "--record-missing");
         m.rerecord = runner
@@ -103,8 +120,49 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
             .map(|words| rerun_words(&words, "--record"));
     }
     let outcome = reported.conclude(&args.gates.deny)?;
+    let (report, run) = (&reported.report, &reported.run);
+    if args.review && mode.goes_upstream() {
+        crate::review_cmd::after_test_run(&run.cassette_dir)?;
+    } else if args.review && !report.missing.is_empty() && status.code().is_some() {
+        let forward = args.daemon.forwarded();
+        let record =
+            |chosen: &[&cassettes::TestId]| record_tests(&args.command, runner, chosen, &forward);
+        crate::test_cmd::misses::walk(&report.missing, &run.root, &run.cassette_dir, &record)?;
+    }
     reported.end();
     Ok(outcome)
+}
+
+/// Records the chosen tests again: each alone where the runner can run one test, else the
+/// whole command, recording what is missing.
+fn record_tests(
+    command: &[OsString],
+    runner: Option<(Runner, usize)>,
+    chosen: &[&cassettes::TestId],
+    forward: &[OsString],
+) -> Result<bool> {
+    let run = |flag: &str, words: Vec<OsString>| {
+        let mut args: Vec<OsString> = vec!["run".into(), flag.into()];
+        args.extend(forward.iter().cloned());
+        args.push("--".into());
+        args.extend(words);
+        crate::test_cmd::misses::record_with(&args)
+    };
+    let alone: Option<Vec<Vec<String>>> = chosen
+        .iter()
+        .map(|t| runner.and_then(|(r, at)| r.one_test(at, command, t.as_str())))
+        .collect();
+    match alone {
+        Some(each) => {
+            for words in each {
+                if !run("--record", words.into_iter().map(OsString::from).collect())? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
+        None => run("--record-missing", command.to_vec()),
+    }
 }
 
 /// A test runner whose command line can select one test by its id.
@@ -156,6 +214,42 @@ impl Runner {
         None
     }
 
+    /// Whether the command's words after the runner's name select some of its tests (files,
+    /// a name pattern, changed files only). pytest's plugin says so itself. A word that may be
+    /// a filter is taken for one: a suite wrongly called whole would call the recordings of the
+    /// tests it left out unused.
+    fn selects(self, at: usize, command: &[OsString]) -> bool {
+        if self == Runner::Pytest {
+            return false;
+        }
+        let words: Vec<String> = command
+            .iter()
+            .skip(at + 1)
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect();
+        let mut it = words.iter().enumerate();
+        while let Some((i, w)) = it.next() {
+            if i == 0 && self == Runner::Vitest && w == "run" {
+                continue;
+            }
+            let Some(flag) = w.strip_prefix('-') else {
+                return true;
+            };
+            let (name, inline) = match flag.split_once('=') {
+                Some((name, _)) => (name, true),
+                None => (flag, false),
+            };
+            let name = name.trim_start_matches('-');
+            if RUNNER_SELECTING.contains(&name) {
+                return true;
+            }
+            if !inline && RUNNER_VALUE_FLAGS.contains(&name) {
+                it.next();
+            }
+        }
+        false
+    }
+
     /// The command's words that run `test` alone: the command's own selection of files (words
     /// after the runner's name that are paths, or node ids) gives way to the test's, since the
     /// runners run the union of what they are given.
@@ -166,6 +260,8 @@ impl Runner {
             .map(|w| w.to_string_lossy().into_owned())
             .collect();
         let (file, name) = match runner {
+            // A shared fixture's calls are recorded by whichever test sets it up first.
+            Runner::Pytest if test.contains("::fixture:") => return None,
             Runner::Pytest => (None, test),
             Runner::Vitest | Runner::Jest => {
                 let (file, name) = test.split_once(" > ")?;
@@ -197,6 +293,60 @@ impl Runner {
         Some(kept)
     }
 }
+
+/// vitest's and jest's options that select tests (their dashes dropped).
+const RUNNER_SELECTING: &[&str] = &[
+    "t",
+    "testNamePattern",
+    "testPathPattern",
+    "testPathPatterns",
+    "testMatch",
+    "testRegex",
+    "shard",
+    "project",
+    "selectProjects",
+    "changed",
+    "onlyChanged",
+    "o",
+    "lastCommit",
+    "onlyFailures",
+    "f",
+    "findRelatedTests",
+    "related",
+    "dir",
+    "exclude",
+    "testPathIgnorePatterns",
+];
+
+/// vitest's and jest's options that take a value and select nothing: the word after one is
+/// that value, no file.
+const RUNNER_VALUE_FLAGS: &[&str] = &[
+    "pool",
+    "maxWorkers",
+    "minWorkers",
+    "w",
+    "reporter",
+    "reporters",
+    "config",
+    "c",
+    "root",
+    "r",
+    "environment",
+    "env",
+    "outputFile",
+    "testTimeout",
+    "hookTimeout",
+    "retry",
+    "bail",
+    "maxConcurrency",
+    "color",
+    "mode",
+    "logHeapUsage",
+    "seed",
+    "cacheDirectory",
+    "rootDir",
+    "workerIdleMemoryLimit",
+];
 
 /// `text` as a JavaScript regular expression that matches it alone.
 fn regex_escape(text: &str) -> String {
@@ -286,5 +436,34 @@ mod tests {
             "cargo llmreplay run --record -- node node_modules/jest/bin/jest.js --ci a.test.cjs -t '^chat hello$'"
         );
         assert!(Runner::of(&words("go test ./...")).is_none());
+    }
+
+    /// A vitest or jest command selects when any word after the runner may name files or
+    /// tests; flags that say how to run, with their values, do not.
+    #[test]
+    fn a_runners_own_selection_is_read_from_its_words() {
+        let selects = |line: &str| {
+            let command = words(line);
+            let (runner, at) = Runner::of(&command).expect("a runner");
+            runner.selects(at, &command)
+        };
+        assert!(!selects("npx vitest run"));
+        assert!(!selects(
+            "npx vitest run --pool threads --maxWorkers 3 --reporter=dot"
+        ));
+        assert!(!selects("npx jest --ci -w 2"));
+        assert!(selects("npx vitest run chat"));
+        assert!(selects("npx vitest run --pool threads chat.test.js"));
+        assert!(selects("npx vitest run -t hello"));
+        assert!(selects("npx vitest run --testNamePattern=hello"));
+        assert!(selects("npx jest --onlyChanged"));
+        assert!(
+            selects("npx jest --unknown-flag value"),
+            "an unknown flag's word may be a file"
+        );
+        assert!(
+            !selects("python -m pytest tests/a.py"),
+            "pytest's plugin says so itself"
+        );
     }
 }

@@ -418,6 +418,11 @@ pub(crate) struct Known<'a> {
 }
 
 impl Stopped {
+    /// What the daemon saw of the run's tests.
+    pub(crate) fn journal(&self) -> &daemon::Journal {
+        &self.handles.journal
+    }
+
     /// The run's report, from what the daemon saw and what the command knows.
     pub(crate) fn report(self, known: Known) -> Result<Reported> {
         let report = Report::build(report::Inputs {

@@ -124,6 +124,11 @@ pub(crate) async fn connect(
     };
     let identity = match identify_on(&state, conn, Claims::proxy(req.headers())).await {
         Ok(identity) => identity,
+        // A process running several tests at once: each request inside names its own.
+        Err(crate::identity::Refusal::Ambiguous(_)) => crate::identity::Identity {
+            test: cassettes::TestId::new(cassettes::TestId::DEFAULT),
+            source: Source::Peer,
+        },
         Err(refused) => return refused.answer(),
     };
     // A tunnel outlives a test when its client keeps it: a process that announces its tests
@@ -190,13 +195,25 @@ pub(crate) async fn connect(
         let served = state.clone();
         let service = move |inner: Request<Incoming>| {
             let (state, provider) = (served.clone(), provider.clone());
+            // Each request inside names its own test, or its process's running one does, else
+            // the tunnel's.
+            let named = crate::identity::header_id(inner.headers().get("x-test-id"));
             let announced = lineage
                 .as_deref()
                 .filter(|_| state.announced.any())
                 .and_then(|l| state.announced.of(l));
-            let test = announced.unwrap_or_else(|| test.clone());
+            let test = match (named, announced) {
+                (Err(refused), _) => Err(refused),
+                (Ok(Some(named)), _) => Ok(named),
+                (Ok(None), Some(running)) => running.test(),
+                (Ok(None), None) => Ok(test.clone()),
+            };
             let host = host.clone();
             async move {
+                let test = match test {
+                    Ok(test) => test,
+                    Err(refused) => return Ok(refused.answer()),
+                };
                 let route = Route {
                     test,
                     upstream_path: inner.uri().path().to_string(),

@@ -104,10 +104,10 @@ pub(crate) async fn control(
                     // test's, whatever connection they come on.
                     if let Some(pid) = pid {
                         let _ = state.peers.set(crate::peer::Peers::new(None, crate::peer::IdVars::Announced));
-                        if let Err(running) = state.announced.begin(pid, &test) {
+                        if let Err(why) = state.announced.begin(pid, &test) {
                             return text(
                                 StatusCode::SERVICE_UNAVAILABLE,
-                                format!("cargo-llmreplay: begin for process {pid} is refused: the daemon follows at most {} processes' tests at once, and the {running} it follows are all still running without having said `end`", crate::state::Announced::MAX),
+                                format!("cargo-llmreplay: begin for process {pid} is refused: {why}"),
                             );
                         }
                     }
@@ -124,16 +124,22 @@ pub(crate) async fn control(
             let Some(outcome) = runlog::TestOutcome::parse(&word) else {
                 return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?outcome=passed, failed, skipped, interrupted or killed".into());
             };
-            if let Some(pid) = param("pid").and_then(|p| p.parse::<u32>().ok()) {
-                state.announced.end(pid);
-            }
+            let pid = param("pid").and_then(|p| p.parse::<u32>().ok());
             let Some(t) = test() else {
+                // The process runs none of its tests any more, whichever they were.
+                if let Some(pid) = pid {
+                    state.announced.end(pid, None);
+                }
                 return text(StatusCode::BAD_REQUEST, "cargo-llmreplay: end needs ?test=<test id> or an X-Test-Id header".into());
             };
             if t.len() > MAX_TEST_ID_BYTES {
                 return text(StatusCode::BAD_REQUEST, too_long("end", t.len()));
             }
             let t = TestId::new(t);
+            // Only this test: another the same process runs at once goes on.
+            if let Some(pid) = pid {
+                state.announced.end(pid, Some(&t));
+            }
             crate::mcp::end_test(state, &t);
             // Answered once the test's recordings are in its cassettes: the runner's test
             // process then ends with its files written.
@@ -158,6 +164,7 @@ pub(crate) async fn control(
         }
         (&Method::POST, "listed") => {
             let binary = param("binary").unwrap_or_default();
+            let (runner, filtered) = (param("runner"), param("filtered"));
             let limits = &state.settings.limits;
             let (limit, idle) = (limits.body_bytes, limits.header_read_timeout);
             let body = match crate::exchange::read_limited(req.into_body(), limit, idle).await {
@@ -176,7 +183,30 @@ pub(crate) async fn control(
             if let Some(id) = names.lines().map(|n| binary.len() + 1 + n.len()).find(|id| *id > MAX_TEST_ID_BYTES) {
                 return text(StatusCode::BAD_REQUEST, too_long("listed", id));
             }
-            match state.journal.listed(&binary, names.lines()) {
+            // A test plugin's collected suite names its runner; nextest's lists, a binary.
+            let noted = match runner {
+                Some(runner) if binary.is_empty() => {
+                    let filtered = match filtered.as_deref() {
+                        Some("true" | "1") => true,
+                        Some("false" | "0") | None => false,
+                        Some(other) => return text(StatusCode::BAD_REQUEST, format!("cargo-llmreplay: listed's filtered is true or false (whether the runner's own selection left tests out), not {other:?}")),
+                    };
+                    match state.journal.collected(&runner, filtered, names.lines()) {
+                        Ok(met) if !met.is_empty() => {
+                            let pairs: Vec<String> = met
+                                .iter()
+                                .take(10)
+                                .map(|(folder, one, other)| format!("{:?} and {:?} (folder {folder})", one.as_str(), other.as_str()))
+                                .collect();
+                            return text(StatusCode::CONFLICT, format!("cargo-llmreplay: tests whose ids share a cassette folder: {}; rename one of each pair (a distinct test name, pytest's ids=, a distinct describe or it title)", pairs.join("; ")));
+                        }
+                        Ok(_) => Ok(()),
+                        Err(bytes) => Err(bytes),
+                    }
+                }
+                _ => state.journal.listed(&binary, names.lines()),
+            };
+            match noted {
                 Ok(()) => json(serde_json::json!({ "status": "ok" })),
                 Err(bytes) => text(StatusCode::INSUFFICIENT_STORAGE, no_room("listed", bytes, state)),
             }

@@ -31,9 +31,11 @@ pub(crate) struct Claims<'a> {
 }
 
 impl<'a> Claims<'a> {
-    /// What a proxy request says: its credentials, and a challenge when they name no test.
+    /// What a proxy request says: its `X-Test-Id`, its credentials, and a challenge when
+    /// neither names a test.
     pub fn proxy(headers: &'a http::HeaderMap) -> Claims<'a> {
         Claims {
+            header: headers.get("x-test-id"),
             credentials: headers.get(http::header::PROXY_AUTHORIZATION),
             challenge: true,
             ..Claims::default()
@@ -66,6 +68,8 @@ pub(crate) enum Refusal {
     Bad(String),
     /// A proxy request with no credentials: 407, asking for them.
     Challenge,
+    /// A request naming no test from a process that runs several at once: 409, naming them.
+    Ambiguous(String),
 }
 
 impl Refusal {
@@ -73,6 +77,7 @@ impl Refusal {
     pub fn answer(self) -> Response<Body> {
         match self {
             Refusal::Bad(why) => respond::text(StatusCode::BAD_REQUEST, why),
+            Refusal::Ambiguous(why) => respond::text(StatusCode::CONFLICT, why),
             Refusal::Challenge => {
                 let mut answer = respond::text(
                     StatusCode::PROXY_AUTHENTICATION_REQUIRED,
@@ -118,7 +123,7 @@ pub(crate) async fn identify_on(
 pub(crate) async fn identify(
     claims: Claims<'_>,
     proxy_secret: &str,
-    peer: impl Future<Output = Option<TestId>>,
+    peer: impl Future<Output = Result<Option<TestId>, Refusal>>,
     challenged: &AtomicBool,
 ) -> Result<Identity, Refusal> {
     let found = |test, source| Ok(Identity { test, source });
@@ -140,7 +145,7 @@ pub(crate) async fn identify(
     if let Some(Some(test)) = trusted {
         return found(test, Source::Credentials);
     }
-    if let Some(test) = peer.await {
+    if let Some(test) = peer.await? {
         return found(test, Source::Peer);
     }
     if claims.challenge && trusted.is_none() && !challenged.swap(true, Ordering::Relaxed) {
@@ -164,7 +169,7 @@ fn path_id(encoded: &str) -> Result<TestId, Refusal> {
 /// The test an `X-Test-Id` header names: text (a Playwright title has `›`; anything that is
 /// not text cannot name a folder), percent-decoded, since headers are ASCII for most clients
 /// (httpx refuses anything else); none when it is empty.
-fn header_id(header: Option<&HeaderValue>) -> Result<Option<TestId>, Refusal> {
+pub(crate) fn header_id(header: Option<&HeaderValue>) -> Result<Option<TestId>, Refusal> {
     let Some(header) = header else {
         return Ok(None);
     };
@@ -212,7 +217,7 @@ mod tests {
     /// `identify` with a peer that runs `peer`, on a connection not yet challenged unless
     /// `challenged`.
     fn who(claims: Claims<'_>, peer: Option<&str>, challenged: bool) -> Result<Identity, Refusal> {
-        let peer = std::future::ready(peer.map(TestId::new));
+        let peer = std::future::ready(Ok(peer.map(TestId::new)));
         identify(claims, SECRET, peer, &AtomicBool::new(challenged))
             .now_or_never()
             .expect("no await pends")
@@ -296,7 +301,7 @@ mod tests {
         );
         let challenged = AtomicBool::new(false);
         let mut twice = (0..2).map(|_| {
-            identify(proxy, SECRET, std::future::ready(None), &challenged)
+            identify(proxy, SECRET, std::future::ready(Ok(None)), &challenged)
                 .now_or_never()
                 .unwrap()
         });

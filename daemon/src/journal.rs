@@ -63,14 +63,28 @@ pub struct JournalLine<'a> {
     pub detail: Option<&'a Detail>,
 }
 
+/// What the test plugins of a run said of the suites they collected.
+#[derive(Debug, Default, Clone)]
+pub struct Listings {
+    /// The runners that listed (pytest, vitest...): none when no plugin did.
+    pub runners: std::collections::BTreeSet<String>,
+    /// Whether any runner's own selection left tests out (`-k`, `-t`, a test named).
+    pub filtered: bool,
+    /// Each collected test's cassette folder, to find two that meet before either runs.
+    folders: std::collections::HashMap<String, TestId>,
+}
+
 #[derive(Default)]
 /// Everything the daemon answered in this run, bounded: the report is built from it.
 pub struct Journal {
     records: Mutex<Vec<Record>>,
     /// Tests the runner announced, whether or not they made a request.
     began: Mutex<std::collections::BTreeSet<TestId>>,
-    /// Every test of the suite, as the runner saw nextest list them.
+    /// Every test of the suite, as the runner saw nextest list them, or as a test plugin
+    /// collected them.
     listed: Mutex<std::collections::BTreeSet<TestId>>,
+    /// What test plugins said of the suites they collected.
+    listings: Mutex<Listings>,
     /// The bytes of the ids `began` and `listed` hold, against [`IDS_BUDGET`].
     id_bytes: AtomicUsize,
     kept_hits: AtomicUsize,
@@ -444,11 +458,49 @@ impl Journal {
         binary: &str,
         names: impl Iterator<Item = &'a str>,
     ) -> Result<(), usize> {
+        self.note_listed(names.map(|n| TestId::nextest(binary, n)))
+    }
+
+    /// Notes the suite a test plugin collected (`runner`: pytest, vitest...), its ids as its
+    /// tests begin, and whether the runner's own selection left tests out (`filtered`). Says
+    /// which of them meet another collected test at one cassette folder, before either runs:
+    /// `(folder, one, other)` each.
+    pub fn collected<'a>(
+        &self,
+        runner: &str,
+        filtered: bool,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> Result<Vec<(String, TestId, TestId)>, usize> {
+        let ids: Vec<TestId> = ids.filter(|n| !n.is_empty()).map(TestId::new).collect();
+        self.note_listed(ids.iter().cloned())?;
+        let mut listings = self.listings.lock().expect("journal lock");
+        if listings.runners.len() < 16 {
+            listings.runners.insert(runner.to_string());
+        }
+        listings.filtered |= filtered;
+        let mut met = Vec::new();
+        for id in ids {
+            let slug = cassettes::Slug::from_test_id(&id).to_string();
+            match listings.folders.get(&slug) {
+                Some(owner) if *owner != id => met.push((slug, owner.clone(), id)),
+                Some(_) => {}
+                None => {
+                    listings.folders.insert(slug, id);
+                }
+            }
+        }
+        Ok(met)
+    }
+
+    /// What test plugins said of the suites they collected in this run.
+    pub fn listings(&self) -> Listings {
+        self.listings.lock().expect("journal lock").clone()
+    }
+
+    fn note_listed(&self, ids: impl Iterator<Item = TestId>) -> Result<(), usize> {
         let mut listed = self.listed.lock().expect("journal lock");
-        let new: std::collections::BTreeSet<TestId> = names
-            .filter(|n| !n.is_empty())
-            .map(|n| TestId::nextest(binary, n))
-            .filter(|t| !listed.contains(t))
+        let new: std::collections::BTreeSet<TestId> = ids
+            .filter(|t| !t.as_str().is_empty() && !listed.contains(t))
             .collect();
         let bytes = new.iter().map(|t| t.as_str().len()).sum();
         if !self.has_room_for_ids(bytes) {

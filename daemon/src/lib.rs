@@ -49,7 +49,7 @@ pub use config::{ConfigError, Mode, Overrides, Settings, CONFIG_FILE};
 pub use hints::{
     record_all_command, record_command, rekey_command, rerecord_command, tests_filter, Program,
 };
-pub use journal::{short_json, ErrorAnswer, FieldValues, Journal, Miss, Outcome, Stats};
+pub use journal::{short_json, ErrorAnswer, FieldValues, Journal, Listings, Miss, Outcome, Stats};
 pub use sigv4::SigningError;
 
 use cassettes::Store;

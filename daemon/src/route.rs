@@ -209,13 +209,17 @@ mod tests {
             ..Default::default()
         };
         let challenged = std::sync::atomic::AtomicBool::new(false);
-        let identity = crate::identity::identify(claims, "", std::future::ready(peer), &challenged)
-            .now_or_never()
-            .unwrap()
-            .map_err(|refused| match refused {
-                crate::identity::Refusal::Bad(why) => RouteError::Bad(why),
-                crate::identity::Refusal::Challenge => unreachable!("no proxy here"),
-            })?;
+        let identity =
+            crate::identity::identify(claims, "", std::future::ready(Ok(peer)), &challenged)
+                .now_or_never()
+                .unwrap()
+                .map_err(|refused| match refused {
+                    crate::identity::Refusal::Bad(why) => RouteError::Bad(why),
+                    crate::identity::Refusal::Challenge
+                    | crate::identity::Refusal::Ambiguous(_) => {
+                        unreachable!("no proxy, no peer here")
+                    }
+                })?;
         Ok(resolved.with_test(identity.test))
     }
 

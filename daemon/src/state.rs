@@ -81,22 +81,65 @@ impl Transports {
 }
 
 /// The tests processes announced, by pid: a runner's worker runs one test after another on
-/// connections it keeps, so each request is filed under the test its process runs then.
+/// connections it keeps, so each request is filed under the test its process runs then. A
+/// process may run several at once (vitest's threads share one process, `describe.concurrent`
+/// and concurrent async tests one thread): each is followed until its own `end`, and a request
+/// that names none of them is refused rather than filed under a guess.
 #[derive(Default)]
 pub(crate) struct Announced {
     /// Set once any process announced: until then a request costs no lookup.
     any: std::sync::atomic::AtomicBool,
-    by_pid: std::sync::Mutex<std::collections::HashMap<u32, cassettes::TestId>>,
+    /// Each process's running tests, oldest first.
+    by_pid: std::sync::Mutex<std::collections::HashMap<u32, Vec<cassettes::TestId>>>,
+}
+
+/// What a process announced it runs now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Running {
+    One(cassettes::TestId),
+    /// Several tests at once, oldest first.
+    Several(u32, Vec<cassettes::TestId>),
+}
+
+impl Running {
+    /// The test a request that names none belongs to: the one running, else a refusal that
+    /// names those running (a request of a client the plugin does not reach, or from a thread
+    /// the test started, in a process that runs several tests at once).
+    pub fn test(self) -> Result<cassettes::TestId, crate::identity::Refusal> {
+        match self {
+            Running::One(test) => Ok(test),
+            Running::Several(pid, tests) => {
+                let names: Vec<String> = tests
+                    .iter()
+                    .take(5)
+                    .map(|t| format!("{:?}", t.as_str()))
+                    .collect();
+                let more = tests.len().saturating_sub(names.len());
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                Err(crate::identity::Refusal::Ambiguous(format!(
+                    "cargo-llmreplay: process {pid} runs {} tests at once ({}{more}) and this request names none of them: a client the test plugin does not reach, or a thread the test started. Name the test in an X-Test-Id header (percent-encoded), or run that test alone in its process",
+                    tests.len(),
+                    names.join(", ")
+                )))
+            }
+        }
+    }
 }
 
 impl Announced {
     /// Most processes announcing at once: a runner's workers, one entry each.
     pub const MAX: usize = 4096;
+    /// Most tests one process runs at once.
+    pub const MAX_AT_ONCE: usize = 1024;
 
     /// `pid` runs `test` from now on. When [`Self::MAX`] processes are followed, those that
     /// are gone (a killed worker never says it ended) make room; when all are still running,
     /// the announcement is refused, never kept silently unheard.
-    pub fn begin(&self, pid: u32, test: &cassettes::TestId) -> Result<(), usize> {
+    pub fn begin(&self, pid: u32, test: &cassettes::TestId) -> Result<(), String> {
         self.begin_with(pid, test, crate::peer::alive)
     }
 
@@ -105,22 +148,35 @@ impl Announced {
         pid: u32,
         test: &cassettes::TestId,
         alive: impl Fn(u32) -> Option<bool>,
-    ) -> Result<(), usize> {
+    ) -> Result<(), String> {
         let mut by_pid = self.by_pid.lock().expect("announced lock");
         if by_pid.len() >= Self::MAX && !by_pid.contains_key(&pid) {
             by_pid.retain(|p, _| alive(*p) != Some(false));
             if by_pid.len() >= Self::MAX {
-                return Err(by_pid.len());
+                return Err(format!("the daemon follows at most {} processes' tests at once, and the {} it follows are all still running without having said `end`", Self::MAX, by_pid.len()));
             }
         }
-        by_pid.insert(pid, test.clone());
+        let running = by_pid.entry(pid).or_default();
+        if !running.contains(test) {
+            if running.len() >= Self::MAX_AT_ONCE {
+                return Err(format!("process {pid} already runs {} tests that have not said `end`; each test's end says `end` with its own test id", running.len()));
+            }
+            running.push(test.clone());
+        }
         self.any.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
-    /// `pid` runs no test any more.
-    pub fn end(&self, pid: u32) {
-        self.by_pid.lock().expect("announced lock").remove(&pid);
+    /// `pid` no longer runs `test`; with no test named, it runs none.
+    pub fn end(&self, pid: u32, test: Option<&cassettes::TestId>) {
+        let mut by_pid = self.by_pid.lock().expect("announced lock");
+        if let (Some(test), Some(running)) = (test, by_pid.get_mut(&pid)) {
+            running.retain(|t| t != test);
+            if !running.is_empty() {
+                return;
+            }
+        }
+        by_pid.remove(&pid);
     }
 
     /// Whether any process ever announced.
@@ -128,10 +184,16 @@ impl Announced {
         self.any.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The test the nearest of `lineage` (a process and its ancestors) announced.
-    pub fn of(&self, lineage: &[u32]) -> Option<cassettes::TestId> {
+    /// What the nearest of `lineage` (a process and its ancestors) that announced runs now.
+    pub fn of(&self, lineage: &[u32]) -> Option<Running> {
         let by_pid = self.by_pid.lock().expect("announced lock");
-        lineage.iter().find_map(|pid| by_pid.get(pid).cloned())
+        lineage
+            .iter()
+            .find_map(|pid| match by_pid.get(pid)?.as_slice() {
+                [] => None,
+                [one] => Some(Running::One(one.clone())),
+                several => Some(Running::Several(*pid, several.to_vec())),
+            })
     }
 }
 
@@ -183,14 +245,24 @@ impl Conn {
     /// The test of the process at the other end, when peers are identified: the one it (or an
     /// ancestor) announced for now, else the one its environment names (cached: a process's
     /// environment does not change).
-    pub async fn peer_test(&self, state: &Arc<State>) -> Option<cassettes::TestId> {
-        let holder = self.holder(state).await?;
+    pub async fn peer_test(
+        &self,
+        state: &Arc<State>,
+    ) -> Result<Option<cassettes::TestId>, crate::identity::Refusal> {
+        let Some(holder) = self.holder(state).await else {
+            return Ok(None);
+        };
         if state.announced.any() {
             let lineage = self.lineage.get_or_init(|| peer::lineage(holder.pid));
-            if let Some(test) = state.announced.of(lineage) {
-                return Some(test);
+            if let Some(running) = state.announced.of(lineage) {
+                return running.test().map(Some);
             }
         }
+        Ok(self.named_test(state, holder))
+    }
+
+    /// The test the process's environment names, else its tree's program under the command.
+    fn named_test(&self, state: &Arc<State>, holder: &peer::Holder) -> Option<cassettes::TestId> {
         if let Some(p) = &holder.test {
             return Some(p.test.clone());
         }
@@ -339,7 +411,7 @@ impl Drop for InFlightGuard<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::Announced;
+    use super::{Announced, Running};
     use cassettes::TestId;
 
     #[test]
@@ -349,22 +421,56 @@ mod tests {
         for pid in 0..Announced::MAX as u32 {
             announced.begin_with(pid, &t, |_| Some(true)).unwrap();
         }
-        assert_eq!(
-            announced.begin_with(99_999, &t, |_| Some(true)),
-            Err(Announced::MAX),
+        let refused = announced.begin_with(99_999, &t, |_| Some(true));
+        assert!(
+            refused.unwrap_err().contains("all still running"),
             "all running: refused"
         );
-        assert_eq!(
-            announced.begin_with(99_999, &t, |_| None),
-            Err(Announced::MAX),
+        assert!(
+            announced.begin_with(99_999, &t, |_| None).is_err(),
             "cannot tell: kept"
         );
         announced.begin_with(7, &t, |_| Some(true)).unwrap();
         announced
             .begin_with(99_999, &t, |p| Some(p % 2 == 0))
             .unwrap();
-        assert_eq!(announced.of(&[99_999]), Some(t.clone()));
+        assert_eq!(announced.of(&[99_999]), Some(Running::One(t.clone())));
         assert_eq!(announced.of(&[1]), None, "a gone process was forgotten");
-        assert_eq!(announced.of(&[2]), Some(t));
+        assert_eq!(announced.of(&[2]), Some(Running::One(t)));
+    }
+
+    #[test]
+    fn tests_at_once_in_one_process_end_one_by_one_and_are_never_guessed() {
+        let announced = Announced::default();
+        let (a, b) = (TestId::new("a.test.js > a"), TestId::new("b.test.js > b"));
+        announced.begin(10, &a).unwrap();
+        announced.begin(10, &b).unwrap();
+        announced.begin(10, &b).unwrap();
+        let both = announced.of(&[10, 1]).unwrap();
+        assert_eq!(both, Running::Several(10, vec![a.clone(), b.clone()]));
+        let why = format!("{:?}", both.test().unwrap_err());
+        assert!(
+            why.contains("a.test.js > a") && why.contains("X-Test-Id"),
+            "{why}"
+        );
+        announced.end(10, Some(&a));
+        assert_eq!(
+            announced.of(&[10]),
+            Some(Running::One(b.clone())),
+            "b goes on"
+        );
+        announced.end(10, Some(&a));
+        assert_eq!(
+            announced.of(&[10]),
+            Some(Running::One(b.clone())),
+            "a second end of a changes nothing"
+        );
+        announced.begin(10, &a).unwrap();
+        announced.end(10, None);
+        assert_eq!(
+            announced.of(&[10]),
+            None,
+            "an end naming no test ends them all"
+        );
     }
 }

@@ -5,6 +5,7 @@
 
 mod support;
 
+mod at_once;
 mod bodies;
 mod capture;
 mod cli;
@@ -21,6 +22,7 @@ mod peers;
 mod python_ids;
 mod rerun;
 mod review;
+mod run_loop;
 mod runlog;
 mod runners;
 mod sdk;

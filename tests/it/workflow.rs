@@ -452,14 +452,14 @@ async fn review_for_scripts_lists_shows_accepts_and_rejects() {
 }
 
 /// A tmux session on its own socket, killed on drop.
-struct Tmux {
+pub(crate) struct Tmux {
     socket: String,
 }
 
 impl Tmux {
     /// Starts `command` in a detached 160x50 session; `None` when tmux is not installed
     /// (a failure under CI, where .ci/run installs it).
-    fn start(command: &str) -> Option<Tmux> {
+    pub(crate) fn start(command: &str) -> Option<Tmux> {
         let found = Command::new("tmux")
             .arg("-V")
             .output()
@@ -515,7 +515,7 @@ impl Tmux {
     }
 
     /// Waits until the screen shows `text`: the program is ready for the next key.
-    fn wait_for(&self, text: &str) -> String {
+    pub(crate) fn wait_for(&self, text: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let screen = self.screen();
@@ -530,7 +530,7 @@ impl Tmux {
         }
     }
 
-    fn keys(&self, keys: &str) {
+    pub(crate) fn keys(&self, keys: &str) {
         let status = self
             .cmd()
             .args(["send-keys", "-t", "t", keys])
@@ -744,7 +744,7 @@ fn in_tmux(sample: &Sample) -> String {
 }
 
 /// The cassette files `git diff --cached` and `git diff` name.
-fn staged_and_unstaged(root: &Path) -> (Vec<String>, Vec<String>) {
+pub(crate) fn staged_and_unstaged(root: &Path) -> (Vec<String>, Vec<String>) {
     let repo = git2::Repository::open(root).unwrap();
     let head = repo.head().unwrap().peel_to_tree().unwrap();
     let names = |diff: git2::Diff| -> Vec<String> {

@@ -12,14 +12,14 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::Path;
 
-/// Walks the missed tests on the terminal; records those asked for with `record` (a
-/// `cargo llmreplay test --record` of them, with the run's own upstream flags), then reviews
-/// what that changed.
-pub(super) fn walk(
+/// Walks the missed tests on the terminal; records those asked for with `record` (given the
+/// chosen tests, it runs the command that records them and says whether it succeeded), then
+/// reviews what that changed.
+pub(crate) fn walk(
     missing: &[Missing],
     root: &Path,
     cassette_dir: &Path,
-    forward: &[OsString],
+    record: &dyn Fn(&[&TestId]) -> Result<bool>,
 ) -> Result<()> {
     if std::env::var_os("CI").is_some() {
         render::stderr("cargo-llmreplay: --review records no missed test under CI\n");
@@ -53,26 +53,43 @@ pub(super) fn walk(
         render::stderr("cargo-llmreplay: no missed test recorded\n");
         return Ok(());
     }
-    let Some(filter) = daemon::tests_filter(&chosen) else {
-        return Ok(());
-    };
-    render::stderr(&format!(
-        "cargo-llmreplay: {} test --record -E {}\n",
-        crate::program(),
-        cassettes::shell_quote(&filter)
-    ));
-    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find this program", e))?;
-    let status = std::process::Command::new(exe)
-        .args(["llmreplay", "test", "--record", "-E", &filter])
-        .args(forward)
-        .env_remove("LLMREPLAY_MODE")
-        .status()
-        .map_err(|e| Error::io("cannot run cargo llmreplay test --record", e))?;
-    if !status.success() {
+    if !record(&chosen)? {
         render::stderr("cargo-llmreplay: the recording run failed (above); nothing to review\n");
         return Ok(());
     }
     crate::review_cmd::after_test_run(cassette_dir)
+}
+
+/// Runs this program with `args` (a recording run it prints first), outside of any run's mode.
+pub(crate) fn record_with(args: &[OsString]) -> Result<bool> {
+    let said: Vec<String> = args
+        .iter()
+        .map(|a| cassettes::shell_quote(&a.to_string_lossy()).into_owned())
+        .collect();
+    render::stderr(&format!(
+        "cargo-llmreplay: {} {}\n",
+        crate::program(),
+        said.join(" ")
+    ));
+    let exe = std::env::current_exe().map_err(|e| Error::io("cannot find this program", e))?;
+    let status = std::process::Command::new(exe)
+        .arg("llmreplay")
+        .args(args)
+        .env_remove("LLMREPLAY_MODE")
+        .status()
+        .map_err(|e| Error::io("cannot run the recording run", e))?;
+    Ok(status.success())
+}
+
+/// `cargo llmreplay test --record -E <the chosen tests>` with the run's own forwarded flags.
+pub(super) fn record_tests(chosen: &[&TestId], forward: &[OsString]) -> Result<bool> {
+    let Some(filter) = daemon::tests_filter(chosen) else {
+        return Ok(true);
+    };
+    let mut args: Vec<OsString> = ["test", "--record", "-E"].map(OsString::from).to_vec();
+    args.push(filter.into());
+    args.extend(forward.iter().cloned());
+    record_with(&args)
 }
 
 /// One missed test: its requests, what differs from the closest recording, and the keys.

@@ -8,7 +8,7 @@
 mod finish;
 mod flags;
 mod launch;
-mod misses;
+pub(crate) mod misses;
 mod outcomes;
 mod plan;
 

@@ -57,22 +57,6 @@ pub(super) struct Facts {
     pub(super) target_dir: PathBuf,
 }
 
-/// The flags of this run that a recording run started from it needs too.
-fn forwarded(args: &TestArgs) -> Vec<OsString> {
-    let daemon = &args.daemon;
-    let mut out: Vec<OsString> = Vec::new();
-    for u in &daemon.upstream.upstream {
-        out.extend(["--upstream".into(), u.into()]);
-    }
-    for h in &daemon.upstream.allow_credentials_to {
-        out.extend(["--allow-credentials-to".into(), h.into()]);
-    }
-    if let Some(dir) = &daemon.cassettes.cassette_dir {
-        out.extend(["--cassette-dir".into(), dir.into()]);
-    }
-    out
-}
-
 impl RunPlan {
     pub(super) fn new(args: &TestArgs, mut nextest_args: Vec<OsString>, facts: Facts) -> RunPlan {
         let mode = facts.mode;
@@ -114,7 +98,7 @@ impl RunPlan {
             report,
             log,
             review: args.review,
-            forward: forwarded(args),
+            forward: args.daemon.forwarded(),
         }
     }
 }
