@@ -177,14 +177,10 @@ async fn async_tests_run_side_by_side_keep_their_own_calls_through_every_client(
 
 const FIXTURE: &str = "conftest.py::fixture:greeting";
 
-/// A session fixture's calls are its own test's, set up and torn down: recorded with the
-/// first test that uses it, they replay under xdist (each worker sets it up) and for a test
-/// chosen with `-k` that was not its first user.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_fixtures_calls_replay_for_whichever_test_sets_it_up() {
-    let Some(project) = Project::new("fixture_suite", "xdist") else {
-        return;
-    };
+/// The fixture suite recorded: four tests and the session fixture's folder, which holds its
+/// setup's call then its teardown's.
+async fn fixture_suite_recorded() -> Option<(Project, std::collections::BTreeMap<String, String>)> {
+    let project = Project::new("fixture_suite", "xdist")?;
     let tests: Vec<String> = ["a", "b", "c", "d"]
         .iter()
         .map(|n| format!("test_users.py::test_user[{n}]"))
@@ -202,6 +198,17 @@ async fn a_session_fixtures_calls_replay_for_whichever_test_sets_it_up() {
     );
     assert_eq!(project.prompts(&tests[0]), ["Test a"]);
     fake.stop();
+    Some((project, answers(&recorded_out)))
+}
+
+/// A session fixture's calls are its own test's, set up and torn down: recorded with the
+/// first test that uses it, they replay for a test chosen with `-k` that was not its first
+/// user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_fixtures_calls_replay_for_whichever_test_sets_it_up() {
+    let Some((project, _)) = fixture_suite_recorded().await else {
+        return;
+    };
     let (one, one_out) = project.pytest(&[], &["-k", "c"], &[("CI", "true")]);
     succeeded(&one);
     let answered = answers(&one_out);
@@ -210,10 +217,18 @@ async fn a_session_fixtures_calls_replay_for_whichever_test_sets_it_up() {
         ["c.txt", "greeting-c.txt"]
     );
     assert_eq!(answered["greeting-c.txt"], "You said: Set up the session");
-    // Each worker sets the fixture up (and tears it down) in its own process, at once.
+}
+
+/// Under xdist each worker sets the session fixture up (and tears it down) in its own
+/// process, at once: each replays the fixture's calls from the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_fixture_set_up_by_every_xdist_worker_replays_in_each() {
+    let Some((project, recorded)) = fixture_suite_recorded().await else {
+        return;
+    };
     let (replayed, replayed_out) = project.pytest(&[], &["-n", "4"], &[("CI", "true")]);
     succeeded(&replayed);
-    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+    assert_eq!(answers(&replayed_out), recorded);
 }
 
 /// The listed suite judges folders: a test deleted after recording leaves a folder that
@@ -239,9 +254,11 @@ async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
     let orphan = project.folder("test_users.py::test_user[d]");
     let name = orphan.file_name().unwrap().to_string_lossy().into_owned();
     assert!(orphaned.stderr.contains(&name), "{}", orphaned.stderr);
+    let fixture = project.folder(FIXTURE);
+    let fixture = fixture.file_name().unwrap().to_string_lossy();
     assert!(
-        !orphaned.stderr.contains("fixture"),
-        "the fixture's folder is listed: {}",
+        orphaned.stderr.contains("unused (1):") && !orphaned.stderr.contains(&*fixture),
+        "the fixture's folder is listed with its tests: {}",
         orphaned.stderr
     );
 }
@@ -284,4 +301,48 @@ async fn unittest_methods_record_replay_and_miss_each_in_their_own_folder() {
     let report = project.report();
     assert_eq!(report["missing"][0]["test"], tests[0], "{report}");
     assert_eq!(report["missing"].as_array().unwrap().len(), 1, "{report}");
+    // The loader's suite is listed: a deleted class's folder is named by `--deny unused`.
+    let file = project.dir.path().join("test_mod.py");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept = text.split("\n\nclass TestOther").next().unwrap();
+    std::fs::write(&file, format!("{kept}\n")).unwrap();
+    let (orphaned, _) = project.python(&["--deny", "unused"], &unittest, &replay);
+    assert_ne!(orphaned.code, Some(0), "{}", orphaned.stderr);
+    let orphan = project.folder(tests[2]);
+    let name = orphan.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        orphaned.stderr.contains("unused (1):") && orphaned.stderr.contains(&name),
+        "{}",
+        orphaned.stderr
+    );
+}
+
+/// pytest-asyncio's async tests and a module-scoped async fixture beside a sync test: each
+/// test's calls in its own folder, the fixture's in its own, replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls() {
+    let Some(project) = Project::new("asyncio_suite", "pytest_asyncio") else {
+        return;
+    };
+    let fixture = "test_mixed.py::fixture:opening";
+    let tests = [
+        ("test_mixed.py::test_sync", "Sync"),
+        ("test_mixed.py::test_async", "Async"),
+        ("test_mixed.py::test_async_again", "Async again"),
+        (fixture, "Open the module"),
+    ];
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, recorded_out) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    let ids: Vec<&str> = tests.iter().map(|(t, _)| *t).collect();
+    assert_eq!(project.folders(), slugs(&ids), "{}", recorded.stderr);
+    for (test, prompt) in tests {
+        assert_eq!(project.prompts(test), [prompt], "{test}");
+    }
+    fake.stop();
+    let (replayed, replayed_out) = project.pytest(&[], &[], &[("CI", "true")]);
+    succeeded(&replayed);
+    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+    assert_eq!(answers(&replayed_out).len(), 4);
 }

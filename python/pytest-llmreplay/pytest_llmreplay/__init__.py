@@ -19,6 +19,7 @@ With no daemon in the environment (`LLMREPLAY_BASE_URL`), it does nothing.
 
 import asyncio
 import functools
+import importlib
 import inspect
 import sys
 from pathlib import Path
@@ -26,9 +27,9 @@ from pathlib import Path
 import pytest
 
 # The copy the unittest hook loaded first, if it did: one context variable, one set of hooks.
-_identity = sys.modules.get("_llmreplay_identity")
-if _identity is None:
-    from . import _identity
+_identity = sys.modules.get("_llmreplay_identity") or importlib.import_module(
+    "._identity", __name__
+)
 
 
 def pytest_configure(config):
