@@ -2,7 +2,8 @@
 //! command: a daemon of its own, the environment that points every process at it, then the
 //! summary, the report, the gates and the exit status. Tests are told apart by what names them:
 //! the pytest plugin and the vitest and jest setup files announce each test from the process
-//! that runs it; a process whose environment has `LLMREPLAY_TEST_ID`, or a request with
+//! that runs it (and `python -m unittest` through the sitecustomize of [`crate::python_hook`]);
+//! a process whose environment has `LLMREPLAY_TEST_ID`, or a request with
 //! `X-Test-Id`, names its own; else each process tree under the command is its own test, named
 //! for its program (one folder per `go test` package binary).
 
@@ -20,7 +21,8 @@ use std::ffi::OsString;
         Every process the command starts gets the base URL every client reads, LLMREPLAY_BASE_URL, \
         a placeholder key in replay, and (with capture on) the daemon as its HTTPS proxy. Each \
         request is filed under the test that made it: the one its process announced (the \
-        pytest-llmreplay plugin and the vitest and jest setup files do, before each test), else \
+        pytest-llmreplay plugin and the vitest and jest setup files do, before each test, and \
+        `python -m unittest` through a sitecustomize this command puts first on PYTHONPATH), else \
         the one LLMREPLAY_TEST_ID in its environment or an X-Test-Id header names, else the name of \
         the program at the top of its process tree under the command (a `go test` package's \
         binary, a tool a script runs). \

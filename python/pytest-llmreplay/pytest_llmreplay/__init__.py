@@ -22,6 +22,7 @@ import functools
 import importlib
 import inspect
 import sys
+import unittest
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,13 @@ def _wrap_test_function(item):
     """Replaces `item`'s function by one of the same parameters that names the test in the
     context it runs in: a plugin that runs async tests concurrently (pytest-asyncio-
     cooperative) calls the function itself, each in its own task, outside the protocol."""
-    original = getattr(item, "obj", None)
+    # A unittest TestCase's method runs through the TestCase, never through the item's function.
+    cls = getattr(item, "cls", None)
+    if not isinstance(item, pytest.Function) or (
+        cls is not None and issubclass(cls, unittest.TestCase)
+    ):
+        return
+    original = item.obj
     function = getattr(original, "__func__", original)
     if not inspect.isfunction(function) or inspect.isgeneratorfunction(function):
         return
@@ -225,25 +232,30 @@ def _with_parameters_of(function, run):
 
 
 def _fixture_id(fixturedef, config):
-    """`<file defining the fixture, from the rootdir>::fixture:<name>`."""
+    """`<file defining the fixture, from the rootdir>::fixture:<name>`, for a fixture of the
+    project's own; None for an installed plugin's (pytest's, pytest-asyncio's loops), whose
+    calls stay the test's that sets it up."""
     function = inspect.unwrap(fixturedef.func)
     try:
         path = Path(inspect.getsourcefile(function) or inspect.getfile(function)).resolve()
-        where = path.relative_to(Path(config.rootpath).resolve()).as_posix()
+        where = path.relative_to(Path(config.rootpath).resolve())
     except (TypeError, ValueError, OSError):
-        # A plugin's fixture, outside the project: its module names it.
-        where = getattr(function, "__module__", None) or "?"
-    return f"{where}::fixture:{fixturedef.argname}"
+        return None
+    if "site-packages" in where.parts:
+        return None
+    return f"{where.as_posix()}::fixture:{fixturedef.argname}"
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_fixture_setup(fixturedef, request):
     # A function's fixtures are its test's; a wider one's calls are its own, whichever test
     # sets it up, so that they replay for any test that does (`-k`, xdist).
-    if fixturedef.scope == "function" or _identity.root() is None:
+    fixture = None
+    if fixturedef.scope != "function" and _identity.root() is not None:
+        fixture = _fixture_id(fixturedef, request.config)
+    if fixture is None:
         yield
         return
-    fixture = _fixture_id(fixturedef, request.config)
     tearing = []
     # Finalizers run last added first: this one after the fixture's own teardown, the one
     # added after its setup before it.
@@ -270,7 +282,11 @@ def pytest_deselected(items):
 def _whole_suite(config):
     """Whether the command line's own arguments name the whole suite: none, or folders that
     hold everything pytest would collect without them."""
-    if config.args_source != pytest.Config.ArgsSource.ARGS:
+    sources = getattr(pytest.Config, "ArgsSource", None)
+    if sources is None:
+        # pytest before 7.2 does not say where its arguments came from: not known to be whole.
+        return False
+    if config.args_source != sources.ARGS:
         return True
     here = Path(config.invocation_params.dir)
     named = []
@@ -303,7 +319,9 @@ def _fixture_ids(item):
     for name in info.names_closure:
         defs = info.name2fixturedefs.get(name)
         if defs and defs[-1].scope != "function":
-            yield _fixture_id(defs[-1], item.config)
+            fixture = _fixture_id(defs[-1], item.config)
+            if fixture is not None:
+                yield fixture
 
 
 @pytest.hookimpl(trylast=True)
