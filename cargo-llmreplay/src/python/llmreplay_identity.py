@@ -19,8 +19,10 @@ import os
 import sys
 import urllib.parse
 
-# Both names lead to the first copy loaded: two copies would hook the clients twice and
-# each see only its own tests.
+# Both names lead to the first copy loaded: two copies would each see only their own tests.
+# The plugin takes the other copy only when it has the same API (a `cargo-llmreplay` and a
+# plugin of other releases may meet); a header already set is never set again.
+API = 1
 sys.modules.setdefault("_llmreplay_identity", sys.modules[__name__])
 
 CURRENT = contextvars.ContextVar("llmreplay_test", default=None)

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import pytest
 
-# The copy the unittest hook loaded first, if it did: one context variable, one set of hooks.
-_identity = sys.modules.get("_llmreplay_identity") or importlib.import_module(
-    "._identity", __name__
-)
+# The copy the unittest hook loaded first, if it did and speaks this plugin's version of it:
+# one context variable, one set of hooks.
+_identity = sys.modules.get("_llmreplay_identity")
+if getattr(_identity, "API", None) != 1:
+    _identity = importlib.import_module("._identity", __name__)
 
 
 def pytest_configure(config):
