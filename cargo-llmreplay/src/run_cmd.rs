@@ -19,7 +19,8 @@ use std::ffi::OsString;
     about = "Run any test command (pytest, vitest, go test...) against a per-run daemon, then report",
     long_about = "Run any test command against a per-run record/replay daemon, then report as `test` does.\n\n\
         Every process the command starts gets the base URL every client reads, LLMREPLAY_BASE_URL, \
-        a placeholder key in replay, and (with capture on) the daemon as its HTTPS proxy. Each \
+        a placeholder key and Google credentials file in replay, (with capture on) the daemon as \
+        its HTTPS proxy, and TOX_OVERRIDE, which lets all of these into tox 4's environments. Each \
         request is filed under the test that made it: the one its process announced (the \
         pytest-llmreplay plugin and the vitest and jest setup files do, before each test, and \
         `python -m unittest` through a sitecustomize this command puts first on PYTHONPATH), else \
@@ -67,8 +68,18 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     // Kept until the command ends: its Python processes load it as they start.
     let python = crate::python_hook::PythonHook::write(&resolved.target_dir())?;
     let mut prepared = Prepared::new(resolved, None, Paths { report, log })?;
-    let env = prepared.env(true);
     let mode = prepared.run.mode;
+    let mut env = prepared.env(true);
+    env.push(("LLMREPLAY_MODE".into(), mode.as_str().into()));
+    // Recording under tox needs the user's own keys in its environments too.
+    let routed = providers::env::routed_from(Some(&prepared.gateways));
+    let credentials = providers::env::credentials_files();
+    let mut passed: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+    let keys = providers::env::key_vars(&routed);
+    passed.extend(keys.iter().map(String::as_str));
+    passed.extend(credentials.iter().map(|c| c.var));
+    let tox = through_tox(&passed, std::env::var("TOX_OVERRIDE").ok());
+    env.push(tox);
     prepared.ca_files_written()?;
     // Unlike `test`, the daemon is made before the command starts: a daemon that cannot start
     // leaves no command half run.
@@ -77,7 +88,6 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let child = std::process::Command::new(program)
         .args(rest)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .env("LLMREPLAY_MODE", mode.as_str())
         .env("PYTHONPATH", python.pythonpath())
         .spawn()
         .map_err(|e| {
@@ -165,6 +175,24 @@ fn record_tests(
         }
         None => run("--record-missing", command.to_vec()),
     }
+}
+
+/// `TOX_OVERRIDE` that lets the variables `names` into tox 4's test environments, which see
+/// only the variables their `pass_env` names: appended to the user's own overrides, which tox
+/// separates with `;`.
+fn through_tox(names: &[&str], user: Option<String>) -> (String, String) {
+    let mut unique: Vec<&str> = Vec::with_capacity(names.len());
+    for name in names {
+        if !unique.contains(name) {
+            unique.push(name);
+        }
+    }
+    let ours = format!("testenv.pass_env+={}", unique.join(","));
+    let value = match user.filter(|u| !u.trim().is_empty()) {
+        Some(user) => format!("{};{ours}", user.trim_end_matches(';')),
+        None => ours,
+    };
+    ("TOX_OVERRIDE".into(), value)
 }
 
 /// A test runner whose command line can select one test by its id.
@@ -382,7 +410,7 @@ fn rerun_words(words: &[String], flag: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{rerun_command, rerun_words, Runner};
+    use super::{rerun_command, rerun_words, through_tox, Runner};
     use std::ffi::OsString;
 
     fn words(line: &str) -> Vec<OsString> {
@@ -466,6 +494,20 @@ mod tests {
         assert!(
             !selects("python -m pytest tests/a.py"),
             "pytest's plugin says so itself"
+        );
+    }
+
+    /// tox 4 is told every variable, after the user's own overrides.
+    #[test]
+    fn tox_passes_every_variable_on_after_the_users_overrides() {
+        let env = ["OPENAI_BASE_URL", "LLMREPLAY_MODE", "OPENAI_BASE_URL"];
+        assert_eq!(
+            through_tox(&env, None).1,
+            "testenv.pass_env+=OPENAI_BASE_URL,LLMREPLAY_MODE"
+        );
+        assert_eq!(
+            through_tox(&env, Some("testenv.deps=x;".into())).1,
+            "testenv.deps=x;testenv.pass_env+=OPENAI_BASE_URL,LLMREPLAY_MODE"
         );
     }
 }

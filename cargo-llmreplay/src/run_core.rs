@@ -9,7 +9,7 @@ use crate::error::{Error, Outcome, Result};
 use crate::render;
 use crate::report::{self, Deny, Report, ReportExt, RunScope};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
@@ -86,6 +86,8 @@ pub(crate) struct Prepared {
     pub(crate) proxy_secret: String,
     /// The CA's certificate and bundle, with capture on.
     pub(crate) ca_files: Option<(PathBuf, PathBuf)>,
+    /// The folder of the placeholder credentials files, in replay.
+    pub(crate) placeholders: Option<PathBuf>,
     ca_made: Option<Receiver<CaMade>>,
     ca_written: Option<JoinHandle<Result<()>>>,
 }
@@ -133,6 +135,10 @@ impl Prepared {
                 settings.upstream_report()
             ));
         }
+        let placeholders = match mode {
+            daemon::Mode::Replay => Some(write_placeholders(&target_dir)?),
+            _ => None,
+        };
         let (listener, url) = crate::capture::loopback()?;
         Ok(Prepared {
             run: Run {
@@ -148,6 +154,7 @@ impl Prepared {
             settings,
             listener,
             ca_files,
+            placeholders,
             ca_made,
             ca_written,
         })
@@ -160,17 +167,28 @@ impl Prepared {
             .ca_files
             .as_ref()
             .map(|(ca, bundle)| (ca.to_string_lossy(), bundle.to_string_lossy()));
+        let placeholders = self.placeholders.as_ref().map(|p| p.to_string_lossy());
         runner_plugin::daemon_env(
             &self.url,
             None,
             Some(&self.gateways),
-            self.run.mode == daemon::Mode::Replay,
+            (self.run.mode == daemon::Mode::Replay).then_some(runner_plugin::Replay {
+                placeholders: placeholders.as_deref(),
+            }),
             capture.as_ref().map(|(ca, bundle)| runner_plugin::Capture {
                 ca,
                 bundle,
                 secret: if secret { &self.proxy_secret } else { "" },
             }),
         )
+    }
+
+    /// The environment's name and value that tell the target runner where the placeholder
+    /// credentials files are, in replay.
+    pub(crate) fn placeholders_env(&self) -> Option<(&'static str, &Path)> {
+        self.placeholders
+            .as_deref()
+            .map(|dir| (runner_plugin::PLACEHOLDERS_ENV, dir))
     }
 
     /// Waits until the CA's files are written: a child that trusts them starts after this.
@@ -538,4 +556,22 @@ fn finish_tests(
         }
     }
     Ok((out, unwritten.len()))
+}
+
+/// The placeholder credentials files replay gives the SDKs that would read real ones
+/// (`providers::env::credentials_files`), under the target dir, shared by every run: each is
+/// the same bytes for every run, so one rewritten while another run reads it reads the same.
+fn write_placeholders(target_dir: &Path) -> Result<PathBuf> {
+    let dir = target_dir.join("llmreplay").join("placeholders");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("cannot make {}", dir.display()), e))?;
+    for file in providers::env::credentials_files() {
+        let path = dir.join(file.file_name);
+        if std::fs::read(&path).is_ok_and(|b| b == file.placeholder.as_bytes()) {
+            continue;
+        }
+        crate::files::replace_atomically(&path, file.placeholder)
+            .map_err(|e| Error::io(format!("cannot write {}", path.display()), e))?;
+    }
+    Ok(dir)
 }

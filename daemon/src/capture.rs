@@ -94,6 +94,7 @@ impl State {
             upstream: Some(self.settings.capture.upstream_of(scheme, &host, port)),
             source: UpstreamSource::Captured,
             parsed: Default::default(),
+            pace: None,
         });
         let mut captured = self.captured.lock().expect("captured lock");
         // A client naming a new host on every call must not grow the daemon without bound.

@@ -273,6 +273,10 @@ impl Limits {
 struct ProviderEntry {
     upstream: Option<String>,
     kind: Option<Kind>,
+    /// The most requests in flight to it while recording.
+    max_concurrent: Option<usize>,
+    /// The least time between two requests' starts while recording.
+    min_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -569,6 +573,15 @@ impl Settings {
                     )))
                 }
             };
+            if entry.max_concurrent == Some(0) {
+                return Err(ConfigError::Invalid(format!(
+                    "[providers.{name}] max_concurrent = 0 would send nothing; set at least 1, or remove it for no bound"
+                )));
+            }
+            let pace = crate::pace::Pace::new(
+                entry.max_concurrent,
+                entry.min_interval_ms.map(Duration::from_millis),
+            );
             providers.insert(
                 name,
                 Provider {
@@ -577,6 +590,7 @@ impl Settings {
                     upstream,
                     source,
                     parsed: Default::default(),
+                    pace: pace.map(Arc::new),
                 },
             );
         }

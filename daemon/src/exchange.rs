@@ -280,6 +280,7 @@ async fn record(
         answer,
         started,
         headers_at,
+        slot,
     } = match crate::proxy::forward(state, parts, route, body).await {
         Ok(forwarded) => forwarded,
         Err(failed) => {
@@ -335,6 +336,7 @@ async fn record(
         format,
         started,
         headers_at,
+        slot,
     };
     tokio::spawn(tracing::Instrument::in_current_span(
         tee.run(answer_body, tx),
@@ -466,6 +468,8 @@ struct Tee {
     format: Option<StreamFormat>,
     started: Instant,
     headers_at: Duration,
+    /// The request's place among its provider's paced ones, until its answer is read.
+    slot: Option<crate::pace::Slot>,
 }
 
 impl Tee {
@@ -478,6 +482,7 @@ impl Tee {
             format,
             started,
             headers_at,
+            slot,
         } = self;
         let idle = state.settings.limits.idle_timeout;
         let forward = |data: Bytes| {
@@ -497,6 +502,8 @@ impl Tee {
                 return;
             }
         };
+        // The provider's next paced request may start once this answer is read.
+        drop(slot);
         let mut call = call;
         call.bytes = Some(captured.len());
         let (response, timing) = captured.into_response(status, headers, format);

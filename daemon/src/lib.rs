@@ -27,6 +27,7 @@ mod identity;
 pub mod journal;
 mod mcp;
 pub mod outcome;
+pub mod pace;
 pub mod peer;
 mod plan;
 pub mod provider;

@@ -83,6 +83,7 @@ pub(crate) fn provider(
         upstream,
         source,
         parsed: Default::default(),
+        pace: None,
     }))
 }
 

@@ -48,6 +48,9 @@ pub struct Provider {
     /// The upstream's scheme, authority and path prefix, parsed on first use and kept: every
     /// upstream URL is built from these parts, never by pasting text.
     pub parsed: std::sync::OnceLock<Result<UpstreamRoot, UpstreamError>>,
+    /// How its requests upstream are paced (`[providers.NAME] max_concurrent`,
+    /// `min_interval_ms`), if they are.
+    pub pace: Option<std::sync::Arc<crate::pace::Pace>>,
 }
 
 /// An upstream URL taken apart once.
@@ -75,6 +78,7 @@ impl Provider {
                 }),
             source: UpstreamSource::BuiltIn,
             parsed: Default::default(),
+            pace: None,
         }
     }
 

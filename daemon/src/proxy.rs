@@ -4,7 +4,7 @@
 //! timeouts. A failure comes back as what to answer, explained without a secret; what to do
 //! with an answer (pass it on, record it) is `exchange`'s.
 
-use crate::provider::NOT_FORWARDED;
+use crate::provider::{Kind, NOT_FORWARDED};
 use crate::route::Route;
 use crate::state::State;
 use bytes::Bytes;
@@ -21,6 +21,8 @@ pub(crate) struct Forwarded {
     pub started: Instant,
     /// How long the answer's head took.
     pub headers_at: Duration,
+    /// Its place among its provider's paced requests: kept until the answer has been read.
+    pub slot: Option<crate::pace::Slot>,
 }
 
 /// Why a request got no answer from upstream: what to answer the client, in the provider's
@@ -79,7 +81,114 @@ pub(crate) async fn forward(
                 e.to_string(),
             )
         })?;
-    let mut upstream = Request::builder().method(parts.method.clone()).uri(uri);
+    let client = state.client().map_err(|m| {
+        Failed::new(
+            StatusCode::BAD_GATEWAY,
+            "llmreplay_upstream_unreachable",
+            format!("cargo-llmreplay: {m}"),
+        )
+    })?;
+    let (mut retries, mut waited) = (0, Duration::ZERO);
+    loop {
+        let slot = match &provider.pace {
+            Some(pace) => Some(pace.start().await),
+            None => None,
+        };
+        let outgoing = build(parts, &uri, provider, &body)?;
+        let sent = send(state, route, client, outgoing, &url, &root).await?;
+        let Forwarded {
+            answer,
+            started,
+            headers_at,
+            ..
+        } = sent;
+        // A rate limit that says when to come back is waited out and asked again, within a
+        // bound: the test goes on rather than failing on its provider's limit.
+        if answer.status() == StatusCode::TOO_MANY_REQUESTS && retries < crate::pace::MAX_RETRIES {
+            let (head, incoming) = answer.into_parts();
+            let mut incoming = Some(incoming);
+            let (wait, read) = match crate::pace::retry_after(&head.headers, None) {
+                Some(wait) => (Some(wait), None),
+                // Gemini says it only in its body.
+                None if matches!(provider.kind, Kind::Gemini | Kind::Vertex) => {
+                    let body = incoming.take().expect("not read yet");
+                    let idle = state.settings.limits.idle_timeout;
+                    let read = crate::exchange::read_limited(body, 64 << 10, idle)
+                        .await
+                        .unwrap_or_default();
+                    (
+                        crate::pace::retry_after(&head.headers, Some(&read)),
+                        Some(read),
+                    )
+                }
+                None => (None, None),
+            };
+            match (wait, read) {
+                (Some(wait), _) if waited + wait <= crate::pace::MAX_RETRY_WAIT => {
+                    drop(slot);
+                    retries += 1;
+                    waited += wait;
+                    tracing::info!(target: "cargo_llmreplay::upstream", provider = %provider.name, wait_ms = wait.as_millis() as u64, retry = retries, "429: waiting as the provider asked, then sending again");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                (_, Some(read)) => {
+                    // Its body was read to find out: passed on as the client's error.
+                    return Err(Failed::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "llmreplay_rate_limited",
+                        format!(
+                            "cargo-llmreplay: the {} upstream answered 429 (not saved){}: {}",
+                            provider.name,
+                            gave_up(retries, waited),
+                            providers::redact::text(&String::from_utf8_lossy(&read))
+                        ),
+                    ));
+                }
+                (_, None) => {
+                    let incoming = incoming.expect("not read");
+                    return Ok(Forwarded {
+                        answer: http::Response::from_parts(head, incoming),
+                        started,
+                        headers_at,
+                        slot,
+                    });
+                }
+            }
+        }
+        return Ok(Forwarded {
+            answer,
+            started,
+            headers_at,
+            slot,
+        });
+    }
+}
+
+/// After how many tries a rate limit was passed on, if it was tried again.
+fn gave_up(retries: u32, waited: Duration) -> String {
+    match retries {
+        0 => String::new(),
+        n => format!(
+            " after {n} tries again over {:.1}s, as it asked (at most {} tries and {}s)",
+            waited.as_secs_f64(),
+            crate::pace::MAX_RETRIES,
+            crate::pace::MAX_RETRY_WAIT.as_secs()
+        ),
+    }
+}
+
+/// The request to send upstream: the client's headers less those never forwarded, and
+/// Bedrock's signed again; made anew for each try.
+fn build(
+    parts: &http::request::Parts,
+    uri: &http::Uri,
+    provider: &crate::provider::Provider,
+    body: &Bytes,
+) -> Result<Request<Full<Bytes>>, Failed> {
+    let mut upstream = Request::builder()
+        .method(parts.method.clone())
+        .uri(uri.clone());
     for (name, value) in &parts.headers {
         if !NOT_FORWARDED.contains(&name.as_str()) {
             upstream = upstream.header(name, value);
@@ -93,12 +202,12 @@ pub(crate) async fn forward(
             "llmreplay_error",
             format!(
                 "cargo-llmreplay: bad upstream request {}: {e}",
-                providers::redact::url(&url)
+                providers::redact::url(&uri.to_string())
             ),
         )
     })?;
     if provider.family().resigns_requests() {
-        crate::sigv4::resign(&mut upstream, &body).map_err(|m| {
+        crate::sigv4::resign(&mut upstream, body).map_err(|m| {
             Failed::new(
                 StatusCode::BAD_GATEWAY,
                 "llmreplay_cannot_sign",
@@ -106,13 +215,19 @@ pub(crate) async fn forward(
             )
         })?;
     }
-    let client = state.client().map_err(|m| {
-        Failed::new(
-            StatusCode::BAD_GATEWAY,
-            "llmreplay_upstream_unreachable",
-            format!("cargo-llmreplay: {m}"),
-        )
-    })?;
+    Ok(upstream)
+}
+
+/// Sends one try and waits for its answer's head.
+async fn send(
+    state: &State,
+    route: &Route,
+    client: &crate::upstream::Client,
+    upstream: Request<Full<Bytes>>,
+    url: &str,
+    root: &str,
+) -> Result<Forwarded, Failed> {
+    let provider = &route.provider;
     let started = Instant::now();
     let idle = state.settings.limits.idle_timeout;
     let name = &provider.name;
@@ -121,6 +236,7 @@ pub(crate) async fn forward(
             answer,
             started,
             headers_at: started.elapsed(),
+            slot: None,
         }),
         Err(_) => Err(Failed::new(
             StatusCode::GATEWAY_TIMEOUT,
@@ -139,7 +255,7 @@ pub(crate) async fn forward(
             ),
         )),
         Ok(Err(e)) => {
-            let message = match client.explain(&url, &e) {
+            let message = match client.explain(url, &e) {
                 Some(why) => format!(
                     "cargo-llmreplay: could not reach the {name} upstream at {root}: {why}"
                 ),

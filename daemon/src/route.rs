@@ -115,12 +115,21 @@ pub fn resolve(path: &str, providers: &[Arc<Provider>]) -> Result<Resolved, Rout
     // Every path from here starts with one `/` (the test id's segment included).
     let rest = if rest.starts_with('/') { rest } else { "/" };
     let first = rest[1..].split('/').next().unwrap_or("");
-    if let Some(p) = providers.iter().find(|p| p.name.as_str() == first) {
+    let named = providers
+        .iter()
+        .find(|p| p.name.as_str() == first)
+        .or_else(|| builtin_of_host(first, providers));
+    if let Some(p) = named {
         let upstream_path = &rest[1 + first.len()..];
         let upstream_path = if upstream_path.is_empty() {
             "/"
         } else {
             upstream_path
+        };
+        // A built-in family's clients may send another family's paths to its base URL.
+        let p = match p.kind.family().hands_over(upstream_path) {
+            Some(kind) if p.name.as_str() == p.kind.as_str() => builtin(kind, providers),
+            _ => p,
         };
         return Ok(Resolved {
             test,
@@ -129,13 +138,9 @@ pub fn resolve(path: &str, providers: &[Arc<Provider>]) -> Result<Resolved, Rout
         });
     }
     if let Some(kind) = Kind::for_path(rest) {
-        let p = providers
-            .iter()
-            .find(|p| p.name.as_str() == kind.as_str())
-            .expect("built-in providers are always present");
         return Ok(Resolved {
             test,
-            provider: p.clone(),
+            provider: builtin(kind, providers).clone(),
             upstream_path: rest.to_string(),
         });
     }
@@ -144,6 +149,24 @@ pub fn resolve(path: &str, providers: &[Arc<Provider>]) -> Result<Resolved, Rout
         "cargo-llmreplay: no provider for path {rest:?}. Prefix the path with a provider name ({}), e.g. /openai/v1/chat/completions, or add one under [providers.NAME] in llmreplay.toml",
         names.join(", ")
     )))
+}
+
+/// The built-in provider of `kind`.
+fn builtin(kind: Kind, providers: &[Arc<Provider>]) -> &Arc<Provider> {
+    providers
+        .iter()
+        .find(|p| p.name.as_str() == kind.as_str())
+        .expect("built-in providers are always present")
+}
+
+/// The built-in provider whose API's host a route segment names (`aiplatform.googleapis.com`):
+/// google-genai keeps its paths only under a base URL that ends in `.googleapis.com`.
+fn builtin_of_host<'a>(segment: &str, providers: &'a [Arc<Provider>]) -> Option<&'a Arc<Provider>> {
+    if !segment.contains('.') {
+        return None;
+    }
+    let (name, kind) = providers::for_host(segment);
+    (kind != Kind::Http && name == kind.as_str()).then(|| builtin(kind, providers))
 }
 
 /// The path with every run of `/` made one.
@@ -314,6 +337,38 @@ mod tests {
             let r = resolve(quirk, None, None, &ps).unwrap();
             assert_eq!(r.upstream_path, canonical, "{quirk}");
         }
+        // google-genai's base URLs name the API's host; with `GOOGLE_GENAI_USE_VERTEXAI` alone
+        // it sends Vertex's paths to its Gemini base URL.
+        for (path, provider, upstream) in [
+            (
+                "/t/x/generativelanguage.googleapis.com/v1beta/models/g:generateContent",
+                "gemini",
+                "/v1beta/models/g:generateContent",
+            ),
+            (
+                "/aiplatform.googleapis.com/v1beta1/projects/p/locations/l/publishers/google/models/g:generateContent",
+                "vertex",
+                "/v1beta1/projects/p/locations/l/publishers/google/models/g:generateContent",
+            ),
+            (
+                "/generativelanguage.googleapis.com/v1beta1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent",
+                "vertex",
+                "/v1beta1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent",
+            ),
+            (
+                "/gemini/v1beta1/projects/p/locations/l/publishers/google/models/g:generateContent",
+                "vertex",
+                "/v1beta1/projects/p/locations/l/publishers/google/models/g:generateContent",
+            ),
+        ] {
+            let r = resolve(path, None, None, &ps).unwrap();
+            assert_eq!(
+                (r.provider.name.as_str(), r.upstream_path.as_str()),
+                (provider, upstream),
+                "{path}"
+            );
+        }
+        assert!(resolve("/evil.example/v1/x", None, None, &ps).is_err());
         assert!(resolve("/t/x/elsewhere", None, None, &ps)
             .unwrap_err()
             .message()

@@ -15,6 +15,10 @@ pub struct BaseUrlVar {
     pub suffix: &'static str,
     /// Who reads it, for the README's table and for people reading this.
     pub read_by: &'static str,
+    /// The route it names when not the provider's own name: google-genai keeps its paths
+    /// (and Vertex's project and location) only for a base URL that ends in `.googleapis.com`,
+    /// so its variables name the route by the API's host, which the daemon routes as well.
+    pub route: Option<&'static str>,
 }
 
 /// Everything a family's clients read from the environment.
@@ -24,6 +28,21 @@ pub struct FamilyEnv {
     pub base_urls: &'static [BaseUrlVar],
     /// Key variables that get a placeholder in replay when unset: SDKs refuse to start without.
     pub keys: &'static [&'static str],
+    /// A credentials file its SDKs find through a variable, with what replay gives them when
+    /// the variable is unset.
+    pub credentials_file: Option<CredentialsFile>,
+}
+
+/// A credentials file a family's SDKs read from the file a variable names, and the placeholder
+/// written for replay: a file they accept without reaching the network.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CredentialsFile {
+    /// The variable that names the file.
+    pub var: &'static str,
+    /// The placeholder's file name, in the run's folder of placeholders.
+    pub file_name: &'static str,
+    /// The placeholder's contents.
+    pub placeholder: &'static str,
 }
 
 const fn var(name: &'static str, suffix: &'static str, read_by: &'static str) -> BaseUrlVar {
@@ -31,6 +50,17 @@ const fn var(name: &'static str, suffix: &'static str, read_by: &'static str) ->
         name,
         suffix,
         read_by,
+        route: None,
+    }
+}
+
+/// [`var`], its route named by the API's host (see [`BaseUrlVar::route`]).
+const fn host_var(name: &'static str, host: &'static str, read_by: &'static str) -> BaseUrlVar {
+    BaseUrlVar {
+        name,
+        suffix: "",
+        read_by,
+        route: Some(host),
     }
 }
 
@@ -44,6 +74,7 @@ const OPENAI: FamilyEnv = FamilyEnv {
         var("OPENAI_API_BASE", "/v1", "litellm, langchain-openai"),
     ],
     keys: &["OPENAI_API_KEY"],
+    credentials_file: None,
 };
 
 const AZURE: FamilyEnv = FamilyEnv {
@@ -57,6 +88,7 @@ const AZURE: FamilyEnv = FamilyEnv {
         var("AZURE_ENDPOINT", "", "rig"),
     ],
     keys: &["AZURE_OPENAI_API_KEY", "AZURE_API_KEY"],
+    credentials_file: None,
 };
 
 const ANTHROPIC: FamilyEnv = FamilyEnv {
@@ -70,14 +102,22 @@ const ANTHROPIC: FamilyEnv = FamilyEnv {
         var("ANTHROPIC_API_BASE", "", "litellm"),
     ],
     keys: &["ANTHROPIC_API_KEY"],
+    credentials_file: None,
 };
 
 const GEMINI: FamilyEnv = FamilyEnv {
     base_urls: &[
-        var("GOOGLE_GEMINI_BASE_URL", "", "google-genai"),
+        // google-genai reads this one for Vertex too when `GOOGLE_GENAI_USE_VERTEXAI` alone
+        // says Vertex: the daemon hands a Vertex path on this route to Vertex.
+        host_var(
+            "GOOGLE_GEMINI_BASE_URL",
+            "generativelanguage.googleapis.com",
+            "google-genai",
+        ),
         var("GEMINI_API_BASE", "/v1beta", "litellm"),
     ],
     keys: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+    credentials_file: None,
 };
 
 const OLLAMA: FamilyEnv = FamilyEnv {
@@ -87,6 +127,7 @@ const OLLAMA: FamilyEnv = FamilyEnv {
         var("OLLAMA_API_BASE", "", "litellm"),
     ],
     keys: &[],
+    credentials_file: None,
 };
 
 const BEDROCK: FamilyEnv = FamilyEnv {
@@ -97,20 +138,29 @@ const BEDROCK: FamilyEnv = FamilyEnv {
     )],
     // The SDKs sign every request: in replay, with placeholder credentials.
     keys: &["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"],
+    credentials_file: None,
 };
 
 const VERTEX: FamilyEnv = FamilyEnv {
-    base_urls: &[var(
+    base_urls: &[host_var(
         "GOOGLE_VERTEX_BASE_URL",
-        "",
+        "aiplatform.googleapis.com",
         "google-genai (vertexai=True)",
     )],
     keys: &[],
+    credentials_file: Some(CredentialsFile {
+        var: "GOOGLE_APPLICATION_CREDENTIALS",
+        file_name: "google-application-credentials.json",
+        // google-auth's Application Default Credentials, of a user: its access token is used
+        // as it is until its expiry, so nothing asks Google's token endpoint for another.
+        placeholder: r#"{"type": "authorized_user", "client_id": "llmreplay-replay", "client_secret": "llmreplay-replay", "refresh_token": "llmreplay-replay", "token": "llmreplay-replay-key", "expiry": "2999-12-31T00:00:00Z"}"#,
+    }),
 };
 
 const HTTP: FamilyEnv = FamilyEnv {
     base_urls: &[],
     keys: &[],
+    credentials_file: None,
 };
 
 /// Where clients and the daemon look for an HTTP(S) proxy, as curl does (either case).
@@ -245,7 +295,8 @@ pub fn injected(base: &str, providers: &[Routed]) -> Vec<(String, String)> {
             continue;
         }
         for v in of(p.kind).base_urls {
-            out.push((v.name.to_string(), format!("{base}/{}{}", p.name, v.suffix)));
+            let route = v.route.unwrap_or(&p.name);
+            out.push((v.name.to_string(), format!("{base}/{route}{}", v.suffix)));
         }
     }
     out
@@ -304,6 +355,14 @@ pub fn key_vars_of(name: &str, kind: Kind) -> Vec<String> {
         out.extend(of(kind).keys.iter().map(|k| k.to_string()));
     }
     out
+}
+
+/// The credentials files that get a placeholder in replay, one per family that has one.
+pub fn credentials_files() -> Vec<CredentialsFile> {
+    Kind::ALL
+        .iter()
+        .filter_map(|k| of(*k).credentials_file)
+        .collect()
 }
 
 /// Gateways travel from `cargo llmreplay test` to the runner as `name:kind,name:kind`.
@@ -384,6 +443,10 @@ mod tests {
         assert_eq!(get("AZURE_OPENAI_ENDPOINT"), Some("http://d/t/x/azure"));
         assert_eq!(get("ANTHROPIC_API_URL"), Some("http://d/t/x/anthropic"));
         assert_eq!(get("OLLAMA_HOST"), Some("http://d/t/x/ollama"));
+        assert_eq!(
+            get("GOOGLE_VERTEX_BASE_URL"),
+            Some("http://d/t/x/aiplatform.googleapis.com")
+        );
         assert_eq!(get("MY_GW_BASE_URL"), Some("http://d/t/x/my-gw/v1"));
         let keys = key_vars(&routed);
         for k in [

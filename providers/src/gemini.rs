@@ -47,6 +47,13 @@ impl Family for Gemini {
         )
     }
 
+    fn hands_over(&self, path: &str) -> Option<Kind> {
+        Kind::Vertex
+            .family()
+            .owns_path(path)
+            .then_some(Kind::Vertex)
+    }
+
     fn knows_path(&self, path: &str) -> bool {
         ["/v1beta/", "/v1/", "/v1alpha/", "/upload/", "/download/"]
             .iter()

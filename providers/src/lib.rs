@@ -147,6 +147,13 @@ pub trait Family: Sync {
         Cow::Borrowed(path)
     }
 
+    /// The family a path sent to this family's base URL belongs to when it is another's:
+    /// google-genai sends Vertex's paths to its Gemini base URL when only the environment
+    /// (`GOOGLE_GENAI_USE_VERTEXAI`) says Vertex.
+    fn hands_over(&self, _path: &str) -> Option<Kind> {
+        None
+    }
+
     /// Whether a path (after the provider's prefix, as [`Family::api_path`] gives it) is of
     /// this family's API. An upstream 404 for any other path means the client built its URL
     /// from a base it misread, and is not saved.

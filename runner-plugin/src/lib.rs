@@ -9,8 +9,9 @@ mod runner;
 
 pub use fault::{clear_faults, fault, Fault};
 pub use runner::{
-    daemon_env, run, Capture, CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV, DAEMON_URL_ENV,
-    PLACEHOLDER_KEY, PROXY_SECRET_ENV, RAN_FILE_ENV, RUNNER_FAILED, SETTLE_ENV,
+    daemon_env, run, Capture, Replay, CAPTURE_BUNDLE_ENV, CAPTURE_CA_ENV, CHAIN_RUNNER_ENV,
+    DAEMON_URL_ENV, PLACEHOLDERS_ENV, PLACEHOLDER_KEY, PROXY_SECRET_ENV, RAN_FILE_ENV,
+    RUNNER_FAILED, SETTLE_ENV,
 };
 
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};

@@ -27,6 +27,8 @@ pub const SETTLE_ENV: &str = "LLMREPLAY_SETTLE";
 pub const CAPTURE_CA_ENV: &str = "LLMREPLAY_CAPTURE_CA";
 /// See [`CAPTURE_CA_ENV`].
 pub const CAPTURE_BUNDLE_ENV: &str = "LLMREPLAY_CAPTURE_BUNDLE";
+/// The folder of the run's placeholder credentials files, in replay (see [`daemon_env`]).
+pub const PLACEHOLDERS_ENV: &str = "LLMREPLAY_PLACEHOLDERS";
 /// The run's proxy secret, which each test's proxy credentials carry beside its id: only a
 /// process the run gave it can name a test to the daemon as its proxy.
 pub const PROXY_SECRET_ENV: &str = "LLMREPLAY_PROXY_SECRET";
@@ -78,6 +80,7 @@ pub fn run(args: Vec<OsString>) -> std::io::Error {
         .env_remove(SETTLE_ENV)
         .env_remove(CAPTURE_CA_ENV)
         .env_remove(CAPTURE_BUNDLE_ENV)
+        .env_remove(PLACEHOLDERS_ENV)
         .env_remove(PROXY_SECRET_ENV);
     let phase = std::env::var("NEXTEST_TEST_PHASE").unwrap_or_default();
     match (phase.as_str(), std::env::var(DAEMON_URL_ENV)) {
@@ -170,11 +173,14 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
     };
     let replay = std::env::var("LLMREPLAY_MODE").map_or(true, |m| m == "replay");
     let gateways = std::env::var(GATEWAYS_ENV).ok();
+    let placeholders = std::env::var(PLACEHOLDERS_ENV).ok();
     cmd.envs(daemon_env(
         root,
         Some(&id),
         gateways.as_deref(),
-        replay,
+        replay.then_some(Replay {
+            placeholders: placeholders.as_deref(),
+        }),
         capture
             .as_ref()
             .map(|(ca, bundle, secret)| Capture { ca, bundle, secret }),
@@ -201,7 +207,7 @@ fn point_at_daemon(cmd: &mut Command, root: &str) -> String {
 
 /// The environment that points a test at the daemon at `root` (README, "Per-test injection"):
 /// every base-URL variable of every family and gateway, `LLMREPLAY_BASE_URL`, a placeholder for
-/// each key left unset in replay, the daemon as the proxy with the run's CA when `capture`
+/// each key and credentials file left unset in replay, the daemon as the proxy with the run's CA when `capture`
 /// names its files, and loopback out of any proxy. With `id` (the runner's way), the URLs and
 /// the proxy's credentials name the test; without one (one environment for the whole run),
 /// they are the root's, and the daemon tells each connection's test from its process.
@@ -209,7 +215,7 @@ pub fn daemon_env(
     root: &str,
     id: Option<&str>,
     gateways: Option<&str>,
-    replay: bool,
+    replay: Option<Replay<'_>>,
     capture: Option<Capture<'_>>,
 ) -> Vec<(String, String)> {
     let base = match id {
@@ -264,14 +270,30 @@ pub fn daemon_env(
             env.push((var.to_string(), hosts.clone()));
         }
     }
-    if replay {
+    if let Some(replay) = replay {
         for var in providers::env::key_vars(&routed) {
             if std::env::var_os(&var).is_none() {
                 env.push((var, PLACEHOLDER_KEY.to_string()));
             }
         }
+        // A placeholder file also wins over the credentials an SDK would find on its own
+        // (gcloud's well-known file): replay never asks anyone for a token.
+        for file in providers::env::credentials_files() {
+            if let (None, Some(dir)) = (std::env::var_os(file.var), replay.placeholders) {
+                let path = std::path::Path::new(dir).join(file.file_name);
+                env.push((file.var.to_string(), path.to_string_lossy().into_owned()));
+            }
+        }
     }
     env
+}
+
+/// What a test gets in replay beyond placeholder keys.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Replay<'a> {
+    /// The folder where the run wrote the placeholder credentials files
+    /// (`providers::env::credentials_files`), when it did.
+    pub placeholders: Option<&'a str>,
 }
 
 /// One write with O_APPEND: lines of parallel tests never interleave.

@@ -372,7 +372,7 @@ fn serve_env_without_a_test_id_names_no_test_in_the_proxy() {
 
 /// The vitest suite (tests/node/vitest_suite) in its own temp dir, its packages those of
 /// tests/node (vitest, the `openai` SDK, and this repository's setup file, from the lockfile).
-fn vitest_project() -> Option<(tempfile::TempDir, PathBuf)> {
+pub(crate) fn vitest_project() -> Option<(tempfile::TempDir, PathBuf)> {
     let node = crate::clients::node_clients()?;
     let dir = tempfile::tempdir().unwrap();
     for file in ["chat.test.js", "vitest.config.mjs"] {

@@ -26,6 +26,8 @@ pub struct Received {
     pub body: Value,
     /// The body's bytes as they arrived (multipart, binary).
     pub raw: Bytes,
+    /// When its head arrived.
+    pub at: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -56,6 +58,11 @@ pub struct FakeState {
     in_flight: AtomicUsize,
     /// The most requests in flight at once.
     pub peak: AtomicUsize,
+    /// Prompts with `LIMIT429` get a 429 saying `retry-after-ms: 300` while this is above
+    /// zero, one fewer each time: a provider's rate limit that lifts.
+    pub limited: AtomicUsize,
+    /// How long each answer takes to start, in flight: a slow provider.
+    pub answer_delay: Mutex<Duration>,
 }
 
 /// Counts a request out of flight when its answer is made.
@@ -210,6 +217,7 @@ async fn answer(
     state: Arc<FakeState>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let at = std::time::Instant::now();
     let path = req.uri().path().to_string();
     let query = req.uri().query().map(str::to_string);
     let headers = req
@@ -231,6 +239,7 @@ async fn answer(
         headers,
         body: body.clone(),
         raw: bytes.clone(),
+        at,
     });
     // Azure OpenAI: OpenAI's bodies under /openai/deployments/<deployment>/..., which needs its
     // api-version and api-key as the real service does.
@@ -249,6 +258,10 @@ async fn answer(
         None => path,
     };
     let _in_flight = state.enter().await;
+    let delay = *state.answer_delay.lock().unwrap();
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
     let n = state.calls.fetch_add(1, Ordering::SeqCst) + 1;
     // An OAuth token endpoint (Google's, Microsoft's): a form in, tokens out, laid out as
     // Python's json writes them.
@@ -362,6 +375,19 @@ async fn answer(
     }
     if prompt.contains("RATE429") {
         return Ok(error_status(429));
+    }
+    let lifts = |n: usize| n.checked_sub(1);
+    if prompt.contains("LIMIT429")
+        && state
+            .limited
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, lifts)
+            .is_ok()
+    {
+        let mut limited = error_status(429);
+        limited
+            .headers_mut()
+            .insert("retry-after-ms", http::HeaderValue::from_static("300"));
+        return Ok(limited);
     }
     if prompt.contains("AUTH401") {
         return Ok(error_status(401));
@@ -809,6 +835,9 @@ pub fn without_provider_env(cmd: &mut Command) {
     }
     for k in providers::env::key_vars(&routed) {
         cmd.env_remove(k);
+    }
+    for file in providers::env::credentials_files() {
+        cmd.env_remove(file.var);
     }
 }
 

@@ -77,6 +77,9 @@ pub(super) fn launch(
     if let Some(ran) = &ran {
         nextest.env(RAN_FILE_ENV, ran.path());
     }
+    if let (Some((var, dir)), false) = (prepared.placeholders_env(), runner_less) {
+        nextest.env(var, dir);
+    }
     nextest
         .args(&plan.nextest_args)
         .env("LLMREPLAY_MODE", mode.as_str());

@@ -1,0 +1,5 @@
+const { ask } = require("./ask.cjs");
+
+test("first", async () => {
+  await ask("first", "First");
+});

@@ -1,0 +1,6 @@
+import { test } from "vitest";
+import { ask } from "./ask.js";
+
+test("first", async () => {
+  await ask("first", "First");
+});

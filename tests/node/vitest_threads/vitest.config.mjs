@@ -1,0 +1,6 @@
+export default {
+  test: {
+    include: ["*.test.js"],
+    setupFiles: ["llmreplay-test-setup/vitest"],
+  },
+};
