@@ -318,7 +318,8 @@ async fn unittest_methods_record_replay_and_miss_each_in_their_own_folder() {
 }
 
 /// pytest-asyncio's async tests and a module-scoped async fixture beside a sync test: each
-/// test's calls in its own folder, the fixture's in its own, replayed.
+/// test's calls in its own folder, the fixture's in its own, replayed; and requests to another
+/// host than the daemon carry no `X-Test-Id`, through httpx, requests and aiohttp.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls() {
     let Some(project) = Project::new("asyncio_suite", "pytest_asyncio") else {
@@ -333,12 +334,31 @@ async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls()
     ];
     let mut fake = FakeProvider::start().await;
     let flags = record_flags(&fake);
-    let (recorded, recorded_out) = project.pytest(&strs(&flags), &[], KEYS);
+    let direct = fake.url();
+    let mut env = KEYS.to_vec();
+    env.push(("SAMPLE_DIRECT", &direct));
+    let (recorded, recorded_out) = project.pytest(&strs(&flags), &[], &env);
     succeeded(&recorded);
     let ids: Vec<&str> = tests.iter().map(|(t, _)| *t).collect();
     assert_eq!(project.folders(), slugs(&ids), "{}", recorded.stderr);
     for (test, prompt) in tests {
         assert_eq!(project.prompts(test), [prompt], "{test}");
+    }
+    // Straight to the provider, not through the daemon: no client names the test to it.
+    let direct: Vec<_> = fake
+        .received()
+        .into_iter()
+        .filter(|r| r.body.to_string().contains("Direct "))
+        .collect();
+    assert_eq!(direct.len(), 3);
+    for r in direct {
+        assert!(
+            !r.headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("x-test-id")),
+            "{:?}",
+            r.headers
+        );
     }
     fake.stop();
     let (replayed, replayed_out) = project.pytest(&[], &[], &[("CI", "true")]);

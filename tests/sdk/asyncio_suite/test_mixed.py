@@ -43,3 +43,31 @@ async def test_async(opening):
 @pytest.mark.asyncio(loop_scope="module")
 async def test_async_again(opening):
     keep("again", await ask("Async again"))
+
+
+def test_elsewhere():
+    """Requests to another host than the daemon (the provider itself, when SAMPLE_DIRECT names
+    it) carry no X-Test-Id, through any hooked client."""
+    direct = os.environ.get("SAMPLE_DIRECT")
+    if not direct:
+        return
+    import asyncio
+
+    import aiohttp
+    import httpx
+    import requests
+
+    url = f"{direct}/v1/chat/completions"
+
+    def body(client):
+        return {"model": "m", "messages": [{"role": "user", "content": f"Direct {client}"}]}
+
+    httpx.post(url, json=body("httpx")).raise_for_status()
+    requests.post(url, json=body("requests"), timeout=30).raise_for_status()
+
+    async def through_aiohttp():
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json=body("aiohttp")) as answer:
+                answer.raise_for_status()
+
+    asyncio.run(through_aiohttp())
