@@ -317,8 +317,9 @@ async fn unittest_methods_record_replay_and_miss_each_in_their_own_folder() {
     );
 }
 
-/// pytest-asyncio's async tests and a module-scoped async fixture beside a sync test: each
-/// test's calls in its own folder, the fixture's in its own, replayed; and requests to another
+/// pytest-asyncio's async tests and a module-scoped async fixture beside a sync test and a
+/// unittest TestCase: each test's calls in its own folder (the TestCase's by its node id), the
+/// fixture's in its own, replayed; and requests to another
 /// host than the daemon carry no `X-Test-Id`, through httpx, requests and aiohttp.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls() {
@@ -331,6 +332,8 @@ async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls()
         ("test_mixed.py::test_async", "Async"),
         ("test_mixed.py::test_async_again", "Async again"),
         (fixture, "Open the module"),
+        // Not `test_case.TestOld.test_style`: pytest's id wins over the unittest hook's.
+        ("test_case.py::TestOld::test_style", "Old style"),
     ];
     let mut fake = FakeProvider::start().await;
     let flags = record_flags(&fake);
@@ -365,4 +368,10 @@ async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls()
     succeeded(&replayed);
     assert_eq!(answers(&replayed_out), answers(&recorded_out));
     assert_eq!(answers(&replayed_out).len(), 4);
+    assert_eq!(
+        project.report()["counts"]["hits"],
+        5,
+        "{}",
+        project.report()
+    );
 }
