@@ -6,8 +6,9 @@ hook `cargo llmreplay run` installs), so that httpx, urllib3 (requests, botocore
 name it in an `X-Test-Id` header on every request to the daemon, even with several tests in
 flight in one event loop; and it says `POST /__llmreplay/begin?test=<node id>&pid=<this
 process>` before the test and `end` with how it ended after, for clients it does not hook.
-A test run by a plugin that calls the test function itself, concurrently (pytest-asyncio-
-cooperative), is named and announced from inside its own task. Calls made while a fixture of
+A test run by a plugin that calls the test function itself, concurrently, is named and
+announced from inside its own task (with pytest-asyncio-cooperative, from before its
+function-scoped fixtures). Calls made while a fixture of
 a wider scope than a function sets up are that fixture's own (`<file>::fixture:<name>`),
 begun afresh at each setup; its teardown's calls continue them. After collection the plugin
 lists the selected tests and their fixtures, for the run to judge orphans and unused
@@ -37,6 +38,37 @@ if getattr(_identity, "API", None) != 1:
 def pytest_configure(config):
     if _identity.root() is not None:
         _identity.hook_clients()
+        _hook_cooperative(sys.modules.get("pytest_asyncio_cooperative.plugin"))
+
+
+def _hook_cooperative(plugin):
+    """pytest-asyncio-cooperative makes one coroutine per test that sets up its fixtures then
+    calls it, and runs them all side by side: the test is named for the whole coroutine, its
+    function-scoped fixtures included."""
+    make = getattr(plugin, "item_to_task", None)
+    if make is None:
+        return
+
+    def item_to_task(item):
+        inner = make(item)
+
+        async def named():
+            token = _named(item)
+            if token is None:
+                return await inner
+            error = None
+            try:
+                return await inner
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                _reset(token)
+                _identity.end(item.nodeid, _ended_by(error))
+
+        return named()
+
+    plugin.item_to_task = item_to_task
 
 
 def _reset(token):

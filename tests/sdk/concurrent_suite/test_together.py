@@ -2,7 +2,8 @@
 through another client: the official SDK (httpx's AsyncClient), aiohttp, requests on a
 ThreadPoolExecutor's thread, and httpx's Client through asyncio.to_thread. The fake provider
 holds every answer until all four are in flight, so only the header each request carries
-can tell their tests apart. Each test writes what it was answered to `$SAMPLE_OUT`."""
+can tell their tests apart; the SDK's test has a function-scoped fixture that calls too. Each
+test writes what it was answered to `$SAMPLE_OUT`."""
 import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +33,17 @@ def said(answer):
     return answer["choices"][0]["message"]["content"]
 
 
+@pytest.fixture
+async def warmed():
+    """A function-scoped fixture's call: its test's own, before the test's."""
+    client = openai.AsyncOpenAI(max_retries=0)
+    answer = await client.chat.completions.create(**body("Warm up the SDK"))
+    return answer.choices[0].message.content
+
+
 @pytest.mark.asyncio_cooperative
-async def test_sdk():
+async def test_sdk(warmed):
+    keep("warmed", warmed)
     client = openai.AsyncOpenAI(max_retries=0)
     for n in (1, 2):
         answer = await client.chat.completions.create(**body(f"From the SDK {n}"))
