@@ -264,7 +264,8 @@ async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
 }
 
 /// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
-/// recorded, replayed, and missed under its own id; the user's own sitecustomize still loads.
+/// recorded, replayed, and missed under its own id; the listed suite judges folders unless
+/// the command named tests; the user's own sitecustomize still loads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unittest_methods_record_replay_and_miss_each_in_their_own_folder() {
     let Some(project) = Project::new("unittest_suite", "openai") else {
@@ -301,12 +302,17 @@ async fn unittest_methods_record_replay_and_miss_each_in_their_own_folder() {
     let report = project.report();
     assert_eq!(report["missing"][0]["test"], tests[0], "{report}");
     assert_eq!(report["missing"].as_array().unwrap().len(), 1, "{report}");
+    // One class named: a filtered run, whose other folders are not judged.
+    let strict = ["--deny", "unused"];
+    let named = ["-m", "unittest", "test_mod.TestChat"];
+    let (one_class, _) = project.python(&strict, &named, &replay);
+    succeeded(&one_class);
     // The loader's suite is listed: a deleted class's folder is named by `--deny unused`.
     let file = project.dir.path().join("test_mod.py");
     let text = std::fs::read_to_string(&file).unwrap();
     let kept = text.split("\n\nclass TestOther").next().unwrap();
     std::fs::write(&file, format!("{kept}\n")).unwrap();
-    let (orphaned, _) = project.python(&["--deny", "unused"], &unittest, &replay);
+    let (orphaned, _) = project.python(&strict, &unittest, &replay);
     assert_ne!(orphaned.code, Some(0), "{}", orphaned.stderr);
     let orphan = project.folder(tests[2]);
     let name = orphan.file_name().unwrap().to_string_lossy().into_owned();
