@@ -222,6 +222,7 @@ async fn a_session_fixtures_calls_replay_for_whichever_test_sets_it_up() {
 /// Under xdist each worker sets the session fixture up (and tears it down) in its own
 /// process, at once: each replays the fixture's calls from the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the daemon keeps one sequence per test, shared by the workers that begin it at once"]
 async fn a_session_fixture_set_up_by_every_xdist_worker_replays_in_each() {
     let Some((project, recorded)) = fixture_suite_recorded().await else {
         return;
