@@ -176,9 +176,10 @@ async fn async_tests_run_side_by_side_keep_their_own_calls_through_every_client(
 }
 
 const FIXTURE: &str = "conftest.py::fixture:greeting";
+const TEARDOWN: &str = "conftest.py::fixture:greeting:teardown";
 
-/// The fixture suite recorded: four tests and the session fixture's folder, which holds its
-/// setup's call then its teardown's.
+/// The fixture suite recorded: four tests, the session fixture's folder, which holds its
+/// setup's call, and its teardown's, which holds the teardown's.
 async fn fixture_suite_recorded() -> Option<(Project, std::collections::BTreeMap<String, String>)> {
     let project = Project::new("fixture_suite", "xdist")?;
     let tests: Vec<String> = ["a", "b", "c", "d"]
@@ -190,12 +191,10 @@ async fn fixture_suite_recorded() -> Option<(Project, std::collections::BTreeMap
     let (recorded, recorded_out) = project.pytest(&strs(&flags), &[], KEYS);
     succeeded(&recorded);
     let mut ids = strs(&tests);
-    ids.push(FIXTURE);
+    ids.extend([FIXTURE, TEARDOWN]);
     assert_eq!(project.folders(), slugs(&ids), "{}", recorded.stderr);
-    assert_eq!(
-        project.prompts(FIXTURE),
-        ["Set up the session", "Tear down the session"]
-    );
+    assert_eq!(project.prompts(FIXTURE), ["Set up the session"]);
+    assert_eq!(project.prompts(TEARDOWN), ["Tear down the session"]);
     assert_eq!(project.prompts(&tests[0]), ["Test a"]);
     fake.stop();
     Some((project, answers(&recorded_out)))
@@ -220,9 +219,8 @@ async fn a_session_fixtures_calls_replay_for_whichever_test_sets_it_up() {
 }
 
 /// Under xdist each worker sets the session fixture up (and tears it down) in its own
-/// process, at once: each replays the fixture's calls from the first.
+/// process: they take turns, and each replays the fixture's calls from the first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the daemon keeps one sequence per test, shared by the workers that begin it at once"]
 async fn a_session_fixture_set_up_by_every_xdist_worker_replays_in_each() {
     let Some((project, recorded)) = fixture_suite_recorded().await else {
         return;
@@ -261,6 +259,36 @@ async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
         orphaned.stderr.contains("unused (1):") && !orphaned.stderr.contains(&*fixture),
         "the fixture's folder is listed with its tests: {}",
         orphaned.stderr
+    );
+    // The run listed its whole suite, so `prune` takes its report (its tests passed: the
+    // gate alone failed it), and the gate then passes.
+    let (passed, _) = project.pytest(&[], &[], &[("CI", "true")]);
+    succeeded(&passed);
+    let pruned = Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(project.dir.path())
+            .args(["llmreplay", "prune"])
+            .env_remove("CI"),
+    );
+    assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
+    assert!(pruned.stderr.contains(&name), "{}", pruned.stderr);
+    assert!(!orphan.exists());
+    let (clean, _) = project.pytest(&strict, &[], &[("CI", "true")]);
+    succeeded(&clean);
+    // A run that selected tests is filtered: `prune` refuses it, saying why.
+    let (filtered, _) = project.pytest(&[], &["-k", "a"], &[("CI", "true")]);
+    succeeded(&filtered);
+    let refused = Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(project.dir.path())
+            .args(["llmreplay", "prune"])
+            .env_remove("CI"),
+    );
+    assert_ne!(refused.code, Some(0), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("comes from a filtered run"),
+        "{}",
+        refused.stderr
     );
 }
 

@@ -10,7 +10,7 @@ A test run by a plugin that calls the test function itself, concurrently, is nam
 announced from inside its own task (with pytest-asyncio-cooperative, from before its
 function-scoped fixtures). Calls made while a fixture of
 a wider scope than a function sets up are that fixture's own (`<file>::fixture:<name>`),
-begun afresh at each setup; its teardown's calls continue them. After collection the plugin
+begun afresh at each setup, one process at a time; its teardown's are `<that id>:teardown`'s. After collection the plugin
 lists the selected tests and their fixtures, for the run to judge orphans and unused
 recordings against. `begin` carries the process's secret-looking variables as they are when
 the test starts, so that a key a conftest loaded is replaced wherever it turns up.
@@ -19,10 +19,13 @@ With no daemon in the environment (`LLMREPLAY_BASE_URL`), it does nothing.
 """
 
 import asyncio
+import contextlib
 import functools
+import hashlib
 import importlib
 import inspect
 import sys
+import tempfile
 import unittest
 from pathlib import Path
 
@@ -289,16 +292,64 @@ def pytest_fixture_setup(fixturedef, request):
     if fixture is None:
         yield
         return
+    # Its teardown's calls are a test of their own, begun afresh as its setup's are: xdist
+    # workers tear it down at the end of the run, each after the others' setups.
+    teardown = _teardown_id(fixture)
     tearing = []
     # Finalizers run last added first: this one after the fixture's own teardown, the one
     # added after its setup before it.
-    fixturedef.addfinalizer(lambda: tearing and _reset(tearing.pop()))
-    _identity.begin(fixture)
-    token = _identity.CURRENT.set(fixture)
-    result = yield
+    fixturedef.addfinalizer(lambda: tearing and _end_teardown(teardown, *tearing.pop()))
+    lock = _take_turn(fixture)
+    try:
+        _identity.begin(fixture)
+        token = _identity.CURRENT.set(fixture)
+        result = yield
+        _reset(token)
+        _identity.end(fixture, _ended_by(result.exception))
+    finally:
+        _give_turn(lock)
+    fixturedef.addfinalizer(lambda: tearing.append(_begin_teardown(teardown)))
+
+
+def _teardown_id(fixture):
+    return f"{fixture}:teardown"
+
+
+def _begin_teardown(teardown):
+    lock = _take_turn(teardown)
+    _identity.begin(teardown)
+    return lock, _identity.CURRENT.set(teardown)
+
+
+def _end_teardown(teardown, lock, token):
     _reset(token)
-    _identity.end(fixture, _ended_by(result.exception))
-    fixturedef.addfinalizer(lambda: tearing.append(_identity.CURRENT.set(fixture)))
+    try:
+        _identity.end(teardown, "passed")
+    finally:
+        _give_turn(lock)
+
+
+def _take_turn(fixture):
+    """Each xdist worker sets up (and tears down) a session fixture of its own: they take
+    turns, across the run's processes, so that each replays the fixture's calls from its first
+    recording (the daemon keeps one sequence of calls per test id, begun afresh each time).
+    None where there is no flock (Windows): workers may then set it up at once."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    run = hashlib.sha256(_identity.root().encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"llmreplay-fixtures-{run}"
+    folder.mkdir(exist_ok=True)
+    name = hashlib.sha256(fixture.encode()).hexdigest()[:32]
+    lock = open(folder / f"{name}.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def _give_turn(lock):
+    if lock is not None:
+        lock.close()
 
 
 # --- The collected suite ----------------------------------------------------------------------
@@ -355,6 +406,7 @@ def _fixture_ids(item):
             fixture = _fixture_id(defs[-1], item.config)
             if fixture is not None:
                 yield fixture
+                yield _teardown_id(fixture)
 
 
 @pytest.hookimpl(trylast=True)
