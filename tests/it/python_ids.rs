@@ -410,3 +410,24 @@ async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls()
         project.report()
     );
 }
+
+/// Two node ids that would share one cassette folder stop the run when pytest has collected
+/// them, naming both and the folder; neither test calls out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pytest_tests_that_would_share_a_folder_stop_the_run_before_they_call() {
+    let Some(project) = Project::new("pytest_clash", "pytest_llmreplay") else {
+        return;
+    };
+    let fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (out, _) = project.pytest(&strs(&flags), &[], KEYS);
+    assert_ne!(out.code, Some(0), "{}", out.stderr);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("tests whose ids share a cassette folder")
+            && said.contains("test_clash.py::test_greets[a b]")
+            && said.contains("test_clash.py::test_greets[a-b]"),
+        "{said}"
+    );
+    assert!(fake.received().is_empty(), "no test called out");
+}

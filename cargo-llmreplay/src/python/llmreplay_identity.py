@@ -51,6 +51,7 @@ def post(route, body=b"", quiet=False, **params):
     at = root()
     if at is None:
         return None
+    import urllib.error
     import urllib.request
 
     if _opener is None:
@@ -65,6 +66,11 @@ def post(route, body=b"", quiet=False, **params):
         with _opener.open(request, timeout=30) as answer:
             text = answer.read()
             return json.loads(text) if text.strip() else {}
+    except urllib.error.HTTPError as e:
+        # The daemon said no, and why: that is for the user to read.
+        said = e.read().decode("utf-8", "replace").strip()
+        sys.stderr.write(f"llmreplay: {route} refused ({e.code}): {said}\n")
+        return {"refused": e.code, "message": said}
     except (OSError, ValueError) as e:
         if not quiet:
             sys.stderr.write(f"llmreplay: could not reach the daemon at {at}: {e}\n")
@@ -92,16 +98,24 @@ def end(test, outcome):
     post("end", test=test, pid=os.getpid(), outcome=outcome)
 
 
+class Refused(Exception):
+    """The daemon refused what the runner said of its suite (two tests that would share a
+    cassette folder): the run stops before any test calls out."""
+
+
 def listed(runner, tests, filtered):
-    """The collected suite, fixture ids included: what orphans and unused are judged against."""
+    """The collected suite, fixture ids included: what orphans and unused are judged against.
+    Raises `Refused` with the daemon's words when it names tests that would share a folder."""
     body = "".join(f"{t}\n" for t in tests).encode()
-    post(
+    answer = post(
         "listed",
         body,
         quiet=True,
         runner=runner,
         filtered="true" if filtered else "false",
     )
+    if answer and answer.get("refused") == 409:
+        raise Refused(answer["message"])
 
 
 # --- Which requests reach the daemon -------------------------------------------------------
@@ -410,7 +424,11 @@ def _hook_unittest_main(main):
                 or getattr(self, "module", None) is not None
                 or getattr(self, "pattern", "test*.py") not in (None, "test*.py")
             )
-            listed("unittest", list(_unittest_ids(self.test)), filtered)
+            try:
+                listed("unittest", list(_unittest_ids(self.test)), filtered)
+            except Refused as e:
+                sys.stderr.write(f"{e}\n")
+                raise SystemExit(4) from None
         return original(self)
 
     main.TestProgram.runTests = runTests

@@ -422,4 +422,7 @@ def pytest_collection_finish(session):
         tests.append(item.nodeid)
         tests.extend(_fixture_ids(item))
         _wrap_test_function(item)
-    _identity.listed("pytest", list(dict.fromkeys(tests)), _filtered(config))
+    try:
+        _identity.listed("pytest", list(dict.fromkeys(tests)), _filtered(config))
+    except _identity.Refused as e:
+        raise pytest.UsageError(str(e)) from None
