@@ -14,6 +14,7 @@ mod mcp_cmd;
 mod mv_cmd;
 mod program;
 mod prune;
+mod python_hook;
 mod recover;
 mod rekey_cmd;
 mod render;

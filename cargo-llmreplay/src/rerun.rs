@@ -73,6 +73,18 @@ pub struct RerunArgs {
     /// is not sent. Each request not sent fails, naming the cap and the spend.
     #[arg(long, value_name = "AMOUNT", value_parser = crate::args::parse_money)]
     max_spend: Option<ledger::Money>,
+    /// Send the least fresh recordings first (neither recorded nor verified for longest;
+    /// undated ones before all).
+    #[arg(long)]
+    oldest_first: bool,
+    /// Stamp today as the verified date of each recording whose fresh answer is the same, or
+    /// differs only where no code can break (wording, usage, metadata); its answer stays as
+    /// recorded. The others are reported as drift. Not with --save, --model or --param.
+    #[arg(long, conflicts_with_all = ["save", "model", "params"])]
+    mark_verified: bool,
+    /// Let --mark-verified (which spends on the live provider) run where CI is set.
+    #[arg(long)]
+    allow_in_ci: bool,
     #[command(flatten)]
     cassettes: CassetteDirArg,
 }
@@ -122,6 +134,14 @@ pub struct RerunResult {
     /// What `--save` did: recorded, replaced or unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub saved: Option<String>,
+    /// How the fresh answer differs from the recorded one, worst first (empty when no more
+    /// than volatile fields moved).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<review::review::Drift>,
+    /// With --mark-verified: whether the recording was stamped verified (its drift, if any,
+    /// can break no code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<bool>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -163,7 +183,16 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         .iter()
         .map(|p| parse_param(p))
         .collect::<Result<Vec<_>>>()?;
-    let (items, mut results) = select(&args, &settings.cassette_dir, &root)?;
+    if args.mark_verified && !args.allow_in_ci && std::env::var_os("CI").is_some() {
+        return Err(Error::Usage(
+            "rerun --mark-verified spends on the live provider: under CI it runs only with --allow-in-ci".into(),
+        ));
+    }
+    let (mut items, mut results) = select(&args, &settings.cassette_dir, &root)?;
+    if args.oldest_first {
+        // Undated recordings (of before dates were kept) are the least fresh of all.
+        items.sort_by(|a, b| a.old.fresh_at().cmp(&b.old.fresh_at()));
+    }
     let providers: HashMap<String, Arc<Provider>> = settings
         .providers
         .iter()
@@ -180,12 +209,22 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
     };
     let outcomes = send_all(items, &request, args.jobs.into())?;
     let mut saves = Vec::new();
+    let mut holds: Vec<(PathBuf, usize, Option<String>)> = Vec::new();
     for (item, sent) in outcomes {
-        let (result, save) = judge(&item, sent, &root, args.save);
+        let (mut result, save) = judge(&item, sent, &root, args.save);
+        if args.mark_verified && result.verdict != Verdict::Failed {
+            result.verified = Some(result.drift.iter().all(|d| !d.can_break_code()));
+            if result.verified == Some(true) {
+                holds.push((item.cassette.clone(), item.index, item.old.seal.clone()));
+            }
+        }
         if let Some(interaction) = save {
             saves.push((results.len(), item, interaction));
         }
         results.push(result);
+    }
+    if !holds.is_empty() {
+        stamp_verified(holds, &root)?;
     }
     if args.save {
         save(
@@ -208,6 +247,33 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
     Ok(Outcome::gate(
         totals.failed > 0 || (args.fail_on_change && totals.changed > 0),
     ))
+}
+
+/// Stamps today as the verified date of each `(cassette, position, seal)`, one write per file.
+fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> Result<()> {
+    let today = cassettes::clock::utc_now();
+    let mut by_file: std::collections::BTreeMap<PathBuf, Vec<(usize, Option<String>)>> =
+        std::collections::BTreeMap::new();
+    for (path, position, seal) in holds {
+        by_file.entry(path).or_default().push((position, seal));
+    }
+    let (mut stamped, mut asked) = (0, 0);
+    for (path, positions) in by_file {
+        asked += positions.len();
+        stamped += cassettes::mark_verified(&path, root, &positions, &today)?;
+    }
+    render::stderr(&format!(
+        "cargo-llmreplay: {} verified as of {today}{}\n",
+        render::plural(stamped, "recording"),
+        match asked - stamped {
+            0 => String::new(),
+            n => format!(
+                " ({} changed since it was read, left alone)",
+                render::plural(n, "recording")
+            ),
+        }
+    ));
+    Ok(())
 }
 
 /// The recorded requests of the tests the filter and `-E` pick, and a failed result for each
@@ -380,6 +446,7 @@ fn judge(item: &Item, sent: Sent, root: &Path, save: bool) -> (RerunResult, Opti
         &answer_text(&item.old.response),
         &answer_text(&resent.response),
     );
+    result.drift = review::review::drift(&item.old.response, &resent.response);
     result.verdict = if result.diff.is_some() {
         Verdict::Changed
     } else {
@@ -480,6 +547,8 @@ fn empty(cassette: PathBuf) -> RerunResult {
         request_id: None,
         error: None,
         saved: None,
+        drift: Vec::new(),
+        verified: None,
     }
 }
 
@@ -733,6 +802,17 @@ pub(crate) fn text(results: &[RerunResult], totals: &Totals) -> String {
         }
         if let Some(e) = &r.error {
             let _ = writeln!(out, "           {}", term(e));
+        }
+        if !r.drift.is_empty() {
+            let classes: Vec<&str> = r.drift.iter().map(|d| d.as_str()).collect();
+            let verified = match r.verified {
+                Some(true) => "; verified: no code can break on it",
+                Some(false) => "; not verified: drift to review",
+                None => "",
+            };
+            let _ = writeln!(out, "           drift: {}{verified}", classes.join(", "));
+        } else if r.verified == Some(true) {
+            let _ = writeln!(out, "           verified");
         }
         for line in r.diff.iter().flat_map(|d| d.lines()) {
             let _ = writeln!(out, "           {}", term(line));

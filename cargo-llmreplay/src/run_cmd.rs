@@ -2,7 +2,8 @@
 //! command: a daemon of its own, the environment that points every process at it, then the
 //! summary, the report, the gates and the exit status. Tests are told apart by what names them:
 //! the pytest plugin and the vitest and jest setup files announce each test from the process
-//! that runs it; a process whose environment has `LLMREPLAY_TEST_ID`, or a request with
+//! that runs it (and `python -m unittest` through the sitecustomize of [`crate::python_hook`]);
+//! a process whose environment has `LLMREPLAY_TEST_ID`, or a request with
 //! `X-Test-Id`, names its own; else each process tree under the command is its own test, named
 //! for its program (one folder per `go test` package binary).
 
@@ -21,7 +22,8 @@ use std::ffi::OsString;
         a placeholder key and Google credentials file in replay, (with capture on) the daemon as \
         its HTTPS proxy, and TOX_OVERRIDE, which lets all of these into tox 4's environments. Each \
         request is filed under the test that made it: the one its process announced (the \
-        pytest-llmreplay plugin and the vitest and jest setup files do, before each test), else \
+        pytest-llmreplay plugin and the vitest and jest setup files do, before each test, and \
+        `python -m unittest` through a sitecustomize this command puts first on PYTHONPATH), else \
         the one LLMREPLAY_TEST_ID in its environment or an X-Test-Id header names, else the name of \
         the program at the top of its process tree under the command (a `go test` package's \
         binary, a tool a script runs). \
@@ -63,6 +65,8 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let log = report.with_extension("log");
     // A miss tells the test's own output how to record it: with this very command.
     resolved.settings.record_hint = Some(rerun_command(&args.command, "--record-missing"));
+    // Kept until the command ends: its Python processes load it as they start.
+    let python = crate::python_hook::PythonHook::write(&resolved.target_dir())?;
     let mut prepared = Prepared::new(resolved, None, Paths { report, log })?;
     let mode = prepared.run.mode;
     let mut env = prepared.env(true);
@@ -84,6 +88,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let child = std::process::Command::new(program)
         .args(rest)
         .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PYTHONPATH", python.pythonpath())
         .spawn()
         .map_err(|e| {
             Error::Precondition(format!("cannot run {}: {e}", program.to_string_lossy()))
@@ -94,6 +99,7 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         Naming::Tree(daemon::peer::IdVars::Named("LLMREPLAY_TEST_ID".into())),
     );
     let status = serving.wait(&format!("waiting for {}", program.to_string_lossy()))?;
+    drop(python);
     let stopped = serving.stop(status)?;
     // The suite is known when the test plugins listed what they collected, and whole when
     // neither they nor the command line selected: only then are folders of tests that did

@@ -43,10 +43,10 @@ pub use fs::{confined, DEFAULT_LOCK_TIMEOUT};
 pub use id::{ProviderName, Slug, TestId, MAX_SLUG_LEN};
 pub use key::{differing_fields, IgnoreRule, Key, Normalizer, RecordedRequest, ReplaceRule, Rules};
 pub use maintenance::{
-    cassette_files, fix_cassette, json_files, legacy_folder, legacy_folders, move_legacy_folders,
-    move_test, mv_command, read_cassette, read_cassette_with_blobs, rekey_cassette, remove_folder,
-    remove_leftover_temp, remove_recordings, remove_unreferenced_blobs, rewrite_cassette, sealed,
-    Fixed, LegacyFolder, Moved, TestChanges,
+    cassette_files, fix_cassette, json_files, legacy_folder, legacy_folders, mark_verified,
+    move_legacy_folders, move_test, mv_command, read_cassette, read_cassette_with_blobs,
+    rekey_cassette, remove_folder, remove_leftover_temp, remove_recordings,
+    remove_unreferenced_blobs, rewrite_cassette, sealed, Fixed, LegacyFolder, Moved, TestChanges,
 };
 pub use store::{Store, Unused, DEFAULT_BUDGET};
 pub use summary::Tokens;

@@ -76,6 +76,36 @@ pub(crate) fn count_changes(before: &Sealed, after: &Sealed, changes: &mut TestC
     changes.removed += before.iter().filter(|(id, _)| !now.contains(id)).count();
 }
 
+/// Stamps `at` as the verified date of the interactions at `positions` (from 0) whose seal is
+/// still the one given: the live provider gave an answer no code could tell from theirs. Their
+/// answers, keys and seals stay as they are; one that changed since it was read (a recording
+/// run replaced it) is left alone. Under the folder's lock. Says how many were stamped.
+pub fn mark_verified(
+    path: &Path,
+    root: &Path,
+    positions: &[(usize, Option<String>)],
+    at: &str,
+) -> Result<usize, Error> {
+    let dir = path.parent().expect("cassette paths have a folder");
+    let _lock = lock_creating(dir, root, DEFAULT_LOCK_TIMEOUT)?;
+    let Some(mut cassette) = read_if_exists(path)? else {
+        return Ok(0);
+    };
+    let mut stamped = 0;
+    for (position, seal) in positions {
+        if let Some(i) = cassette.interactions.get_mut(*position) {
+            if &i.seal == seal {
+                i.verified_at = Some(at.to_string());
+                stamped += 1;
+            }
+        }
+    }
+    if stamped > 0 {
+        write_atomic(path, &cassette.to_bytes())?;
+    }
+    Ok(stamped)
+}
+
 /// Rewrites one cassette under its folder's lock: `edit` changes its interactions (none when
 /// there is no file yet, which is then made for `test` and `provider`); blobs the new ones
 /// carry are written first, and blobs nothing refers to any more are removed. Fails with

@@ -206,7 +206,7 @@ pub(crate) async fn connect(
             let test = match (named, announced) {
                 (Err(refused), _) => Err(refused),
                 (Ok(Some(named)), _) => Ok(named),
-                (Ok(None), Some(running)) => running.test(),
+                (Ok(None), Some(running)) => crate::identity::running_test(running),
                 (Ok(None), None) => Ok(test.clone()),
             };
             let host = host.clone();

@@ -5,7 +5,7 @@
 //! `default`. A proxy request that names none is challenged for credentials once first.
 
 use crate::respond::{self, Body};
-use crate::state::{Conn, State};
+use crate::state::{Conn, Running, State};
 use base64::Engine as _;
 use cassettes::TestId;
 use http::{HeaderValue, Response, StatusCode};
@@ -109,13 +109,33 @@ pub(crate) async fn identify_on(
     conn: &Conn,
     claims: Claims<'_>,
 ) -> Result<Identity, Refusal> {
-    identify(
-        claims,
-        &state.settings.proxy_secret,
-        conn.peer_test(state),
-        &conn.challenged,
-    )
-    .await
+    let peer = async { conn.peer_test(state).await.map(running_test).transpose() };
+    identify(claims, &state.settings.proxy_secret, peer, &conn.challenged).await
+}
+
+/// The test a request that names none belongs to, from what its process runs: the one test,
+/// else a refusal that names those running (a request of a client the test plugin does not
+/// reach, or from a thread the test started, in a process that runs several tests at once).
+pub(crate) fn running_test(running: Running) -> Result<TestId, Refusal> {
+    match running {
+        Running::One(test) => Ok(test),
+        Running::Several(pid, tests) => {
+            let names: Vec<String> = tests
+                .iter()
+                .take(5)
+                .map(|t| format!("{:?}", t.as_str()))
+                .collect();
+            let more = match tests.len().saturating_sub(names.len()) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            Err(Refusal::Ambiguous(format!(
+                "cargo-llmreplay: process {pid} runs {} tests at once ({}{more}) and this request names none of them: a client the test plugin does not reach, or a thread the test started. Name the test in an X-Test-Id header (percent-encoded), or run that test alone in its process",
+                tests.len(),
+                names.join(", ")
+            )))
+        }
+    }
 }
 
 /// The test `claims` name, else the one `peer` finds the connection's process running, else
@@ -232,6 +252,20 @@ mod tests {
         let user = format!("{}:{secret}", providers::env::token(test));
         let encoded = base64::engine::general_purpose::STANDARD.encode(user);
         HeaderValue::from_str(&format!("Basic {encoded}")).unwrap()
+    }
+
+    #[test]
+    fn a_process_running_several_tests_names_them_in_its_refusal() {
+        let (a, b) = (TestId::new("a.test.js > a"), TestId::new("b.test.js > b"));
+        assert_eq!(running_test(Running::One(a.clone())), Ok(a.clone()));
+        let Err(Refusal::Ambiguous(why)) = running_test(Running::Several(7, vec![a, b])) else {
+            panic!("refused as ambiguous");
+        };
+        assert!(
+            why.contains("process 7 runs 2 tests at once (\"a.test.js > a\", \"b.test.js > b\")")
+                && why.contains("X-Test-Id"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use crate::state::State;
 use bytes::Bytes;
 use http::header::ACCEPT_ENCODING;
 use http::{Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use std::time::{Duration, Instant};
 
@@ -113,9 +113,11 @@ pub(crate) async fn forward(
                 None if matches!(provider.kind, Kind::Gemini | Kind::Vertex) => {
                     let body = incoming.take().expect("not read yet");
                     let idle = state.settings.limits.idle_timeout;
-                    let read = crate::exchange::read_limited(body, 64 << 10, idle)
-                        .await
-                        .unwrap_or_default();
+                    let limited = http_body_util::Limited::new(body, 64 << 10).collect();
+                    let read = match tokio::time::timeout(idle, limited).await {
+                        Ok(Ok(read)) => read.to_bytes(),
+                        _ => Bytes::new(),
+                    };
                     (
                         crate::pace::retry_after(&head.headers, Some(&read)),
                         Some(read),

@@ -188,7 +188,11 @@ fn bedrock_counts_its_cache_apart_and_its_ids_carry_region_and_vendor() {
     let usage = json!({"inputTokens": 100, "cacheReadInputTokens": 1000,
         "cacheWriteInputTokens": 200, "outputTokens": 50});
     assert_eq!(
-        cost("bedrock", "us.anthropic.claude-3-5-haiku-20241022-v1:0", usage),
+        cost(
+            "bedrock",
+            "us.anthropic.claude-3-5-haiku-20241022-v1:0",
+            usage
+        ),
         micros(80 + 80 + 200 + 200)
     );
 }

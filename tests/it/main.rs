@@ -24,6 +24,7 @@ mod network;
 mod node_at_once;
 mod pace;
 mod peers;
+mod python_ids;
 mod rerun;
 mod review;
 mod run_loop;

@@ -408,3 +408,144 @@ async fn uploads_are_sent_again_with_a_fresh_boundary_and_binary_answers_compare
     assert!(find(&after.raw, &clip), "the same file bytes go out again");
     assert!(find(&after.raw, b"whisper-1"));
 }
+
+/// Sets every recording's date in `file` to `days` days ago.
+fn back_date(file: &Path, days: u64) -> String {
+    let date = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86_400),
+    )
+    .to_string();
+    let mut cassette: Value =
+        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    for i in cassette["interactions"].as_array_mut().unwrap() {
+        i["recorded_at"] = date.clone().into();
+    }
+    std::fs::write(file, serde_json::to_string_pretty(&cassette).unwrap()).unwrap();
+    date
+}
+
+/// Re-verification, least fresh first: a recording whose fresh answer is the same, or differs
+/// only in wording, is stamped verified with its answer, key and seal untouched; one whose
+/// structure changed is reported as drift and left as it was. Never under CI unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mark_verified_stamps_what_holds_oldest_first_and_reports_the_rest() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let cassettes = dir.path().join("tests/cassettes");
+    let beta = cassettes.join("rr--chat--beta/openai.json");
+    let gamma = cassettes.join("rr--chat--gamma/anthropic.json");
+    let sixty = back_date(&beta, 60);
+    back_date(&gamma, 90);
+    let before: Value = serde_json::from_str(&std::fs::read_to_string(&beta).unwrap()).unwrap();
+    *fake.state.suffix_for.lock().unwrap() = vec![("Drift please".into(), " indeed".into())];
+    *fake.state.finish_for.lock().unwrap() = vec![("Breaks later".into(), "length".into())];
+    let sent_before = fake.received().len();
+
+    let mut args: Vec<String> = [
+        "rerun",
+        "--oldest-first",
+        "--mark-verified",
+        "-j",
+        "1",
+        "--format",
+        "json",
+        "-E",
+        "test(/beta|gamma/)",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ups(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = Output::of(
+        std::process::Command::new(binary())
+            .arg("llmreplay")
+            .args(&args)
+            .current_dir(dir.path())
+            .env("CI", "true"),
+    );
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--allow-in-ci"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(fake.received().len(), sent_before, "nothing sent under CI");
+
+    let out = llmreplay(dir.path(), &args);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    let prompts: Vec<String> = fake.received()[sent_before..]
+        .iter()
+        .map(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        prompts,
+        ["Bonjour claude", "Drift please", "Breaks later"],
+        "oldest first"
+    );
+    let json: Value = serde_json::from_str(&out.stdout).unwrap();
+    let results: Vec<(String, Value, Value)> = json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["prompt"].as_str().unwrap().to_string(),
+                r["drift"].clone(),
+                r["verified"].clone(),
+            )
+        })
+        .collect();
+    assert!(
+        results.contains(&("Bonjour claude".into(), Value::Null, json!(true))),
+        "{results:?}"
+    );
+    assert!(
+        results.contains(&("Drift please".into(), json!(["wording"]), json!(true))),
+        "{results:?}"
+    );
+    assert!(
+        results.contains(&("Breaks later".into(), json!(["structure"]), json!(false))),
+        "{results:?}"
+    );
+    assert!(
+        out.stderr.contains("2 recordings verified as of"),
+        "{}",
+        out.stderr
+    );
+
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&beta).unwrap()).unwrap();
+    let (was, now) = (&before["interactions"], &after["interactions"]);
+    let today = cassettes::clock::utc_now()[..10].to_string();
+    assert!(
+        now[0]["verified_at"].as_str().unwrap().starts_with(&today),
+        "{}",
+        now[0]
+    );
+    assert!(
+        now[1].get("verified_at").is_none(),
+        "structure drift: not verified"
+    );
+    for i in 0..2 {
+        for field in ["key", "seal", "request", "response", "recorded_at"] {
+            assert_eq!(
+                now[i][field], was[i][field],
+                "interaction {i}'s {field} untouched"
+            );
+        }
+    }
+    assert_eq!(now[1]["recorded_at"], sixty.as_str());
+    // The gate now finds only the recording that did not hold.
+    let status = llmreplay(dir.path(), &["status", "--stale", "30d", "--no-list"]);
+    assert!(
+        status.stderr.contains("stale (1)")
+            && status.stderr.contains("rr--chat--beta/  60 days old"),
+        "{}",
+        status.stderr
+    );
+}

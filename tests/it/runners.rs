@@ -10,7 +10,12 @@ use std::process::Command;
 
 /// `cargo llmreplay run FLAGS -- COMMAND...` in `dir` (its target dir inside), in an
 /// environment clean of CI's and the providers' variables, with `env` on top.
-fn run_in(dir: &Path, flags: &[&str], command: &[&OsStr], env: &[(&str, &str)]) -> Output {
+pub(crate) fn run_in(
+    dir: &Path,
+    flags: &[&str],
+    command: &[&OsStr],
+    env: &[(&str, &str)],
+) -> Output {
     let mut cmd = Command::new(binary());
     cmd.current_dir(dir)
         .args(["llmreplay", "run"])

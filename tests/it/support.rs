@@ -63,6 +63,9 @@ pub struct FakeState {
     pub limited: AtomicUsize,
     /// How long each answer takes to start, in flight: a slow provider.
     pub answer_delay: Mutex<Duration>,
+    /// Chat completions of prompts containing the first string stop for the second reason
+    /// (`length`) instead of `stop`: an answer whose structure changed.
+    pub finish_for: Mutex<Vec<(String, String)>>,
 }
 
 /// Counts a request out of flight when its answer is made.
@@ -463,13 +466,20 @@ async fn answer(
             sse(events, gap, breaks, "text/event-stream", hold.clone())
         } else {
             // OpenAI answers pretty-printed JSON with a final newline.
+            let finish = state
+                .finish_for
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(p, _)| prompt.contains(p.as_str()))
+                .map_or("stop".to_string(), |(_, r)| r.clone());
             let counts = match usage {
                 Some(()) => real_usage("openai"),
                 None => {
                     json!({"prompt_tokens": 5, "completion_tokens": words.len(), "total_tokens": 5 + words.len()})
                 }
             };
-            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": model, "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": "stop"}], "usage": counts});
+            let v = json!({"id": id, "object": "chat.completion", "created": n, "model": model, "system_fingerprint": format!("fp_{n}"), "choices": [{"index": 0, "message": {"role": "assistant", "content": text, "refusal": null}, "logprobs": null, "finish_reason": finish}], "usage": counts});
             json_response(
                 serde_json::to_string_pretty(&v).unwrap() + "\n",
                 &[

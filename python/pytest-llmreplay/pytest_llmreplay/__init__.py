@@ -1,136 +1,116 @@
 """pytest-llmreplay: each test's LLM calls in its own cassettes, under cargo-llmreplay.
 
-Before each test, in the process that runs it (an xdist worker included), the plugin tells the
-daemon `POST /__llmreplay/begin?test=<node id>&pid=<this process>`; the daemon files every
-request from this process, whatever client or connection it comes on, under that test. After
-the test, `POST /__llmreplay/end` says how it ended, so that `--record` leaves a test that passed
-with exactly what it recorded. Where the daemon cannot tell a connection's process (it says so
-in its answer), the plugin names the test in an `X-Test-Id` header through httpx's and
-requests' own send methods instead. `begin` carries the process's secret-looking variables
-(`*_TOKEN`, `*_KEY`, `*_SECRET`, `*_PASSWORD`, `*_CREDENTIALS`) as they are when the test
-starts, so that a key a conftest loaded is replaced wherever it turns up, as the daemon's own.
+Each test, in the process that runs it (an xdist worker included), is its node id: the plugin
+sets it as the current test of the test's own context (`_identity`, shared with the unittest
+hook `cargo llmreplay run` installs), so that httpx, urllib3 (requests, botocore) and aiohttp
+name it in an `X-Test-Id` header on every request to the daemon, even with several tests in
+flight in one event loop; and it says `POST /__llmreplay/begin?test=<node id>&pid=<this
+process>` before the test and `end` with how it ended after, for clients it does not hook.
+A test run by a plugin that calls the test function itself, concurrently, is named and
+announced from inside its own task (with pytest-asyncio-cooperative, from before its
+function-scoped fixtures). Calls made while a fixture of
+a wider scope than a function sets up are that fixture's own (`<file>::fixture:<name>`),
+begun afresh at each setup, one process at a time; its teardown's are `<that id>:teardown`'s. After collection the plugin
+lists the selected tests and their fixtures, for the run to judge orphans and unused
+recordings against. `begin` carries the process's secret-looking variables as they are when
+the test starts, so that a key a conftest loaded is replaced wherever it turns up.
 
 With no daemon in the environment (`LLMREPLAY_BASE_URL`), it does nothing.
 """
 
-import json
-import os
+import asyncio
+import contextlib
+import functools
+import hashlib
+import importlib
+import inspect
 import sys
-import urllib.parse
-import urllib.request
+import tempfile
+import unittest
+from pathlib import Path
 
 import pytest
 
-# The daemon is on loopback: never through a proxy the environment names (capture sets one).
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-# The test this process runs now, for the header fallback.
-_current = None
-_hooked = False
-
-
-def _root():
-    base = os.environ.get("LLMREPLAY_BASE_URL", "")
-    if not base:
-        return None
-    # A base URL of one test (`.../t/<id>`) has the daemon's root before it.
-    return base.split("/t/", 1)[0].rstrip("/")
+# The copy the unittest hook loaded first, if it did and speaks this plugin's version of it:
+# one context variable, one set of hooks.
+_identity = sys.modules.get("_llmreplay_identity")
+if getattr(_identity, "API", None) != 1:
+    _identity = importlib.import_module("._identity", __name__)
 
 
-def _post(root, route, _body=b"", **params):
-    # Percent-encoded, spaces as %20: the daemon reads a `+` as itself.
-    query = urllib.parse.urlencode(params, quote_via=urllib.parse.quote)
-    url = f"{root}/__llmreplay/{route}?{query}"
-    request = urllib.request.Request(url, data=_body, method="POST")
-    try:
-        with _OPENER.open(request, timeout=30) as answer:
-            return json.load(answer)
-    except (OSError, ValueError) as e:
-        sys.stderr.write(f"pytest-llmreplay: could not reach the daemon at {root}: {e}\n")
-        return None
+def pytest_configure(config):
+    if _identity.root() is not None:
+        _identity.hook_clients()
+        _hook_cooperative(sys.modules.get("pytest_asyncio_cooperative.plugin"))
 
 
-def _hook_clients():
-    """Names the current test in every request httpx and requests send from this process."""
-    global _hooked
-    if _hooked:
+def _hook_cooperative(plugin):
+    """pytest-asyncio-cooperative makes one coroutine per test that sets up its fixtures then
+    calls it, and runs them all side by side: the test is named for the whole coroutine, its
+    function-scoped fixtures included."""
+    make = getattr(plugin, "item_to_task", None)
+    if make is None:
         return
-    _hooked = True
 
-    def named(headers):
-        if _current is not None and "x-test-id" not in headers:
-            headers["x-test-id"] = urllib.parse.quote(_current, safe="")
+    def item_to_task(item):
+        inner = make(item)
 
+        async def named():
+            token = _named(item)
+            if token is None:
+                return await inner
+            error = None
+            try:
+                return await inner
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                _reset(token)
+                _identity.end(item.nodeid, _ended_by(error))
+
+        return named()
+
+    plugin.item_to_task = item_to_task
+
+
+def _reset(token):
     try:
-        import httpx
-    except ImportError:
-        httpx = None
-    if httpx is not None:
-        for cls in (httpx.Client, httpx.AsyncClient):
-            original = cls.send
-
-            def send(self, request, *args, _original=original, **kwargs):
-                named(request.headers)
-                return _original(self, request, *args, **kwargs)
-
-            cls.send = send
-    try:
-        import requests
-    except ImportError:
-        requests = None
-    if requests is not None:
-        original = requests.Session.send
-
-        def session_send(self, request, **kwargs):
-            named(request.headers)
-            return original(self, request, **kwargs)
-
-        requests.Session.send = session_send
-
-
-_SECRET_SUFFIXES = ("_TOKEN", "_KEY", "_SECRET", "_PASSWORD", "_CREDENTIALS")
-
-
-def _secret_env():
-    """This process's secret-looking variables as the test starts (a `.env` a conftest loaded
-    included), for the daemon to replace wherever their values turn up: `{"env": {...}}`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k.upper().endswith(_SECRET_SUFFIXES) and len(v.strip()) >= 8
-    }
-    return json.dumps({"env": env}).encode() if env else b""
+        _identity.CURRENT.reset(token)
+    except ValueError:
+        # Set in another context (a plugin moved the test between threads): it goes with it.
+        pass
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    global _current
-    root = _root()
-    if root is None:
+    # A test its own task already named and announced (a plugin that ran it concurrently,
+    # then reports it here) is not begun again: that would start its calls afresh.
+    if _identity.root() is None or item.stash.get(_ANNOUNCED, False):
         yield
         return
     test = item.nodeid
     # Nothing said yet: a test that never reaches its call's report (Ctrl-C, a crash) did
     # not pass, and its end says "interrupted", never "passed".
     item.stash[_OUTCOME] = None
-    answer = _post(root, "begin", _secret_env(), test=test, pid=os.getpid())
-    if answer is not None and not answer.get("peers", False):
-        _hook_clients()
-    _current = test
+    _identity.begin(test)
+    token = _identity.CURRENT.set(test)
     result = None
     try:
         result = yield
     finally:
-        _current = None
+        _reset(token)
         outcome = item.stash[_OUTCOME] or "interrupted"
         excinfo = getattr(result, "excinfo", None) if result is not None else None
         if excinfo is not None:
             outcome = "interrupted" if issubclass(excinfo[0], KeyboardInterrupt) else "failed"
-        _post(root, "end", test=test, pid=os.getpid(), outcome=outcome)
+        _identity.end(test, outcome)
 
 
 _OUTCOME = pytest.StashKey[str]()
 _ATTEMPTS = pytest.StashKey[int]()
+# The test was named and announced by its own function's wrapper, not by the protocol.
+_ANNOUNCED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -141,10 +121,9 @@ def pytest_runtest_setup(item):
         return
     attempts = item.stash.get(_ATTEMPTS, 0) + 1
     item.stash[_ATTEMPTS] = attempts
-    root = _root()
-    if attempts > 1 and root is not None:
+    if attempts > 1 and _identity.root() is not None:
         item.stash[_OUTCOME] = None
-        _post(root, "begin", _secret_env(), test=item.nodeid, pid=os.getpid())
+        _identity.begin(item.nodeid)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -162,3 +141,288 @@ def pytest_runtest_makereport(item, call):
         item.stash[_OUTCOME] = "skipped"
     elif report.when == "call" and report.passed and said is None:
         item.stash[_OUTCOME] = "passed"
+
+
+# --- The test function, named from inside its own task -------------------------------------
+
+
+def _ended_by(error):
+    if error is None:
+        return "passed"
+    if isinstance(error, (pytest.skip.Exception, pytest.xfail.Exception)):
+        return "skipped"
+    if isinstance(error, (KeyboardInterrupt, asyncio.CancelledError)):
+        return "interrupted"
+    return "failed"
+
+
+def _named(item):
+    """Names `item`'s test in this context and begins it, unless the context already names it
+    (the protocol did): the token to reset as it ends, or None when there is nothing to end.
+    A plugin that runs tests side by side calls each test's function in a task of its own,
+    so the test is named in that task's context alone."""
+    test = item.nodeid
+    if _identity.CURRENT.get() == test or _identity.root() is None:
+        return None
+    item.stash[_ANNOUNCED] = True
+    _identity.begin(test)
+    return _identity.CURRENT.set(test)
+
+
+def _wrap_test_function(item):
+    """Replaces `item`'s function by one of the same parameters that names the test in the
+    context it runs in: a plugin that runs async tests concurrently (pytest-asyncio-
+    cooperative) calls the function itself, each in its own task, outside the protocol."""
+    # A unittest TestCase's method runs through the TestCase, never through the item's function.
+    cls = getattr(item, "cls", None)
+    if not isinstance(item, pytest.Function) or (
+        cls is not None and issubclass(cls, unittest.TestCase)
+    ):
+        return
+    original = item.obj
+    function = getattr(original, "__func__", original)
+    if not inspect.isfunction(function) or inspect.isgeneratorfunction(function):
+        return
+    if inspect.isasyncgenfunction(function):
+        return
+    test = item.nodeid
+
+    if inspect.iscoroutinefunction(function):
+
+        async def run(*args, **kwargs):
+            token = _named(item)
+            if token is None:
+                return await function(*args, **kwargs)
+            error = None
+            try:
+                return await function(*args, **kwargs)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                _reset(token)
+                _identity.end(test, _ended_by(error))
+
+    else:
+
+        def run(*args, **kwargs):
+            token = _named(item)
+            if token is None:
+                return function(*args, **kwargs)
+            error = None
+            try:
+                return function(*args, **kwargs)
+            except BaseException as e:
+                error = e
+                raise
+            finally:
+                _reset(token)
+                _identity.end(test, _ended_by(error))
+
+    wrapper = _with_parameters_of(function, run)
+    instance = getattr(original, "__self__", None)
+    item.obj = wrapper.__get__(instance) if instance is not None else wrapper
+
+
+def _with_parameters_of(function, run):
+    """A function that calls `run` with its arguments, with `function`'s parameters in its
+    own code: fixture plugins read the test's fixture names from `__code__`."""
+    code = function.__code__
+    names = list(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+    positional = names[: code.co_argcount]
+    keyword = names[code.co_argcount :]
+    at = code.co_argcount + code.co_kwonlyargcount
+    star = dstar = None
+    if code.co_flags & inspect.CO_VARARGS:
+        star = code.co_varnames[at]
+        at += 1
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        dstar = code.co_varnames[at]
+    params = list(positional)
+    if code.co_posonlyargcount:
+        params.insert(code.co_posonlyargcount, "/")
+    if star:
+        params.append(f"*{star}")
+    elif keyword:
+        params.append("*")
+    params += keyword
+    if dstar:
+        params.append(f"**{dstar}")
+    passed = list(positional) + ([f"*{star}"] if star else [])
+    passed += [f"{k}={k}" for k in keyword] + ([f"**{dstar}"] if dstar else [])
+    kind = "async def" if inspect.iscoroutinefunction(function) else "def"
+    wait = "await " if kind == "async def" else ""
+    source = (
+        f"{kind} {code.co_name}({', '.join(params)}):\n"
+        f"    return {wait}_llmreplay_run_({', '.join(passed)})\n"
+    )
+    scope = {"_llmreplay_run_": run}
+    exec(source, scope)
+    wrapper = functools.update_wrapper(scope[code.co_name], function)
+    wrapper.__defaults__ = function.__defaults__
+    wrapper.__kwdefaults__ = function.__kwdefaults__
+    return wrapper
+
+
+# --- Fixtures wider than a test: their own ids ---------------------------------------------
+
+
+def _fixture_id(fixturedef, config):
+    """`<file defining the fixture, from the rootdir>::fixture:<name>`, for a fixture of the
+    project's own; None for an installed plugin's (pytest's, pytest-asyncio's loops), whose
+    calls stay the test's that sets it up."""
+    function = inspect.unwrap(fixturedef.func)
+    try:
+        path = Path(inspect.getsourcefile(function) or inspect.getfile(function)).resolve()
+        where = path.relative_to(Path(config.rootpath).resolve())
+    except (TypeError, ValueError, OSError):
+        return None
+    if "site-packages" in where.parts:
+        return None
+    return f"{where.as_posix()}::fixture:{fixturedef.argname}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    # A function's fixtures are its test's; a wider one's calls are its own, whichever test
+    # sets it up, so that they replay for any test that does (`-k`, xdist).
+    fixture = None
+    if fixturedef.scope != "function" and _identity.root() is not None:
+        fixture = _fixture_id(fixturedef, request.config)
+    if fixture is None:
+        yield
+        return
+    # Its teardown's calls are a test of their own, begun afresh as its setup's are: xdist
+    # workers tear it down at the end of the run, each after the others' setups.
+    teardown = _teardown_id(fixture)
+    tearing = []
+    # Finalizers run last added first: this one after the fixture's own teardown, the one
+    # added after its setup before it.
+    fixturedef.addfinalizer(lambda: tearing and _end_teardown(teardown, *tearing.pop()))
+    lock = _take_turn(fixture)
+    try:
+        _identity.begin(fixture)
+        token = _identity.CURRENT.set(fixture)
+        result = yield
+        _reset(token)
+        _identity.end(fixture, _ended_by(result.exception))
+    finally:
+        _give_turn(lock)
+    fixturedef.addfinalizer(lambda: tearing.append(_begin_teardown(teardown)))
+
+
+def _teardown_id(fixture):
+    return f"{fixture}:teardown"
+
+
+def _begin_teardown(teardown):
+    lock = _take_turn(teardown)
+    _identity.begin(teardown)
+    return lock, _identity.CURRENT.set(teardown)
+
+
+def _end_teardown(teardown, lock, token):
+    _reset(token)
+    try:
+        _identity.end(teardown, "passed")
+    finally:
+        _give_turn(lock)
+
+
+def _take_turn(fixture):
+    """Each xdist worker sets up (and tears down) a session fixture of its own: they take
+    turns, across the run's processes, so that each replays the fixture's calls from its first
+    recording (the daemon keeps one sequence of calls per test id, begun afresh each time).
+    None where there is no flock (Windows): workers may then set it up at once."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    run = hashlib.sha256(_identity.root().encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"llmreplay-fixtures-{run}"
+    folder.mkdir(exist_ok=True)
+    name = hashlib.sha256(fixture.encode()).hexdigest()[:32]
+    lock = open(folder / f"{name}.lock", "a")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def _give_turn(lock):
+    if lock is not None:
+        lock.close()
+
+
+# --- The collected suite ----------------------------------------------------------------------
+
+_DESELECTED = pytest.StashKey[int]()
+
+
+def pytest_deselected(items):
+    if items:
+        config = items[0].config
+        config.stash[_DESELECTED] = config.stash.get(_DESELECTED, 0) + len(items)
+
+
+def _whole_suite(config):
+    """Whether the command line's own arguments name the whole suite: none, or folders that
+    hold everything pytest would collect without them."""
+    sources = getattr(pytest.Config, "ArgsSource", None)
+    if sources is None:
+        # pytest before 7.2 does not say where its arguments came from: not known to be whole.
+        return False
+    if config.args_source != sources.ARGS:
+        return True
+    here = Path(config.invocation_params.dir)
+    named = []
+    for arg in config.args:
+        if "::" in arg:
+            return False
+        path = (here / arg).resolve()
+        if not path.is_dir():
+            return False
+        named.append(path)
+    testpaths = config.getini("testpaths")
+    roots = [(Path(config.rootpath) / t).resolve() for t in testpaths] or [here.resolve()]
+    return all(any(r == n or n in r.parents for n in named) for r in roots)
+
+
+def _filtered(config):
+    return bool(
+        config.stash.get(_DESELECTED, 0)
+        or config.getoption("keyword", "")
+        or config.getoption("markexpr", "")
+        or config.getoption("lf", False)
+        or not _whole_suite(config)
+    )
+
+
+def _fixture_ids(item):
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return
+    for name in info.names_closure:
+        defs = info.name2fixturedefs.get(name)
+        if defs and defs[-1].scope != "function":
+            fixture = _fixture_id(defs[-1], item.config)
+            if fixture is not None:
+                yield fixture
+                yield _teardown_id(fixture)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    if _identity.root() is None:
+        return
+    config = session.config
+    # xdist's controller collects nothing: each worker lists what it collected.
+    if config.pluginmanager.getplugin("dsession") is not None:
+        return
+    tests = []
+    for item in session.items:
+        tests.append(item.nodeid)
+        tests.extend(_fixture_ids(item))
+        _wrap_test_function(item)
+    try:
+        _identity.listed("pytest", list(dict.fromkeys(tests)), _filtered(config))
+    except _identity.Refused as e:
+        raise pytest.UsageError(str(e)) from None

@@ -1,0 +1,1 @@
+../../../cargo-llmreplay/src/python/llmreplay_identity.py

@@ -1,0 +1,433 @@
+//! Python tests told apart from inside each test's own context: async tests that
+//! pytest-asyncio-cooperative runs side by side in one process, each through another client
+//! (the header each request carries is all that tells them apart); a session fixture's calls
+//! as its own test, replayed whichever test sets it up; `python -m unittest` with no plugin;
+//! and the listed suite that judges a deleted test's folder.
+
+use crate::runners::{answers, record_flags, run_keeping, succeeded, KEYS};
+use crate::support::{read_json, sdk_python, FakeProvider, Output};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+
+/// A copy of `tests/sdk/<suite>` in its own temp dir, run with `cargo llmreplay run`.
+struct Project {
+    dir: tempfile::TempDir,
+    python: PathBuf,
+}
+
+impl Project {
+    fn new(suite: &str, module: &str) -> Option<Project> {
+        let python = sdk_python(module)?;
+        let dir = tempfile::tempdir().unwrap();
+        let from = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/sdk")
+            .join(suite);
+        copy_tree(&from, dir.path());
+        Some(Project { dir, python })
+    }
+
+    /// `cargo llmreplay run FLAGS -- python ARGS`; what the tests were answered lands in a
+    /// fresh folder, returned with the output.
+    fn python(&self, flags: &[&str], args: &[&str], env: &[(&str, &str)]) -> (Output, PathBuf) {
+        let mut command: Vec<&OsStr> = vec![self.python.as_os_str()];
+        command.extend(args.iter().map(OsStr::new));
+        run_keeping(self.dir.path(), flags, &command, env)
+    }
+
+    fn pytest(&self, flags: &[&str], args: &[&str], env: &[(&str, &str)]) -> (Output, PathBuf) {
+        let mut all = vec!["-m", "pytest", "-q", "-p", "no:cacheprovider"];
+        all.extend(args);
+        self.python(flags, &all, env)
+    }
+
+    fn folder(&self, test: &str) -> PathBuf {
+        let slug = cassettes::Slug::from_test_id(&cassettes::TestId::new(test));
+        self.dir.path().join("tests/cassettes").join(slug.as_str())
+    }
+
+    fn folders(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.path().join("tests/cassettes"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The prompts `test`'s OpenAI cassette holds, in order.
+    fn prompts(&self, test: &str) -> Vec<String> {
+        let file = self.folder(test).join("openai.json");
+        assert!(file.is_file(), "{} has no cassette", test);
+        crate::support::prompts(&read_json(&file))
+    }
+
+    fn report(&self) -> serde_json::Value {
+        read_json(&self.dir.path().join("target/llmreplay/report.json"))
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            if entry.file_name() == "__pycache__" {
+                continue;
+            }
+            std::fs::create_dir_all(&target).unwrap();
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Where .ci/run installs pytest-asyncio-cooperative apart from the venv: once installed it
+/// takes over every pytest run's loop, xdist's workers included.
+fn cooperative() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/sdk-venv/cooperative");
+    if dir.join("pytest_asyncio_cooperative").is_dir() {
+        return Some(dir);
+    }
+    let why = format!(
+        "pytest-asyncio-cooperative is not in {}; install it with: target/sdk-venv/bin/pip install --no-deps --target target/sdk-venv/cooperative -r tests/sdk/requirements-cooperative.txt",
+        dir.display()
+    );
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED (not under CI): {why}");
+    None
+}
+
+fn slugs(tests: &[&str]) -> Vec<String> {
+    let mut names: Vec<String> = tests
+        .iter()
+        .map(|t| {
+            cassettes::Slug::from_test_id(&cassettes::TestId::new(*t))
+                .as_str()
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn strs(words: &[String]) -> Vec<&str> {
+    words.iter().map(String::as_str).collect()
+}
+
+/// Four async tests in flight at once in one event loop, through the OpenAI SDK (httpx's
+/// AsyncClient), aiohttp, requests on a ThreadPoolExecutor's thread and httpx's Client on
+/// asyncio.to_thread: each test's two calls (and a function-scoped fixture's) land in its own
+/// folder, in its own order, and replay identically three times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_tests_run_side_by_side_keep_their_own_calls_through_every_client() {
+    let (Some(project), Some(cooperative)) =
+        (Project::new("concurrent_suite", "aiohttp"), cooperative())
+    else {
+        return;
+    };
+    let cooperative = cooperative.to_str().unwrap();
+    let tests = [
+        ("test_together.py::test_sdk", "From the SDK"),
+        ("test_together.py::test_aiohttp", "From aiohttp"),
+        ("test_together.py::test_requests_in_a_pool", "From requests"),
+        ("test_together.py::test_httpx_in_a_thread", "From httpx"),
+    ];
+    let mut fake = FakeProvider::start().await;
+    // No answer until all four tests have a call in flight.
+    *fake.state.gate.lock().unwrap() = Some(tests.len());
+    // pytest-asyncio and the cooperative plugin refuse to run together.
+    let plugins = ["-p", "no:asyncio"];
+    let flags = record_flags(&fake);
+    let mut env = KEYS.to_vec();
+    env.push(("PYTHONPATH", cooperative));
+    let (recorded, recorded_out) = project.pytest(&strs(&flags), &plugins, &env);
+    succeeded(&recorded);
+    assert_eq!(
+        fake.state.peak.load(std::sync::atomic::Ordering::SeqCst),
+        tests.len(),
+        "the tests ran one at a time"
+    );
+    let ids: Vec<&str> = tests.iter().map(|(t, _)| *t).collect();
+    assert_eq!(project.folders(), slugs(&ids), "{}", recorded.stderr);
+    for (test, prompt) in tests {
+        let mut expected = vec![format!("{prompt} 1"), format!("{prompt} 2")];
+        if test.ends_with("test_sdk") {
+            expected.insert(0, "Warm up the SDK".into());
+        }
+        assert_eq!(project.prompts(test), expected, "{test}");
+    }
+    assert_eq!(answers(&recorded_out).len(), 9);
+    fake.stop();
+    for _ in 0..3 {
+        let env = [("CI", "true"), ("PYTHONPATH", cooperative)];
+        let (replayed, replayed_out) = project.pytest(&[], &plugins, &env);
+        succeeded(&replayed);
+        assert_eq!(answers(&replayed_out), answers(&recorded_out));
+        assert_eq!(
+            project.report()["counts"]["hits"],
+            9,
+            "{}",
+            project.report()
+        );
+    }
+}
+
+const FIXTURE: &str = "conftest.py::fixture:greeting";
+const TEARDOWN: &str = "conftest.py::fixture:greeting:teardown";
+
+/// The fixture suite recorded: four tests, the session fixture's folder, which holds its
+/// setup's call, and its teardown's, which holds the teardown's.
+async fn fixture_suite_recorded() -> Option<(Project, std::collections::BTreeMap<String, String>)> {
+    let project = Project::new("fixture_suite", "xdist")?;
+    let tests: Vec<String> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| format!("test_users.py::test_user[{n}]"))
+        .collect();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, recorded_out) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    let mut ids = strs(&tests);
+    ids.extend([FIXTURE, TEARDOWN]);
+    assert_eq!(project.folders(), slugs(&ids), "{}", recorded.stderr);
+    assert_eq!(project.prompts(FIXTURE), ["Set up the session"]);
+    assert_eq!(project.prompts(TEARDOWN), ["Tear down the session"]);
+    assert_eq!(project.prompts(&tests[0]), ["Test a"]);
+    fake.stop();
+    Some((project, answers(&recorded_out)))
+}
+
+/// A session fixture's calls are its own test's, set up and torn down: recorded with the
+/// first test that uses it, they replay for a test chosen with `-k` that was not its first
+/// user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_fixtures_calls_replay_for_whichever_test_sets_it_up() {
+    let Some((project, _)) = fixture_suite_recorded().await else {
+        return;
+    };
+    let (one, one_out) = project.pytest(&[], &["-k", "c"], &[("CI", "true")]);
+    succeeded(&one);
+    let answered = answers(&one_out);
+    assert_eq!(
+        answered.keys().collect::<Vec<_>>(),
+        ["c.txt", "greeting-c.txt"]
+    );
+    assert_eq!(answered["greeting-c.txt"], "You said: Set up the session");
+}
+
+/// Under xdist each worker sets the session fixture up (and tears it down) in its own
+/// process: they take turns, and each replays the fixture's calls from the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_fixture_set_up_by_every_xdist_worker_replays_in_each() {
+    let Some((project, recorded)) = fixture_suite_recorded().await else {
+        return;
+    };
+    let (replayed, replayed_out) = project.pytest(&[], &["-n", "4"], &[("CI", "true")]);
+    succeeded(&replayed);
+    assert_eq!(answers(&replayed_out), recorded);
+}
+
+/// The listed suite judges folders: a test deleted after recording leaves a folder that
+/// `--deny unused` names, while the fixture's folder, listed with its tests, is no orphan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, _) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    fake.stop();
+    let strict = ["--deny", "unused"];
+    let (clean, _) = project.pytest(&strict, &[], &[("CI", "true")]);
+    succeeded(&clean);
+    let file = project.dir.path().join("test_users.py");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace(r#""c", "d""#, r#""c""#)).unwrap();
+    let (orphaned, _) = project.pytest(&strict, &[], &[("CI", "true")]);
+    assert_ne!(orphaned.code, Some(0), "{}", orphaned.stderr);
+    let orphan = project.folder("test_users.py::test_user[d]");
+    let name = orphan.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(orphaned.stderr.contains(&name), "{}", orphaned.stderr);
+    let fixture = project.folder(FIXTURE);
+    let fixture = fixture.file_name().unwrap().to_string_lossy();
+    assert!(
+        orphaned.stderr.contains("unused (1):") && !orphaned.stderr.contains(&*fixture),
+        "the fixture's folder is listed with its tests: {}",
+        orphaned.stderr
+    );
+    // The run listed its whole suite, so `prune` takes its report (its tests passed: the
+    // gate alone failed it), and the gate then passes.
+    let (passed, _) = project.pytest(&[], &[], &[("CI", "true")]);
+    succeeded(&passed);
+    let pruned = Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(project.dir.path())
+            .args(["llmreplay", "prune"])
+            .env_remove("CI"),
+    );
+    assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
+    assert!(pruned.stderr.contains(&name), "{}", pruned.stderr);
+    assert!(!orphan.exists());
+    let (clean, _) = project.pytest(&strict, &[], &[("CI", "true")]);
+    succeeded(&clean);
+    // A run that selected tests is filtered: `prune` refuses it, saying why.
+    let (filtered, _) = project.pytest(&[], &["-k", "a"], &[("CI", "true")]);
+    succeeded(&filtered);
+    let refused = Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(project.dir.path())
+            .args(["llmreplay", "prune"])
+            .env_remove("CI"),
+    );
+    assert_ne!(refused.code, Some(0), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("comes from a filtered run"),
+        "{}",
+        refused.stderr
+    );
+}
+
+/// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
+/// recorded, replayed, and missed under its own id; the listed suite judges folders unless
+/// the command named tests; the user's own sitecustomize still loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unittest_methods_record_replay_and_miss_each_in_their_own_folder() {
+    let Some(project) = Project::new("unittest_suite", "openai") else {
+        return;
+    };
+    let tests = [
+        "test_mod.TestChat.test_hello",
+        "test_mod.TestChat.test_twice",
+        "test_mod.TestOther.test_other",
+    ];
+    let user_site = project.dir.path().join("user_site");
+    let user_site = user_site.to_str().unwrap();
+    let mut env = KEYS.to_vec();
+    env.push(("PYTHONPATH", user_site));
+    let unittest = ["-m", "unittest", "-v"];
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, recorded_out) = project.python(&strs(&flags), &unittest, &env);
+    succeeded(&recorded);
+    assert_eq!(project.folders(), slugs(&tests), "{}", recorded.stderr);
+    assert_eq!(project.prompts(tests[1]), ["Once", "Twice"]);
+    assert_eq!(project.prompts(tests[2]), ["Other"]);
+    let kept = answers(&recorded_out);
+    assert_eq!(kept["user-sitecustomize.txt"], "loaded");
+    fake.stop();
+    let replay = [("CI", "true"), ("PYTHONPATH", user_site)];
+    let (replayed, replayed_out) = project.python(&[], &unittest, &replay);
+    succeeded(&replayed);
+    assert_eq!(answers(&replayed_out), kept);
+    let mut changed = replay.to_vec();
+    changed.push(("SAMPLE_CHANGED", "1"));
+    let (missed, _) = project.python(&[], &unittest, &changed);
+    assert_ne!(missed.code, Some(0), "{}", missed.stderr);
+    let report = project.report();
+    assert_eq!(report["missing"][0]["test"], tests[0], "{report}");
+    assert_eq!(report["missing"].as_array().unwrap().len(), 1, "{report}");
+    // One class named: a filtered run, whose other folders are not judged.
+    let strict = ["--deny", "unused"];
+    let named = ["-m", "unittest", "test_mod.TestChat"];
+    let (one_class, _) = project.python(&strict, &named, &replay);
+    succeeded(&one_class);
+    // The loader's suite is listed: a deleted class's folder is named by `--deny unused`.
+    let file = project.dir.path().join("test_mod.py");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let kept = text.split("\n\nclass TestOther").next().unwrap();
+    std::fs::write(&file, format!("{kept}\n")).unwrap();
+    let (orphaned, _) = project.python(&strict, &unittest, &replay);
+    assert_ne!(orphaned.code, Some(0), "{}", orphaned.stderr);
+    let orphan = project.folder(tests[2]);
+    let name = orphan.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        orphaned.stderr.contains("unused (1):") && orphaned.stderr.contains(&name),
+        "{}",
+        orphaned.stderr
+    );
+}
+
+/// pytest-asyncio's async tests and a module-scoped async fixture beside a sync test and a
+/// unittest TestCase: each test's calls in its own folder (the TestCase's by its node id), the
+/// fixture's in its own, replayed; and requests to another
+/// host than the daemon carry no `X-Test-Id`, through httpx, requests and aiohttp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pytest_asyncio_tests_and_an_async_module_fixture_keep_their_own_calls() {
+    let Some(project) = Project::new("asyncio_suite", "pytest_asyncio") else {
+        return;
+    };
+    let fixture = "test_mixed.py::fixture:opening";
+    let tests = [
+        ("test_mixed.py::test_sync", "Sync"),
+        ("test_mixed.py::test_async", "Async"),
+        ("test_mixed.py::test_async_again", "Async again"),
+        (fixture, "Open the module"),
+        // Not `test_case.TestOld.test_style`: pytest's id wins over the unittest hook's.
+        ("test_case.py::TestOld::test_style", "Old style"),
+    ];
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let direct = fake.url();
+    let mut env = KEYS.to_vec();
+    env.push(("SAMPLE_DIRECT", &direct));
+    let (recorded, recorded_out) = project.pytest(&strs(&flags), &[], &env);
+    succeeded(&recorded);
+    let ids: Vec<&str> = tests.iter().map(|(t, _)| *t).collect();
+    assert_eq!(project.folders(), slugs(&ids), "{}", recorded.stderr);
+    for (test, prompt) in tests {
+        assert_eq!(project.prompts(test), [prompt], "{test}");
+    }
+    // Straight to the provider, not through the daemon: no client names the test to it.
+    let direct: Vec<_> = fake
+        .received()
+        .into_iter()
+        .filter(|r| r.body.to_string().contains("Direct "))
+        .collect();
+    assert_eq!(direct.len(), 3);
+    for r in direct {
+        assert!(
+            !r.headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("x-test-id")),
+            "{:?}",
+            r.headers
+        );
+    }
+    fake.stop();
+    let (replayed, replayed_out) = project.pytest(&[], &[], &[("CI", "true")]);
+    succeeded(&replayed);
+    assert_eq!(answers(&replayed_out), answers(&recorded_out));
+    assert_eq!(answers(&replayed_out).len(), 4);
+    assert_eq!(
+        project.report()["counts"]["hits"],
+        5,
+        "{}",
+        project.report()
+    );
+}
+
+/// Two node ids that would share one cassette folder stop the run when pytest has collected
+/// them, naming both and the folder; neither test calls out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pytest_tests_that_would_share_a_folder_stop_the_run_before_they_call() {
+    let Some(project) = Project::new("pytest_clash", "pytest_llmreplay") else {
+        return;
+    };
+    let fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (out, _) = project.pytest(&strs(&flags), &[], KEYS);
+    assert_ne!(out.code, Some(0), "{}", out.stderr);
+    let said = format!("{}{}", out.stdout, out.stderr);
+    assert!(
+        said.contains("tests whose ids share a cassette folder")
+            && said.contains("test_clash.py::test_greets[a b]")
+            && said.contains("test_clash.py::test_greets[a-b]"),
+        "{said}"
+    );
+    assert!(fake.received().is_empty(), "no test called out");
+}
