@@ -73,6 +73,11 @@ pub struct RerunArgs {
     /// is not sent. Each request not sent fails, naming the cap and the spend.
     #[arg(long, value_name = "AMOUNT", value_parser = crate::args::parse_money)]
     max_spend: Option<ledger::Money>,
+    /// Send recordings, in their order (with --oldest-first, the least fresh first), until the
+    /// next would pass this budget (2USD, 0.50USD), each estimated before sending from its
+    /// recording's model and usage; those with no price are not sent under a budget.
+    #[arg(long, value_name = "AMOUNT", value_parser = crate::args::parse_money)]
+    budget: Option<ledger::Money>,
     /// Send the least fresh recordings first (neither recorded nor verified for longest;
     /// undated ones before all).
     #[arg(long)]
@@ -193,6 +198,9 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         // Undated recordings (of before dates were kept) are the least fresh of all.
         items.sort_by(|a, b| a.old.fresh_at().cmp(&b.old.fresh_at()));
     }
+    if let Some(budget) = args.budget {
+        items = within_budget(items, budget, &settings.prices, args.model.as_deref());
+    }
     let providers: HashMap<String, Arc<Provider>> = settings
         .providers
         .iter()
@@ -247,6 +255,56 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
     Ok(Outcome::gate(
         totals.failed > 0 || (args.fail_on_change && totals.changed > 0),
     ))
+}
+
+/// The items, in their order, up to the first whose estimated cost (its recording's usage, at
+/// its model's price or `model`'s) would pass `budget`; those with no price are left out, since
+/// their cost cannot be known before sending. Says what it kept and left.
+fn within_budget(
+    items: Vec<Item>,
+    budget: ledger::Money,
+    prices: &ledger::Prices,
+    model: Option<&str>,
+) -> Vec<Item> {
+    let (mut kept, mut unpriced, mut left) = (Vec::new(), 0, 0);
+    let mut planned = ledger::Money::ZERO;
+    for item in items {
+        if left > 0 {
+            left += 1;
+            continue;
+        }
+        let usage = item.old.summary.as_ref().and_then(|s| s.usage.as_ref());
+        let cost = match model {
+            Some(m) => prices.price(&item.provider, Some(m), usage),
+            None => prices.estimate(&item.provider, &item.old),
+        };
+        match cost {
+            ledger::Priced::Cost(cost) if planned.saturating_add(cost) <= budget => {
+                planned = planned.saturating_add(cost);
+                kept.push(item);
+            }
+            ledger::Priced::Cost(_) => left = 1,
+            ledger::Priced::Unpriced(_) => unpriced += 1,
+        }
+    }
+    let mut said = format!(
+        "cargo-llmreplay: budget {budget}: {} to send, estimated {planned} from their recordings",
+        render::plural(kept.len(), "recording")
+    );
+    if left > 0 {
+        said.push_str(&format!(
+            "; {} left, the next would pass the budget",
+            render::plural(left, "recording")
+        ));
+    }
+    if unpriced > 0 {
+        said.push_str(&format!(
+            "; {} not sent: no price, so no estimate (name it in [prices] of llmreplay.toml)",
+            render::plural(unpriced, "unpriced recording")
+        ));
+    }
+    render::stderr(&format!("{said}\n"));
+    kept
 }
 
 /// Stamps today as the verified date of each `(cassette, position, seal)`, one write per file.

@@ -549,3 +549,64 @@ async fn mark_verified_stamps_what_holds_oldest_first_and_reports_the_rest() {
         status.stderr
     );
 }
+
+/// A budget, least fresh first: each recording's cost is estimated before sending from its
+/// recorded usage at its model's price; sending stops before the first that would pass the
+/// budget, a recording with no price is not sent, and only what was sent is stamped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_sends_the_least_fresh_until_the_next_would_pass_it() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let cassettes = dir.path().join("tests/cassettes");
+    let beta = cassettes.join("rr--chat--beta/openai.json");
+    back_date(&cassettes.join("rr--chat--gamma/anthropic.json"), 90);
+    back_date(&beta, 60);
+    let sent_before = fake.received().len();
+    // gpt-4o-mini at $0.15 and $0.60 a million tokens in and out: each of beta's recordings
+    // (5 in, 4 out) costs $0.00000315, so $0.000004 pays for one. claude-x has no price.
+    let mut args: Vec<String> = [
+        "rerun",
+        "--oldest-first",
+        "--mark-verified",
+        "--budget",
+        "0.000004USD",
+        "-j",
+        "1",
+        "-E",
+        "test(/alpha|beta|gamma/)",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ups(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = llmreplay(dir.path(), &args);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr.contains("budget $0.000004: 1 recording to send, estimated $0.000003 from their recordings; 3 recordings left, the next would pass the budget; 1 unpriced recording not sent"),
+        "{}",
+        out.stderr
+    );
+    let sent: Vec<String> = fake.received()[sent_before..]
+        .iter()
+        .map(|r| {
+            r.body["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(sent, ["Drift please"], "the oldest priced one alone");
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&beta).unwrap()).unwrap();
+    assert!(
+        after["interactions"][0]["verified_at"].is_string(),
+        "{after}"
+    );
+    assert!(
+        after["interactions"][1].get("verified_at").is_none(),
+        "not sent, not stamped"
+    );
+    let bad = llmreplay(dir.path(), &["rerun", "--budget", "five dollars"]);
+    assert_eq!(bad.code, Some(2), "{}", bad.stderr);
+    assert!(bad.stderr.contains("2USD"), "{}", bad.stderr);
+}
