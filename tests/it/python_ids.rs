@@ -292,6 +292,103 @@ async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
     );
 }
 
+/// `cargo llmreplay prune` in `dir`, whose report is under `dir/target`.
+fn prune_in(dir: &Path) -> Output {
+    Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(dir)
+            .args(["llmreplay", "prune"])
+            .env("CARGO_TARGET_DIR", dir.join("target"))
+            .env_remove("CI"),
+    )
+}
+
+/// A pytest run that leaves some of the suite uncollected while its command line names no
+/// tests (a module that skips itself as it is imported, as `pytest.importorskip` does;
+/// `--ignore`; no arguments from a folder below the rootdir) is filtered: `--deny unused`
+/// names none of the folders of the tests it left out, and `prune` refuses its report
+/// instead of deleting them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pytest_run_that_leaves_modules_uncollected_prunes_none_of_their_folders() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    let root = project.dir.path();
+    // The rootdir (and the project's root) whichever folder pytest starts in.
+    std::fs::write(root.join("pyproject.toml"), "[tool.pytest.ini_options]\n").unwrap();
+    std::fs::write(
+        root.join("test_optional.py"),
+        "import os\nimport pytest\nif os.environ.get('NO_OPTIONAL'):\n    pytest.skip('its SDK is not installed', allow_module_level=True)\nfrom conftest import ask\n\n\ndef test_optional():\n    ask('Optional')\n",
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(
+        root.join("sub/test_sub.py"),
+        "from conftest import ask\n\n\ndef test_sub():\n    ask('Sub')\n",
+    )
+    .unwrap();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, _) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    fake.stop();
+    let kept = [
+        project.folder("test_optional.py::test_optional"),
+        project.folder("sub/test_sub.py::test_sub"),
+        project.folder("test_users.py::test_user[a]"),
+    ];
+    for folder in &kept {
+        assert!(
+            folder.is_dir(),
+            "{} recorded: {}",
+            folder.display(),
+            recorded.stderr
+        );
+    }
+    let strict = ["--deny", "unused"];
+    let replay = [("CI", "true")];
+    let skipped = [("CI", "true"), ("NO_OPTIONAL", "1")];
+    let pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let from_sub: Vec<&OsStr> = std::iter::once(project.python.as_os_str())
+        .chain(pytest.iter().map(OsStr::new))
+        .collect();
+    let partial: [(&str, Box<dyn Fn() -> (Output, PathBuf)>, PathBuf); 3] = [
+        (
+            "a module skipped at import",
+            Box::new(|| project.pytest(&strict, &[], &skipped)),
+            root.to_path_buf(),
+        ),
+        (
+            "--ignore",
+            Box::new(|| project.pytest(&strict, &["--ignore", "sub"], &replay)),
+            root.to_path_buf(),
+        ),
+        (
+            "no arguments from a folder below the rootdir",
+            Box::new(|| run_keeping(&root.join("sub"), &strict, &from_sub, &replay)),
+            root.join("sub"),
+        ),
+    ];
+    for (how, run, at) in partial {
+        let (out, _) = run();
+        assert_eq!(out.code, Some(0), "{how}: {}", out.stderr);
+        assert!(!out.stderr.contains("unused ("), "{how}: {}", out.stderr);
+        let refused = prune_in(&at);
+        assert!(
+            refused.stderr.contains("comes from a filtered run"),
+            "{how}: {}",
+            refused.stderr
+        );
+        for folder in &kept {
+            assert!(folder.is_dir(), "{how} pruned {}", folder.display());
+        }
+    }
+    // The whole suite, from the rootdir, is judged.
+    let (whole, _) = project.pytest(&strict, &[], &replay);
+    succeeded(&whole);
+    assert!(!whole.stderr.contains("a filtered run"), "{}", whole.stderr);
+}
+
 /// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
 /// recorded, replayed, and missed under its own id; the listed suite judges folders unless
 /// the command named tests; the user's own sitecustomize still loads.

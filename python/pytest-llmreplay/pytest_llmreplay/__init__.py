@@ -355,6 +355,17 @@ def _give_turn(lock):
 # --- The collected suite ----------------------------------------------------------------------
 
 _DESELECTED = pytest.StashKey[int]()
+# Some of the suite's tests exist but were not collected: a module that skipped itself
+# (`pytest.importorskip`, `allow_module_level`) or failed to import.
+_UNCOLLECTED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    result = yield
+    report = result.get_result()
+    if report.skipped or report.failed:
+        collector.config.stash[_UNCOLLECTED] = True
 
 
 def pytest_deselected(items):
@@ -370,11 +381,13 @@ def _whole_suite(config):
     if sources is None:
         # pytest before 7.2 does not say where its arguments came from: not known to be whole.
         return False
-    if config.args_source != sources.ARGS:
+    if config.args_source == sources.TESTPATHS:
         return True
     here = Path(config.invocation_params.dir)
+    # No arguments from a folder below the rootdir collect that folder alone.
+    args = config.args if config.args_source == sources.ARGS else [str(here)]
     named = []
-    for arg in config.args:
+    for arg in args:
         if "::" in arg:
             return False
         path = (here / arg).resolve()
@@ -382,7 +395,8 @@ def _whole_suite(config):
             return False
         named.append(path)
     testpaths = config.getini("testpaths")
-    roots = [(Path(config.rootpath) / t).resolve() for t in testpaths] or [here.resolve()]
+    roots = [(Path(config.rootpath) / t).resolve() for t in testpaths]
+    roots = roots or [Path(config.rootpath).resolve()]
     return all(any(r == n or n in r.parents for n in named) for r in roots)
 
 
@@ -392,6 +406,9 @@ def _filtered(config):
         or config.getoption("keyword", "")
         or config.getoption("markexpr", "")
         or config.getoption("lf", False)
+        or config.getoption("ignore", None)
+        or config.getoption("ignore_glob", None)
+        or config.stash.get(_UNCOLLECTED, False)
         or not _whole_suite(config)
     )
 
