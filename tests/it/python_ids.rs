@@ -389,6 +389,60 @@ async fn a_pytest_run_that_leaves_modules_uncollected_prunes_none_of_their_folde
     assert!(!whole.stderr.contains("a filtered run"), "{}", whole.stderr);
 }
 
+/// A module fixture of a conftest is set up once for each module, and a parametrized session
+/// fixture once for each parameter, each time with calls of its own: each setup is an id of
+/// its own, so recording them one after another keeps every setup's calls, and each replays
+/// its own, alone and under xdist, with `--deny unused` clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_module_and_parameter_of_a_wider_fixture_keeps_its_own_recording() {
+    let Some(project) = Project::new("fixture_suite", "xdist") else {
+        return;
+    };
+    let root = project.dir.path();
+    let mut conftest = std::fs::read_to_string(root.join("conftest.py")).unwrap();
+    conftest.push_str(
+        "\n\n@pytest.fixture(scope='module')\ndef per_module(request):\n    return ask(f'Set up {request.module.__name__}')\n\n\n@pytest.fixture(scope='session', params=['en', 'fr'])\ndef language(request):\n    return request.param, ask(f'Speak {request.param}')\n",
+    );
+    std::fs::write(root.join("conftest.py"), conftest).unwrap();
+    for module in ["test_mod_a", "test_mod_b"] {
+        std::fs::write(
+            root.join(format!("{module}.py")),
+            "def test_setups(per_module, language):\n    assert per_module == f'You said: Set up {__name__}'\n    code, said = language\n    assert said == f'You said: Speak {code}'\n",
+        )
+        .unwrap();
+    }
+    let only = ["test_mod_a.py", "test_mod_b.py"];
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, _) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    fake.stop();
+    assert_eq!(
+        project.prompts("test_mod_a.py::fixture:per_module"),
+        ["Set up test_mod_a"]
+    );
+    assert_eq!(
+        project.prompts("test_mod_b.py::fixture:per_module"),
+        ["Set up test_mod_b"]
+    );
+    assert_eq!(
+        project.prompts("conftest.py::fixture:language[en]"),
+        ["Speak en"]
+    );
+    assert_eq!(
+        project.prompts("conftest.py::fixture:language[fr]"),
+        ["Speak fr"]
+    );
+    let replay = [("CI", "true")];
+    let (alone, _) = project.pytest(&[], &only, &replay);
+    succeeded(&alone);
+    let (workers, _) = project.pytest(&[], &["-n", "2", only[0], only[1]], &replay);
+    succeeded(&workers);
+    // The whole suite lists each setup's id: none of their folders is unused.
+    let (whole, _) = project.pytest(&["--deny", "unused"], &[], &replay);
+    succeeded(&whole);
+}
+
 /// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
 /// recorded, replayed, and missed under its own id; the listed suite judges folders unless
 /// the command named tests; the user's own sitecustomize still loads.

@@ -9,7 +9,8 @@ process>` before the test and `end` with how it ended after, for clients it does
 A test run by a plugin that calls the test function itself, concurrently, is named and
 announced from inside its own task (with pytest-asyncio-cooperative, from before its
 function-scoped fixtures). Calls made while a fixture of
-a wider scope than a function sets up are that fixture's own (`<file>::fixture:<name>`),
+a wider scope than a function sets up are that fixture's own (`<file>::fixture:<name>`; a
+module or class fixture's named after its module or class, a parameter's id appended),
 begun afresh at each setup, one process at a time; its teardown's are `<that id>:teardown`'s. After collection the plugin
 lists the selected tests and their fixtures, for the run to judge orphans and unused
 recordings against. `begin` carries the process's secret-looking variables as they are when
@@ -267,10 +268,14 @@ def _with_parameters_of(function, run):
 # --- Fixtures wider than a test: their own ids ---------------------------------------------
 
 
-def _fixture_id(fixturedef, config):
+def _fixture_id(fixturedef, config, scope_node="", param=None):
     """`<file defining the fixture, from the rootdir>::fixture:<name>`, for a fixture of the
     project's own; None for an installed plugin's (pytest's, pytest-asyncio's loops), whose
-    calls stay the test's that sets it up."""
+    calls stay the test's that sets it up. A module or class fixture is set up once for each
+    module or class that uses it, each time with calls of its own, and a parametrized one once
+    for each parameter: each of those is an id of its own (`tests/test_a.py::fixture:<name>`,
+    `...::fixture:<name>[<param>]`), since the daemon keeps only the last setup's recordings
+    of an id."""
     function = inspect.unwrap(fixturedef.func)
     try:
         path = Path(inspect.getsourcefile(function) or inspect.getfile(function)).resolve()
@@ -279,7 +284,35 @@ def _fixture_id(fixturedef, config):
         return None
     if "site-packages" in where.parts:
         return None
-    return f"{where.as_posix()}::fixture:{fixturedef.argname}"
+    owner = scope_node if fixturedef.scope in ("module", "class") and scope_node else None
+    fixture = f"{owner or where.as_posix()}::fixture:{fixturedef.argname}"
+    return fixture if param is None else f"{fixture}[{param}]"
+
+
+def _param_id(fixturedef, index, value):
+    """The parameter's id as `@pytest.fixture(params=..., ids=...)` names it, else its value
+    when that is plain, else its place."""
+    ids = fixturedef.ids
+    if callable(ids):
+        named = ids(value)
+    elif ids is not None and index < len(ids):
+        named = ids[index]
+    else:
+        named = None
+    if named is None and isinstance(value, (str, int, float, bool)):
+        named = value
+    return str(index) if named is None else str(named)
+
+
+def _scope_node(item, scope):
+    """The node id a module or class fixture of `item`'s is set up for, as pytest picks it: a
+    class fixture of a test outside a class is its module's."""
+    kinds = {"class": (pytest.Class, pytest.Module), "module": (pytest.Module,)}
+    for kind in kinds.get(scope, ()):
+        node = item.getparent(kind)
+        if node is not None:
+            return node.nodeid
+    return ""
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -288,7 +321,11 @@ def pytest_fixture_setup(fixturedef, request):
     # sets it up, so that they replay for any test that does (`-k`, xdist).
     fixture = None
     if fixturedef.scope != "function" and _identity.root() is not None:
-        fixture = _fixture_id(fixturedef, request.config)
+        param = None
+        if fixturedef.params is not None:
+            param = _param_id(fixturedef, request.param_index, getattr(request, "param", None))
+        scope_node = getattr(request.node, "nodeid", "")
+        fixture = _fixture_id(fixturedef, request.config, scope_node, param)
     if fixture is None:
         yield
         return
@@ -420,7 +457,14 @@ def _fixture_ids(item):
     for name in info.names_closure:
         defs = info.name2fixturedefs.get(name)
         if defs and defs[-1].scope != "function":
-            fixture = _fixture_id(defs[-1], item.config)
+            fixturedef = defs[-1]
+            param = None
+            callspec = getattr(item, "callspec", None)
+            if fixturedef.params is not None and callspec is not None and name in callspec.indices:
+                index = callspec.indices[name]
+                param = _param_id(fixturedef, index, callspec.params.get(name))
+            scope_node = _scope_node(item, fixturedef.scope)
+            fixture = _fixture_id(fixturedef, item.config, scope_node, param)
             if fixture is not None:
                 yield fixture
                 yield _teardown_id(fixture)
