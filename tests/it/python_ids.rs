@@ -443,6 +443,37 @@ async fn each_module_and_parameter_of_a_wider_fixture_keeps_its_own_recording() 
     succeeded(&whole);
 }
 
+/// A request an httpx client sends through a proxy of its own, or a transport of its own that
+/// has one, never reaches the daemon: it carries no `X-Test-Id` to that other host, though
+/// the run's environment names the daemon as every client's proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_httpx_client_with_a_proxy_of_its_own_tells_it_no_test_id() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    std::fs::write(
+        project.dir.path().join("test_other_proxy.py"),
+        "import os\nimport httpx\n\nBODY = {'model': 'gpt-4o-mini', 'messages': [{'role': 'user', 'content': 'hi'}]}\n\n\ndef test_other_proxy():\n    other = os.environ['OTHER_PROXY']\n    httpx.Client(proxy=other).post('http://third.example/v1/chat/completions', json=BODY)\n    transport = httpx.HTTPTransport(proxy=other)\n    httpx.Client(transport=transport).post('http://third.example/v1/chat/completions', json=BODY)\n",
+    )
+    .unwrap();
+    let other = FakeProvider::start().await;
+    let url = other.url();
+    let env = [("CI", "true"), ("OTHER_PROXY", url.as_str())];
+    let (ran, _) = project.pytest(&[], &["test_other_proxy.py"], &env);
+    succeeded(&ran);
+    let received = other.received();
+    assert_eq!(received.len(), 2, "{}", ran.stderr);
+    for r in received {
+        assert!(
+            !r.headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("x-test-id")),
+            "the other proxy was told the test: {:?}",
+            r.headers
+        );
+    }
+}
+
 /// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
 /// recorded, replayed, and missed under its own id; the listed suite judges folders unless
 /// the command named tests; the user's own sitecustomize still loads.
