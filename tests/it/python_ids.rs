@@ -474,6 +474,43 @@ async fn an_httpx_client_with_a_proxy_of_its_own_tells_it_no_test_id() {
     }
 }
 
+/// The folder of fixture locks lives in the temp folder every local user shares, under a name
+/// anyone can work out: one someone else put there first (here a link to a folder of theirs,
+/// where the lock files would be made, and could be held by them forever) is refused with a
+/// message naming it, and nothing is made where it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixture_lock_folder_someone_else_made_is_refused_not_followed() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    let root = project.dir.path();
+    let elsewhere = root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    // Made as the run starts, before any fixture: the lock folder's name for this daemon, as
+    // this plugin names it and as its first release did.
+    let mut conftest = std::fs::read_to_string(root.join("conftest.py")).unwrap();
+    conftest.push_str(&format!(
+        "\n\ndef pytest_configure(config):\n    import hashlib, tempfile\n    at = os.environ['LLMREPLAY_BASE_URL'].split('/t/', 1)[0].rstrip('/')\n    run = hashlib.sha256(at.encode()).hexdigest()[:16]\n    for name in (f'llmreplay-fixtures-{{os.getuid()}}-{{run}}', f'llmreplay-fixtures-{{run}}'):\n        link = os.path.join(tempfile.gettempdir(), name)\n        if not os.path.lexists(link):\n            os.symlink({:?}, link)\n            config.add_cleanup(lambda link=link: os.unlink(link))\n",
+        elsewhere.to_str().unwrap()
+    ));
+    std::fs::write(root.join("conftest.py"), conftest).unwrap();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (ran, _) = project.pytest(&strs(&flags), &[], KEYS);
+    fake.stop();
+    let made: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().collect();
+    assert!(
+        made.is_empty(),
+        "lock files made through the link: {made:?}"
+    );
+    assert_ne!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("is not a folder of this user's alone"),
+        "{}",
+        ran.stdout
+    );
+}
+
 /// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
 /// recorded, replayed, and missed under its own id; the listed suite judges folders unless
 /// the command named tests; the user's own sitecustomize still loads.

@@ -25,6 +25,8 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
+import stat
 import sys
 import tempfile
 import unittest
@@ -375,18 +377,43 @@ def _take_turn(fixture):
         import fcntl
     except ImportError:
         return None
-    run = hashlib.sha256(_identity.root().encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"llmreplay-fixtures-{run}"
-    folder.mkdir(exist_ok=True)
+    folder = _turns_folder()
     name = hashlib.sha256(fixture.encode()).hexdigest()[:32]
-    lock = open(folder / f"{name}.lock", "a")
+    # Never through a link: the folder is this user's alone, and so is what is in it.
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    lock = os.open(folder / f"{name}.lock", flags, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     return lock
 
 
+def _turns_folder():
+    """The run's folder of fixture locks in the temp folder, which every user shares: made by
+    this user, for this user alone. One that is not (another user made it first, to make the
+    run wait on a lock of theirs, or to have lock files made where a link of theirs leads) is
+    refused, naming it."""
+    run = hashlib.sha256(_identity.root().encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"llmreplay-fixtures-{os.getuid()}-{run}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.getuid()
+        or info.st_mode & 0o077
+    ):
+        raise RuntimeError(
+            f"llmreplay: {folder}, where this run's fixtures take turns, is not a folder of "
+            "this user's alone (a link, another user's, or open to others): remove it and "
+            "run again"
+        )
+    return folder
+
+
 def _give_turn(lock):
     if lock is not None:
-        lock.close()
+        os.close(lock)
 
 
 # --- The collected suite ----------------------------------------------------------------------
