@@ -389,8 +389,9 @@ async fn a_pytest_run_that_leaves_modules_uncollected_prunes_none_of_their_folde
     assert!(!whole.stderr.contains("a filtered run"), "{}", whole.stderr);
 }
 
-/// A module fixture of a conftest is set up once for each module, and a parametrized session
-/// fixture once for each parameter, each time with calls of its own: each setup is an id of
+/// A module fixture of a conftest is set up once for each module, a class fixture once for
+/// each class (or test outside a class), and a parametrized session fixture once for each
+/// parameter, each time with calls of its own: each setup is an id of
 /// its own, so recording them one after another keeps every setup's calls, and each replays
 /// its own, alone and under xdist, with `--deny unused` clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,13 +402,13 @@ async fn each_module_and_parameter_of_a_wider_fixture_keeps_its_own_recording() 
     let root = project.dir.path();
     let mut conftest = std::fs::read_to_string(root.join("conftest.py")).unwrap();
     conftest.push_str(
-        "\n\n@pytest.fixture(scope='module')\ndef per_module(request):\n    return ask(f'Set up {request.module.__name__}')\n\n\n@pytest.fixture(scope='session', params=['en', 'fr'])\ndef language(request):\n    return request.param, ask(f'Speak {request.param}')\n",
+        "\n\n@pytest.fixture(scope='module')\ndef per_module(request):\n    return ask(f'Set up {request.module.__name__}')\n\n\n@pytest.fixture(scope='session', params=['en', 'fr'])\ndef language(request):\n    return request.param, ask(f'Speak {request.param}')\n\n\n@pytest.fixture(scope='class')\ndef per_class(request):\n    return ask(f'Class {request.node.name}')\n",
     );
     std::fs::write(root.join("conftest.py"), conftest).unwrap();
     for module in ["test_mod_a", "test_mod_b"] {
         std::fs::write(
             root.join(format!("{module}.py")),
-            "def test_setups(per_module, language):\n    assert per_module == f'You said: Set up {__name__}'\n    code, said = language\n    assert said == f'You said: Speak {code}'\n",
+            "def test_setups(per_module, language):\n    assert per_module == f'You said: Set up {__name__}'\n    code, said = language\n    assert said == f'You said: Speak {code}'\n\n\nclass TestGroup:\n    def test_in_class(self, per_class):\n        assert per_class == 'You said: Class TestGroup'\n\n\ndef test_outside(per_class):\n    assert per_class == 'You said: Class test_outside'\n",
         )
         .unwrap();
     }
@@ -432,6 +433,15 @@ async fn each_module_and_parameter_of_a_wider_fixture_keeps_its_own_recording() 
     assert_eq!(
         project.prompts("conftest.py::fixture:language[fr]"),
         ["Speak fr"]
+    );
+    // A class fixture of a test outside a class is set up for that test alone.
+    assert_eq!(
+        project.prompts("test_mod_b.py::TestGroup::fixture:per_class"),
+        ["Class TestGroup"]
+    );
+    assert_eq!(
+        project.prompts("test_mod_b.py::test_outside::fixture:per_class"),
+        ["Class test_outside"]
     );
     let replay = [("CI", "true")];
     let (alone, _) = project.pytest(&[], &only, &replay);

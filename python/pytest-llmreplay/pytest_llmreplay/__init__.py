@@ -308,13 +308,14 @@ def _param_id(fixturedef, index, value):
 
 def _scope_node(item, scope):
     """The node id a module or class fixture of `item`'s is set up for, as pytest picks it: a
-    class fixture of a test outside a class is its module's."""
-    kinds = {"class": (pytest.Class, pytest.Module), "module": (pytest.Module,)}
-    for kind in kinds.get(scope, ()):
-        node = item.getparent(kind)
-        if node is not None:
-            return node.nodeid
-    return ""
+    class fixture of a test outside a class is set up for that test alone."""
+    if scope == "module":
+        node = item.getparent(pytest.Module)
+    elif scope == "class":
+        node = item.getparent(pytest.Class) or item
+    else:
+        node = None
+    return "" if node is None else node.nodeid
 
 
 @pytest.hookimpl(hookwrapper=True)
