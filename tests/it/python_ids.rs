@@ -303,6 +303,9 @@ fn prune_in(dir: &Path) -> Output {
     )
 }
 
+/// A way to run part of a suite: how, where pytest starts, its arguments, its environment.
+type Partial<'a> = (&'a str, &'a Path, &'a [&'a str], &'a [(&'a str, &'a str)]);
+
 /// A pytest run that leaves some of the suite uncollected while its command line names no
 /// tests (a module that skips itself as it is imported, as `pytest.importorskip` does;
 /// `--ignore`; no arguments from a folder below the rootdir) is filtered: `--deny unused`
@@ -348,32 +351,26 @@ async fn a_pytest_run_that_leaves_modules_uncollected_prunes_none_of_their_folde
     let strict = ["--deny", "unused"];
     let replay = [("CI", "true")];
     let skipped = [("CI", "true"), ("NO_OPTIONAL", "1")];
-    let pytest = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
-    let from_sub: Vec<&OsStr> = std::iter::once(project.python.as_os_str())
-        .chain(pytest.iter().map(OsStr::new))
-        .collect();
-    let partial: [(&str, Box<dyn Fn() -> (Output, PathBuf)>, PathBuf); 3] = [
-        (
-            "a module skipped at import",
-            Box::new(|| project.pytest(&strict, &[], &skipped)),
-            root.to_path_buf(),
-        ),
-        (
-            "--ignore",
-            Box::new(|| project.pytest(&strict, &["--ignore", "sub"], &replay)),
-            root.to_path_buf(),
-        ),
+    let sub = root.join("sub");
+    // How, where pytest starts, its arguments, and the environment.
+    let partial: [Partial; 3] = [
+        ("a module skipped at import", root, &[], &skipped),
+        ("--ignore", root, &["--ignore", "sub"], &replay),
         (
             "no arguments from a folder below the rootdir",
-            Box::new(|| run_keeping(&root.join("sub"), &strict, &from_sub, &replay)),
-            root.join("sub"),
+            &sub,
+            &[],
+            &replay,
         ),
     ];
-    for (how, run, at) in partial {
-        let (out, _) = run();
+    for (how, at, args, env) in partial {
+        let mut command: Vec<&OsStr> = vec![project.python.as_os_str()];
+        command.extend(["-m", "pytest", "-q", "-p", "no:cacheprovider"].map(OsStr::new));
+        command.extend(args.iter().map(OsStr::new));
+        let (out, _) = run_keeping(at, &strict, &command, env);
         assert_eq!(out.code, Some(0), "{how}: {}", out.stderr);
         assert!(!out.stderr.contains("unused ("), "{how}: {}", out.stderr);
-        let refused = prune_in(&at);
+        let refused = prune_in(at);
         assert!(
             refused.stderr.contains("comes from a filtered run"),
             "{how}: {}",
@@ -391,9 +388,9 @@ async fn a_pytest_run_that_leaves_modules_uncollected_prunes_none_of_their_folde
 
 /// A module fixture of a conftest is set up once for each module, a class fixture once for
 /// each class (or test outside a class), and a parametrized session fixture once for each
-/// parameter, each time with calls of its own: each setup is an id of
-/// its own, so recording them one after another keeps every setup's calls, and each replays
-/// its own, alone and under xdist, with `--deny unused` clean.
+/// parameter, each time with calls of its own: each setup is an id of its own, so recording
+/// them one after another keeps every setup's calls, and each replays its own, alone and under
+/// xdist, with `--deny unused` clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_module_and_parameter_of_a_wider_fixture_keeps_its_own_recording() {
     let Some(project) = Project::new("fixture_suite", "xdist") else {
