@@ -189,10 +189,11 @@ def _httpx_reaches_daemon(client, url):
     proxy = getattr(getattr(pick(url), "_pool", None), "_proxy_url", None)
     if proxy is None:
         return False
-    host = proxy.host.decode("ascii", "replace") if isinstance(proxy.host, bytes) else proxy.host
-    scheme = proxy.scheme.decode("ascii", "replace") if isinstance(proxy.scheme, bytes) else proxy.scheme
-    port = proxy.port or (443 if scheme == "https" else 80)
-    return (_host(host), port) == daemon
+    def text(part):
+        return part.decode("ascii", "replace") if isinstance(part, bytes) else str(part)
+
+    port = proxy.port or (443 if text(proxy.scheme) == "https" else 80)
+    return (_host(text(proxy.host)), port) == daemon
 
 
 def _hook_httpx(httpx):
