@@ -518,6 +518,43 @@ async fn a_fixture_lock_folder_someone_else_made_is_refused_not_followed() {
     );
 }
 
+/// Tests that skip themselves on this machine (a `skipif` marker, `pytest.skip` before any
+/// call or after one) leave their recordings alone: `--deny unused` names none of them, and
+/// `prune` of that run removes nothing, so the tests still replay where they do run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordings_of_tests_that_skip_themselves_are_not_unused() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    std::fs::write(
+        project.dir.path().join("test_skips.py"),
+        "import os\nimport pytest\nfrom conftest import ask\n\nHERE = bool(os.environ.get('NO_GPU'))\n\n\n@pytest.mark.skipif(HERE, reason='needs a GPU')\ndef test_marked():\n    ask('Marked')\n\n\ndef test_inside():\n    if HERE:\n        pytest.skip('needs a GPU')\n    ask('Inside')\n\n\ndef test_half():\n    ask('Half one')\n    if HERE:\n        pytest.skip('the rest needs a GPU')\n    ask('Half two')\n",
+    )
+    .unwrap();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, _) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    fake.stop();
+    let (skipping, _) = project.pytest(
+        &["--deny", "unused"],
+        &[],
+        &[("CI", "true"), ("NO_GPU", "1")],
+    );
+    succeeded(&skipping);
+    assert!(!skipping.stderr.contains("unused ("), "{}", skipping.stderr);
+    let pruned = prune_in(project.dir.path());
+    assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
+    assert_eq!(project.prompts("test_skips.py::test_marked"), ["Marked"]);
+    assert_eq!(project.prompts("test_skips.py::test_inside"), ["Inside"]);
+    assert_eq!(
+        project.prompts("test_skips.py::test_half"),
+        ["Half one", "Half two"]
+    );
+    let (everywhere, _) = project.pytest(&["--deny", "unused"], &[], &[("CI", "true")]);
+    succeeded(&everywhere);
+}
+
 /// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
 /// recorded, replayed, and missed under its own id; the listed suite judges folders unless
 /// the command named tests; the user's own sitecustomize still loads.
