@@ -292,6 +292,269 @@ async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
     );
 }
 
+/// `cargo llmreplay prune` in `dir`, whose report is under `dir/target`.
+fn prune_in(dir: &Path) -> Output {
+    Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(dir)
+            .args(["llmreplay", "prune"])
+            .env("CARGO_TARGET_DIR", dir.join("target"))
+            .env_remove("CI"),
+    )
+}
+
+/// A way to run part of a suite: how, where pytest starts, its arguments, its environment.
+type Partial<'a> = (&'a str, &'a Path, &'a [&'a str], &'a [(&'a str, &'a str)]);
+
+/// A pytest run that leaves some of the suite uncollected while its command line names no
+/// tests (a module that skips itself as it is imported, as `pytest.importorskip` does;
+/// `--ignore`; no arguments from a folder below the rootdir) is filtered: `--deny unused`
+/// names none of the folders of the tests it left out, and `prune` refuses its report
+/// instead of deleting them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pytest_run_that_leaves_modules_uncollected_prunes_none_of_their_folders() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    let root = project.dir.path();
+    // The rootdir (and the project's root) whichever folder pytest starts in.
+    std::fs::write(root.join("pyproject.toml"), "[tool.pytest.ini_options]\n").unwrap();
+    std::fs::write(
+        root.join("test_optional.py"),
+        "import os\nimport pytest\nif os.environ.get('NO_OPTIONAL'):\n    pytest.skip('its SDK is not installed', allow_module_level=True)\nfrom conftest import ask\n\n\ndef test_optional():\n    ask('Optional')\n",
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(
+        root.join("sub/test_sub.py"),
+        "from conftest import ask\n\n\ndef test_sub():\n    ask('Sub')\n",
+    )
+    .unwrap();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, _) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    fake.stop();
+    let kept = [
+        project.folder("test_optional.py::test_optional"),
+        project.folder("sub/test_sub.py::test_sub"),
+        project.folder("test_users.py::test_user[a]"),
+    ];
+    for folder in &kept {
+        assert!(
+            folder.is_dir(),
+            "{} recorded: {}",
+            folder.display(),
+            recorded.stderr
+        );
+    }
+    let strict = ["--deny", "unused"];
+    let replay = [("CI", "true")];
+    let skipped = [("CI", "true"), ("NO_OPTIONAL", "1")];
+    let sub = root.join("sub");
+    // How, where pytest starts, its arguments, and the environment.
+    let partial: [Partial; 3] = [
+        ("a module skipped at import", root, &[], &skipped),
+        ("--ignore", root, &["--ignore", "sub"], &replay),
+        (
+            "no arguments from a folder below the rootdir",
+            &sub,
+            &[],
+            &replay,
+        ),
+    ];
+    for (how, at, args, env) in partial {
+        let mut command: Vec<&OsStr> = vec![project.python.as_os_str()];
+        command.extend(["-m", "pytest", "-q", "-p", "no:cacheprovider"].map(OsStr::new));
+        command.extend(args.iter().map(OsStr::new));
+        let (out, _) = run_keeping(at, &strict, &command, env);
+        assert_eq!(out.code, Some(0), "{how}: {}", out.stderr);
+        assert!(!out.stderr.contains("unused ("), "{how}: {}", out.stderr);
+        let refused = prune_in(at);
+        assert!(
+            refused.stderr.contains("comes from a filtered run"),
+            "{how}: {}",
+            refused.stderr
+        );
+        for folder in &kept {
+            assert!(folder.is_dir(), "{how} pruned {}", folder.display());
+        }
+    }
+    // The whole suite, from the rootdir, is judged.
+    let (whole, _) = project.pytest(&strict, &[], &replay);
+    succeeded(&whole);
+    assert!(!whole.stderr.contains("a filtered run"), "{}", whole.stderr);
+}
+
+/// A module fixture of a conftest is set up once for each module, a class fixture once for
+/// each class (or test outside a class), and a parametrized session fixture once for each
+/// parameter, each time with calls of its own: each setup is an id of its own, so recording
+/// them one after another keeps every setup's calls, and each replays its own, alone and under
+/// xdist, with `--deny unused` clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_module_and_parameter_of_a_wider_fixture_keeps_its_own_recording() {
+    let Some(project) = Project::new("fixture_suite", "xdist") else {
+        return;
+    };
+    let root = project.dir.path();
+    let mut conftest = std::fs::read_to_string(root.join("conftest.py")).unwrap();
+    conftest.push_str(
+        "\n\n@pytest.fixture(scope='module')\ndef per_module(request):\n    return ask(f'Set up {request.module.__name__}')\n\n\n@pytest.fixture(scope='session', params=['en', 'fr'])\ndef language(request):\n    return request.param, ask(f'Speak {request.param}')\n\n\n@pytest.fixture(scope='class')\ndef per_class(request):\n    return ask(f'Class {request.node.name}')\n",
+    );
+    std::fs::write(root.join("conftest.py"), conftest).unwrap();
+    for module in ["test_mod_a", "test_mod_b"] {
+        std::fs::write(
+            root.join(format!("{module}.py")),
+            "def test_setups(per_module, language):\n    assert per_module == f'You said: Set up {__name__}'\n    code, said = language\n    assert said == f'You said: Speak {code}'\n\n\nclass TestGroup:\n    def test_in_class(self, per_class):\n        assert per_class == 'You said: Class TestGroup'\n\n\ndef test_outside(per_class):\n    assert per_class == 'You said: Class test_outside'\n",
+        )
+        .unwrap();
+    }
+    let only = ["test_mod_a.py", "test_mod_b.py"];
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, _) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    fake.stop();
+    assert_eq!(
+        project.prompts("test_mod_a.py::fixture:per_module"),
+        ["Set up test_mod_a"]
+    );
+    assert_eq!(
+        project.prompts("test_mod_b.py::fixture:per_module"),
+        ["Set up test_mod_b"]
+    );
+    assert_eq!(
+        project.prompts("conftest.py::fixture:language[en]"),
+        ["Speak en"]
+    );
+    assert_eq!(
+        project.prompts("conftest.py::fixture:language[fr]"),
+        ["Speak fr"]
+    );
+    // A class fixture of a test outside a class is set up for that test alone.
+    assert_eq!(
+        project.prompts("test_mod_b.py::TestGroup::fixture:per_class"),
+        ["Class TestGroup"]
+    );
+    assert_eq!(
+        project.prompts("test_mod_b.py::test_outside::fixture:per_class"),
+        ["Class test_outside"]
+    );
+    let replay = [("CI", "true")];
+    let (alone, _) = project.pytest(&[], &only, &replay);
+    succeeded(&alone);
+    let (workers, _) = project.pytest(&[], &["-n", "2", only[0], only[1]], &replay);
+    succeeded(&workers);
+    // The whole suite lists each setup's id: none of their folders is unused.
+    let (whole, _) = project.pytest(&["--deny", "unused"], &[], &replay);
+    succeeded(&whole);
+}
+
+/// A request an httpx client sends through a proxy of its own, or a transport of its own that
+/// has one, never reaches the daemon: it carries no `X-Test-Id` to that other host, though
+/// the run's environment names the daemon as every client's proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_httpx_client_with_a_proxy_of_its_own_tells_it_no_test_id() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    std::fs::write(
+        project.dir.path().join("test_other_proxy.py"),
+        "import os\nimport httpx\n\nBODY = {'model': 'gpt-4o-mini', 'messages': [{'role': 'user', 'content': 'hi'}]}\n\n\ndef test_other_proxy():\n    other = os.environ['OTHER_PROXY']\n    httpx.Client(proxy=other).post('http://third.example/v1/chat/completions', json=BODY)\n    transport = httpx.HTTPTransport(proxy=other)\n    httpx.Client(transport=transport).post('http://third.example/v1/chat/completions', json=BODY)\n",
+    )
+    .unwrap();
+    let other = FakeProvider::start().await;
+    let url = other.url();
+    let env = [("CI", "true"), ("OTHER_PROXY", url.as_str())];
+    let (ran, _) = project.pytest(&[], &["test_other_proxy.py"], &env);
+    succeeded(&ran);
+    let received = other.received();
+    assert_eq!(received.len(), 2, "{}", ran.stderr);
+    for r in received {
+        assert!(
+            !r.headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("x-test-id")),
+            "the other proxy was told the test: {:?}",
+            r.headers
+        );
+    }
+}
+
+/// The folder of fixture locks lives in the temp folder every local user shares, under a name
+/// anyone can work out: one someone else put there first (here a link to a folder of theirs,
+/// where the lock files would be made, and could be held by them forever) is refused with a
+/// message naming it, and nothing is made where it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fixture_lock_folder_someone_else_made_is_refused_not_followed() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    let root = project.dir.path();
+    let elsewhere = root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    // Made as the run starts, before any fixture: the lock folder's name for this daemon, as
+    // this plugin names it and as its first release did.
+    let mut conftest = std::fs::read_to_string(root.join("conftest.py")).unwrap();
+    conftest.push_str(&format!(
+        "\n\ndef pytest_configure(config):\n    import hashlib, tempfile\n    at = os.environ['LLMREPLAY_BASE_URL'].split('/t/', 1)[0].rstrip('/')\n    run = hashlib.sha256(at.encode()).hexdigest()[:16]\n    for name in (f'llmreplay-fixtures-{{os.getuid()}}-{{run}}', f'llmreplay-fixtures-{{run}}'):\n        link = os.path.join(tempfile.gettempdir(), name)\n        if not os.path.lexists(link):\n            os.symlink({:?}, link)\n            config.add_cleanup(lambda link=link: os.unlink(link))\n",
+        elsewhere.to_str().unwrap()
+    ));
+    std::fs::write(root.join("conftest.py"), conftest).unwrap();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (ran, _) = project.pytest(&strs(&flags), &[], KEYS);
+    fake.stop();
+    let made: Vec<_> = std::fs::read_dir(&elsewhere).unwrap().collect();
+    assert!(
+        made.is_empty(),
+        "lock files made through the link: {made:?}"
+    );
+    assert_ne!(ran.code, Some(0), "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("is not a folder of this user's alone"),
+        "{}",
+        ran.stdout
+    );
+}
+
+/// Tests that skip themselves on this machine (a `skipif` marker, `pytest.skip` before any
+/// call or after one) leave their recordings alone: `--deny unused` names none of them, and
+/// `prune` of that run removes nothing, so the tests still replay where they do run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recordings_of_tests_that_skip_themselves_are_not_unused() {
+    let Some(project) = Project::new("fixture_suite", "pytest_llmreplay") else {
+        return;
+    };
+    std::fs::write(
+        project.dir.path().join("test_skips.py"),
+        "import os\nimport pytest\nfrom conftest import ask\n\nHERE = bool(os.environ.get('NO_GPU'))\n\n\n@pytest.mark.skipif(HERE, reason='needs a GPU')\ndef test_marked():\n    ask('Marked')\n\n\ndef test_inside():\n    if HERE:\n        pytest.skip('needs a GPU')\n    ask('Inside')\n\n\ndef test_half():\n    ask('Half one')\n    if HERE:\n        pytest.skip('the rest needs a GPU')\n    ask('Half two')\n",
+    )
+    .unwrap();
+    let mut fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let (recorded, _) = project.pytest(&strs(&flags), &[], KEYS);
+    succeeded(&recorded);
+    fake.stop();
+    let (skipping, _) = project.pytest(
+        &["--deny", "unused"],
+        &[],
+        &[("CI", "true"), ("NO_GPU", "1")],
+    );
+    succeeded(&skipping);
+    assert!(!skipping.stderr.contains("unused ("), "{}", skipping.stderr);
+    let pruned = prune_in(project.dir.path());
+    assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
+    assert_eq!(project.prompts("test_skips.py::test_marked"), ["Marked"]);
+    assert_eq!(project.prompts("test_skips.py::test_inside"), ["Inside"]);
+    assert_eq!(
+        project.prompts("test_skips.py::test_half"),
+        ["Half one", "Half two"]
+    );
+    let (everywhere, _) = project.pytest(&["--deny", "unused"], &[], &[("CI", "true")]);
+    succeeded(&everywhere);
+}
+
 /// `python -m unittest`, no plugin: each TestCase method is its own test, by `TestCase.id()`,
 /// recorded, replayed, and missed under its own id; the listed suite judges folders unless
 /// the command named tests; the user's own sitecustomize still loads.

@@ -185,13 +185,38 @@ def header():
 # --- Hooks on the clients, put in as each is imported --------------------------------------
 
 
+def _httpx_reaches_daemon(client, url):
+    """Whether an httpx (or httpx2) client sends a request to `url` to the daemon: the URL is
+    the daemon's, or the transport the client picks for it goes through a proxy that is. The
+    environment's proxies are not enough to go by: a client given a proxy or a transport of
+    its own ignores them, and would carry the header to another host."""
+    daemon = _daemon()
+    if daemon is None:
+        return False
+    if _address(str(url)) == daemon:
+        return True
+    pick = getattr(client, "_transport_for_url", None)
+    if pick is None:
+        return reaches_daemon(url, trust_env=getattr(client, "trust_env", True))
+    # httpcore's proxy pools keep their proxy's URL; a direct pool or a transport of the
+    # user's own names none.
+    proxy = getattr(getattr(pick(url), "_pool", None), "_proxy_url", None)
+    if proxy is None:
+        return False
+    def text(part):
+        return part.decode("ascii", "replace") if isinstance(part, bytes) else str(part)
+
+    port = proxy.port or (443 if text(proxy.scheme) == "https" else 80)
+    return (_host(text(proxy.host)), port) == daemon
+
+
 def _hook_httpx(httpx):
     def named(client, request):
         value = header()
         if (
             value is not None
             and "x-test-id" not in request.headers
-            and reaches_daemon(request.url, trust_env=getattr(client, "trust_env", True))
+            and _httpx_reaches_daemon(client, request.url)
         ):
             request.headers["x-test-id"] = value
 

@@ -195,7 +195,13 @@ impl ReportExt for Report {
             .into_iter()
             .partition(|m| m.miss.detail.host.is_some());
         let mut unused = Vec::new();
+        let outcomes = inputs.journal.outcomes();
         for test in inputs.journal.tests() {
+            // A test that skipped itself (a skipif, pytest.skip part way) did not get to the
+            // calls it did not make: their recordings are not unused, and prune keeps them.
+            if outcomes.get(&test) == Some(&runlog::TestOutcome::Skipped) {
+                continue;
+            }
             for u in inputs.store.unused_in(&test)? {
                 unused.push(Unused::Recording(u));
             }

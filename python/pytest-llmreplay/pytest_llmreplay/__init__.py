@@ -9,7 +9,8 @@ process>` before the test and `end` with how it ended after, for clients it does
 A test run by a plugin that calls the test function itself, concurrently, is named and
 announced from inside its own task (with pytest-asyncio-cooperative, from before its
 function-scoped fixtures). Calls made while a fixture of
-a wider scope than a function sets up are that fixture's own (`<file>::fixture:<name>`),
+a wider scope than a function sets up are that fixture's own (`<file>::fixture:<name>`; a
+module or class fixture's named after its module or class, a parameter's id appended),
 begun afresh at each setup, one process at a time; its teardown's are `<that id>:teardown`'s. After collection the plugin
 lists the selected tests and their fixtures, for the run to judge orphans and unused
 recordings against. `begin` carries the process's secret-looking variables as they are when
@@ -24,6 +25,8 @@ import functools
 import hashlib
 import importlib
 import inspect
+import os
+import stat
 import sys
 import tempfile
 import unittest
@@ -267,10 +270,14 @@ def _with_parameters_of(function, run):
 # --- Fixtures wider than a test: their own ids ---------------------------------------------
 
 
-def _fixture_id(fixturedef, config):
+def _fixture_id(fixturedef, config, scope_node="", param=None):
     """`<file defining the fixture, from the rootdir>::fixture:<name>`, for a fixture of the
     project's own; None for an installed plugin's (pytest's, pytest-asyncio's loops), whose
-    calls stay the test's that sets it up."""
+    calls stay the test's that sets it up. A module or class fixture is set up once for each
+    module or class that uses it, each time with calls of its own, and a parametrized one once
+    for each parameter: each of those is an id of its own (`tests/test_a.py::fixture:<name>`,
+    `...::fixture:<name>[<param>]`), since the daemon keeps only the last setup's recordings
+    of an id."""
     function = inspect.unwrap(fixturedef.func)
     try:
         path = Path(inspect.getsourcefile(function) or inspect.getfile(function)).resolve()
@@ -279,7 +286,36 @@ def _fixture_id(fixturedef, config):
         return None
     if "site-packages" in where.parts:
         return None
-    return f"{where.as_posix()}::fixture:{fixturedef.argname}"
+    owner = scope_node if fixturedef.scope in ("module", "class") and scope_node else None
+    fixture = f"{owner or where.as_posix()}::fixture:{fixturedef.argname}"
+    return fixture if param is None else f"{fixture}[{param}]"
+
+
+def _param_id(fixturedef, index, value):
+    """The parameter's id as `@pytest.fixture(params=..., ids=...)` names it, else its value
+    when that is plain, else its place."""
+    ids = fixturedef.ids
+    if callable(ids):
+        named = ids(value)
+    elif ids is not None and index < len(ids):
+        named = ids[index]
+    else:
+        named = None
+    if named is None and isinstance(value, (str, int, float, bool)):
+        named = value
+    return str(index) if named is None else str(named)
+
+
+def _scope_node(item, scope):
+    """The node id a module or class fixture of `item`'s is set up for, as pytest picks it: a
+    class fixture of a test outside a class is set up for that test alone."""
+    if scope == "module":
+        node = item.getparent(pytest.Module)
+    elif scope == "class":
+        node = item.getparent(pytest.Class) or item
+    else:
+        node = None
+    return "" if node is None else node.nodeid
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -288,7 +324,11 @@ def pytest_fixture_setup(fixturedef, request):
     # sets it up, so that they replay for any test that does (`-k`, xdist).
     fixture = None
     if fixturedef.scope != "function" and _identity.root() is not None:
-        fixture = _fixture_id(fixturedef, request.config)
+        param = None
+        if fixturedef.params is not None:
+            param = _param_id(fixturedef, request.param_index, getattr(request, "param", None))
+        scope_node = getattr(request.node, "nodeid", "")
+        fixture = _fixture_id(fixturedef, request.config, scope_node, param)
     if fixture is None:
         yield
         return
@@ -338,23 +378,59 @@ def _take_turn(fixture):
         import fcntl
     except ImportError:
         return None
-    run = hashlib.sha256(_identity.root().encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"llmreplay-fixtures-{run}"
-    folder.mkdir(exist_ok=True)
+    folder = _turns_folder()
     name = hashlib.sha256(fixture.encode()).hexdigest()[:32]
-    lock = open(folder / f"{name}.lock", "a")
+    # Never through a link: the folder is this user's alone, and so is what is in it.
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    lock = os.open(folder / f"{name}.lock", flags, 0o600)
     fcntl.flock(lock, fcntl.LOCK_EX)
     return lock
 
 
+def _turns_folder():
+    """The run's folder of fixture locks in the temp folder, which every user shares: made by
+    this user, for this user alone. One that is not (another user made it first, to make the
+    run wait on a lock of theirs, or to have lock files made where a link of theirs leads) is
+    refused, naming it."""
+    run = hashlib.sha256(_identity.root().encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"llmreplay-fixtures-{os.getuid()}-{run}"
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.getuid()
+        or info.st_mode & 0o077
+    ):
+        raise RuntimeError(
+            f"llmreplay: {folder}, where this run's fixtures take turns, is not a folder of "
+            "this user's alone (a link, another user's, or open to others): remove it and "
+            "run again"
+        )
+    return folder
+
+
 def _give_turn(lock):
     if lock is not None:
-        lock.close()
+        os.close(lock)
 
 
 # --- The collected suite ----------------------------------------------------------------------
 
 _DESELECTED = pytest.StashKey[int]()
+# Some of the suite's tests exist but were not collected: a module that skipped itself
+# (`pytest.importorskip`, `allow_module_level`) or failed to import.
+_UNCOLLECTED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    result = yield
+    report = result.get_result()
+    if report.skipped or report.failed:
+        collector.config.stash[_UNCOLLECTED] = True
 
 
 def pytest_deselected(items):
@@ -370,11 +446,13 @@ def _whole_suite(config):
     if sources is None:
         # pytest before 7.2 does not say where its arguments came from: not known to be whole.
         return False
-    if config.args_source != sources.ARGS:
+    if config.args_source == sources.TESTPATHS:
         return True
     here = Path(config.invocation_params.dir)
+    # No arguments from a folder below the rootdir collect that folder alone.
+    args = config.args if config.args_source == sources.ARGS else [str(here)]
     named = []
-    for arg in config.args:
+    for arg in args:
         if "::" in arg:
             return False
         path = (here / arg).resolve()
@@ -382,7 +460,8 @@ def _whole_suite(config):
             return False
         named.append(path)
     testpaths = config.getini("testpaths")
-    roots = [(Path(config.rootpath) / t).resolve() for t in testpaths] or [here.resolve()]
+    roots = [(Path(config.rootpath) / t).resolve() for t in testpaths]
+    roots = roots or [Path(config.rootpath).resolve()]
     return all(any(r == n or n in r.parents for n in named) for r in roots)
 
 
@@ -392,6 +471,9 @@ def _filtered(config):
         or config.getoption("keyword", "")
         or config.getoption("markexpr", "")
         or config.getoption("lf", False)
+        or config.getoption("ignore", None)
+        or config.getoption("ignore_glob", None)
+        or config.stash.get(_UNCOLLECTED, False)
         or not _whole_suite(config)
     )
 
@@ -403,7 +485,14 @@ def _fixture_ids(item):
     for name in info.names_closure:
         defs = info.name2fixturedefs.get(name)
         if defs and defs[-1].scope != "function":
-            fixture = _fixture_id(defs[-1], item.config)
+            fixturedef = defs[-1]
+            param = None
+            callspec = getattr(item, "callspec", None)
+            if fixturedef.params is not None and callspec is not None and name in callspec.indices:
+                index = callspec.indices[name]
+                param = _param_id(fixturedef, index, callspec.params.get(name))
+            scope_node = _scope_node(item, fixturedef.scope)
+            fixture = _fixture_id(fixturedef, item.config, scope_node, param)
             if fixture is not None:
                 yield fixture
                 yield _teardown_id(fixture)
