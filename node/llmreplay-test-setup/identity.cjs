@@ -118,9 +118,13 @@ function proxiedToDaemon(url) {
   }
 }
 
-// Node's own clients read the proxy variables only when told to.
+// Node's own clients read the proxy variables only when told to, and only from the versions
+// that know NODE_USE_ENV_PROXY (fetch and http alike from 22.21 and 24.5): an older Node
+// ignores it and sends the request straight to its host, which must never see a test's id.
 function nodeUsesEnvProxy() {
-  return process.env.NODE_USE_ENV_PROXY === "1";
+  if (process.env.NODE_USE_ENV_PROXY !== "1") return false;
+  const [major, minor] = process.versions.node.split(".").map(Number);
+  return major > 24 || (major === 24 && minor >= 5) || (major === 22 && minor >= 21);
 }
 
 function headerValue(test) {
@@ -129,11 +133,12 @@ function headerValue(test) {
 
 // fetch: the daemon's base URL, or a proxy dispatcher (undici's EnvHttpProxyAgent, or Node
 // told to use the environment's proxy) whose proxy is the daemon.
-function fetchReachesDaemon(url, dispatcher) {
+function fetchReachesDaemon(url, dispatcher, itsOwn) {
   if (urlEndpoint(url) === daemon()) return true;
+  // The environment's proxy applies to fetch's own dispatcher only, not to one the call gives.
   const proxyAgent =
     (dispatcher && dispatcher.constructor && dispatcher.constructor.name === "EnvHttpProxyAgent") ||
-    nodeUsesEnvProxy();
+    (itsOwn && nodeUsesEnvProxy());
   return Boolean(proxyAgent) && proxiedToDaemon(url);
 }
 
@@ -154,8 +159,9 @@ function patchFetch(global) {
     } catch {
       return original.call(this, input, init);
     }
+    const ownDispatcher = !(init && init.dispatcher);
     const dispatcher = (init && init.dispatcher) || global[Symbol.for("undici.globalDispatcher.1")];
-    if (!fetchReachesDaemon(url, dispatcher)) return original.call(this, input, init);
+    if (!fetchReachesDaemon(url, dispatcher, ownDispatcher)) return original.call(this, input, init);
     // init's headers replace a Request's, as fetch itself reads them.
     const given = init && init.headers !== undefined ? init.headers : looksLikeRequest(input) ? input.headers : undefined;
     const headers = new Headers(given);
@@ -204,7 +210,9 @@ function requestReachesDaemon({ at, target, agent }) {
       return false;
     }
   }
-  return nodeUsesEnvProxy() && target !== null && proxiedToDaemon(target);
+  // The environment's proxy applies to the global agent only, not to an agent of the caller's.
+  const global = agent === undefined || agent === null || agent === http.globalAgent || agent === https.globalAgent;
+  return global && nodeUsesEnvProxy() && target !== null && proxiedToDaemon(target);
 }
 
 function patchModule(module, protocol) {

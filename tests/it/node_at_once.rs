@@ -314,3 +314,64 @@ async fn vitest_tests_that_would_share_a_folder_fail_before_they_call() {
     assert!(fake.received().is_empty());
     assert!(answers(&out).is_empty());
 }
+
+/// A host that is not the daemon (here 127.0.0.2, outside `NO_PROXY`'s loopback names, which
+/// Node 20 reaches directly although `run` sets `NODE_USE_ENV_PROXY`) never sees a test's id:
+/// not from fetch, not from node:http with an agent of its own or with the global one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_is_not_the_daemon_never_sees_a_tests_id() {
+    let files = ["elsewhere.test.js", "vitest.config.mjs"];
+    let Some(dir) = project("vitest_threads", &files) else {
+        return;
+    };
+    // A plain HTTP server on 127.0.0.2 that answers 200 and keeps each request's head.
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let at = listener.local_addr().unwrap();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let kept = heads.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let _ = socket
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    let vitest = dir.path().join("node_modules/vitest/vitest.mjs");
+    let command = node_command(&vitest, &["run", "--reporter=dot"]);
+    let url = format!("http://{at}");
+    let fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut env = KEYS.to_vec();
+    env.push(("ELSEWHERE_URL", &url));
+    let (out, _) = run_keeping(dir.path(), &flags, &command, &env);
+    succeeded(&out);
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 3, "{heads:?}");
+    for head in &heads {
+        assert!(
+            !head.to_ascii_lowercase().contains("x-test-id"),
+            "a test's id reached another host: {head}"
+        );
+    }
+}
