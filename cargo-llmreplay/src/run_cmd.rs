@@ -111,10 +111,17 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
         filtered: listings.runners.is_empty() || listings.filtered || selected,
         ..RunScope::default()
     };
-    // What ran is the suite's too: a script the command also ran made its own folder.
+    // What ran is the suite's too: a script the command also ran made its own folder. So are
+    // the folders of tests no runner that listed could have: another runner's in the same
+    // project (vitest's beside pytest's), a program's named for it.
     let listed = (!listings.runners.is_empty()).then(|| {
         let mut suite = stopped.journal().suite();
         suite.extend(stopped.journal().tests());
+        suite.extend(others_tests(
+            &stopped.run.cassette_dir,
+            &suite,
+            &listings.runners,
+        ));
         suite
     });
     let mut reported = stopped.report(Known {
@@ -143,6 +150,50 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     }
     reported.end();
     Ok(outcome)
+}
+
+/// The test ids of the cassette folders not among `suite`'s whose ids no runner of `runners`
+/// could have made: each is judged by its runner's own run, not this one.
+fn others_tests(
+    cassette_dir: &std::path::Path,
+    suite: &std::collections::BTreeSet<cassettes::TestId>,
+    runners: &std::collections::BTreeSet<String>,
+) -> Vec<cassettes::TestId> {
+    let known: std::collections::BTreeSet<String> = suite
+        .iter()
+        .map(|t| cassettes::Slug::from_test_id(t).to_string())
+        .collect();
+    let folders = cassettes::Store::new(cassette_dir)
+        .folders()
+        .unwrap_or_default();
+    folders
+        .into_iter()
+        .filter(|f| !known.contains(f))
+        .filter_map(|f| {
+            let file = cassettes::json_files(&cassette_dir.join(&f))
+                .ok()?
+                .into_iter()
+                .next()?;
+            let text = std::fs::read_to_string(file).ok()?;
+            let test = serde_json::from_str::<serde_json::Value>(&text).ok()?["test"]
+                .as_str()?
+                .to_string();
+            (!runners.iter().any(|r| could_name(r, &test))).then(|| cassettes::TestId::new(test))
+        })
+        .collect()
+}
+
+/// Whether `runner`'s plugin could have named a test `id`: pytest's node ids hold `::`,
+/// vitest's, jest's and node:test's ` > `, unittest's are dotted names; nextest's hold `$`.
+fn could_name(runner: &str, id: &str) -> bool {
+    let (nodes, suites) = (id.contains("::"), id.contains(" > "));
+    match runner {
+        "pytest" => nodes && !id.contains('$'),
+        "vitest" | "jest" | "node-test" => suites && !nodes,
+        "unittest" => !nodes && !suites && !id.contains('$') && id.contains('.'),
+        // A runner of some other kind: its folders are judged, as it asked.
+        _ => true,
+    }
 }
 
 /// Records the chosen tests again: each alone where the runner can run one test, else the
@@ -495,6 +546,20 @@ mod tests {
             !selects("python -m pytest tests/a.py"),
             "pytest's plugin says so itself"
         );
+    }
+
+    /// A listing judges only folders its runner's plugin could have named.
+    #[test]
+    fn each_runner_judges_only_ids_of_its_own_shape() {
+        use super::could_name;
+        assert!(could_name("pytest", "tests/test_a.py::test_x[a > b]"));
+        assert!(!could_name("pytest", "a.test.js > chat > hello"));
+        assert!(!could_name("pytest", "crate::tests$chat"));
+        assert!(could_name("vitest", "a.test.js > chat > hello"));
+        assert!(!could_name("jest", "tests/test_a.py::test_x"));
+        assert!(could_name("unittest", "test_mod.TestChat.test_hello"));
+        assert!(!could_name("unittest", "python3"), "a program's folder");
+        assert!(!could_name("vitest", "curl"));
     }
 
     /// tox 4 is told every variable, after the user's own overrides.

@@ -694,3 +694,54 @@ async fn pytest_tests_that_would_share_a_folder_stop_the_run_before_they_call() 
     );
     assert!(fake.received().is_empty(), "no test called out");
 }
+
+/// One project, two runners: pytest's listing judges pytest's folders alone, so the folders
+/// vitest recorded beside them are no orphans of a `run -- pytest`, and `prune` leaves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pytest_run_judges_no_folder_another_runner_recorded() {
+    let Some((dir, vitest)) = crate::runners::vitest_project() else {
+        return;
+    };
+    let Some(python) = sdk_python("pytest_llmreplay") else {
+        return;
+    };
+    let suite = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/sdk/pytest_suite");
+    std::fs::copy(suite.join("test_chat.py"), dir.path().join("test_chat.py")).unwrap();
+    let fake = FakeProvider::start().await;
+    let flags = record_flags(&fake);
+    let vitest_run: Vec<&OsStr> = vec![
+        OsStr::new("node"),
+        vitest.as_os_str(),
+        OsStr::new("run"),
+        OsStr::new("--reporter=dot"),
+    ];
+    let (recorded, _) = run_keeping(dir.path(), &strs(&flags), &vitest_run, KEYS);
+    succeeded(&recorded);
+    let pytest: Vec<&OsStr> = [python.as_os_str()]
+        .into_iter()
+        .chain(["-m", "pytest", "-q", "-p", "no:cacheprovider"].map(OsStr::new))
+        .collect();
+    let (recorded, _) = run_keeping(dir.path(), &strs(&flags), &pytest, KEYS);
+    succeeded(&recorded);
+    let vitest_folder = dir.path().join("tests/cassettes/chat-test-js--chat--hello");
+    assert!(vitest_folder.is_dir());
+    let (gated, _) = run_keeping(
+        dir.path(),
+        &["--deny", "unused"],
+        &pytest,
+        &[("CI", "true")],
+    );
+    succeeded(&gated);
+    let pruned = Output::of(
+        std::process::Command::new(crate::support::binary())
+            .current_dir(dir.path())
+            .args(["llmreplay", "prune"])
+            .env_remove("CI"),
+    );
+    assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
+    assert!(
+        vitest_folder.is_dir(),
+        "vitest's recordings are left: {}",
+        pruned.stderr
+    );
+}
