@@ -254,6 +254,8 @@ enum Runner {
     /// Select by file and full name (`-t`, a regular expression).
     Vitest,
     Jest,
+    /// `python -m unittest`: selects by the test's dotted id.
+    Unittest,
 }
 
 /// pytest's options whose value is a path: the word after one is no test to drop.
@@ -288,6 +290,7 @@ impl Runner {
                 "vitest" | "vitest.mjs" => Runner::Vitest,
                 "jest" | "jest.js" => Runner::Jest,
                 _ if w == "pytest" && i > 0 && words[i - 1] == "-m" => Runner::Pytest,
+                _ if w == "unittest" && i > 0 && words[i - 1] == "-m" => Runner::Unittest,
                 _ => continue,
             };
             return Some((runner, i));
@@ -300,7 +303,7 @@ impl Runner {
     /// a filter is taken for one: a suite wrongly called whole would call the recordings of the
     /// tests it left out unused.
     fn selects(self, at: usize, command: &[OsString]) -> bool {
-        if self == Runner::Pytest {
+        if matches!(self, Runner::Pytest | Runner::Unittest) {
             return false;
         }
         let words: Vec<String> = command
@@ -340,6 +343,18 @@ impl Runner {
             .iter()
             .map(|w| w.to_string_lossy().into_owned())
             .collect();
+        if runner == Runner::Unittest {
+            // `python -m unittest <id>`: its options kept, the tests it named given way. A
+            // discovery names tests relative to where it starts, which the id may not be.
+            let after = &words[at + 1..];
+            if after.iter().any(|w| w == "discover") {
+                return None;
+            }
+            let mut kept = words[..=at].to_vec();
+            kept.extend(after.iter().filter(|w| w.starts_with('-')).cloned());
+            kept.push(test.to_string());
+            return Some(kept);
+        }
         let (file, name) = match runner {
             // A shared fixture's calls are recorded by whichever test sets it up first.
             Runner::Pytest if test.contains("::fixture:") => return None,
@@ -348,6 +363,7 @@ impl Runner {
                 let (file, name) = test.split_once(" > ")?;
                 (Some(file), name)
             }
+            Runner::Unittest => unreachable!("answered above"),
         };
         let mut kept: Vec<String> = Vec::with_capacity(words.len() + 3);
         for (i, w) in words.iter().enumerate() {
@@ -546,6 +562,22 @@ mod tests {
             !selects("python -m pytest tests/a.py"),
             "pytest's plugin says so itself"
         );
+    }
+
+    /// `python -m unittest`: the test's dotted id in place of the tests the command named;
+    /// a discovery, whose ids are relative to where it starts, gets no such command.
+    #[test]
+    fn a_unittest_test_is_recorded_again_alone() {
+        assert_eq!(
+            again(
+                "python3 -m unittest -v test_mod",
+                "test_mod.TestChat.test_hello"
+            ),
+            "cargo llmreplay run --record -- python3 -m unittest -v test_mod.TestChat.test_hello"
+        );
+        let command = words("python3 -m unittest discover -s tests");
+        let (runner, at) = Runner::of(&command).unwrap();
+        assert_eq!(runner.one_test(at, &command, "test_a.T.test_b"), None);
     }
 
     /// A listing judges only folders its runner's plugin could have named.

@@ -594,17 +594,58 @@ async fn unittest_methods_record_replay_and_miss_each_in_their_own_folder() {
     let report = project.report();
     assert_eq!(report["missing"][0]["test"], tests[0], "{report}");
     assert_eq!(report["missing"].as_array().unwrap().len(), 1, "{report}");
+    // The command the miss printed to record that test again, pasted into a shell (the
+    // stand-in provider's address added): it runs that one test method, by its id.
+    let rerecord = report["missing"][0]["rerecord"].as_str().unwrap();
+    assert!(
+        rerecord.ends_with("-m unittest -v test_mod.TestChat.test_hello"),
+        "{rerecord}"
+    );
+    let again = FakeProvider::start().await;
+    let others: Vec<(PathBuf, Vec<u8>)> = tests[1..]
+        .iter()
+        .map(|t| project.folder(t).join("openai.json"))
+        .map(|p| (p.clone(), std::fs::read(&p).unwrap()))
+        .collect();
+    let flags = record_flags(&again);
+    let pasted = rerecord.replacen(
+        " run --record -- ",
+        &format!(" run --record {} -- ", flags[1..].join(" ")),
+        1,
+    );
+    let bin = crate::support::binary().parent().unwrap().to_path_buf();
+    let path = std::env::join_paths(
+        std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let mut sh = std::process::Command::new("sh");
+    sh.current_dir(project.dir.path())
+        .args(["-c", &pasted])
+        .env("PATH", path)
+        .env("CARGO_TARGET_DIR", project.dir.path().join("target"))
+        .env("PYTHONPATH", user_site)
+        .env("SAMPLE_CHANGED", "1")
+        .env_remove("CI");
+    crate::support::without_provider_env(&mut sh);
+    sh.envs(KEYS.iter().copied());
+    let one = Output::of(&mut sh);
+    succeeded(&one);
+    assert_eq!(again.received().len(), 1, "that one test alone");
+    for (path, bytes) in others {
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{}", path.display());
+    }
     // One class named: a filtered run, whose other folders are not judged.
     let strict = ["--deny", "unused"];
     let named = ["-m", "unittest", "test_mod.TestChat"];
-    let (one_class, _) = project.python(&strict, &named, &replay);
+    // (test_hello is recorded with the changed prompt now.)
+    let (one_class, _) = project.python(&strict, &named, &changed);
     succeeded(&one_class);
     // The loader's suite is listed: a deleted class's folder is named by `--deny unused`.
     let file = project.dir.path().join("test_mod.py");
     let text = std::fs::read_to_string(&file).unwrap();
     let kept = text.split("\n\nclass TestOther").next().unwrap();
     std::fs::write(&file, format!("{kept}\n")).unwrap();
-    let (orphaned, _) = project.python(&strict, &unittest, &replay);
+    let (orphaned, _) = project.python(&strict, &unittest, &changed);
     assert_ne!(orphaned.code, Some(0), "{}", orphaned.stderr);
     let orphan = project.folder(tests[2]);
     let name = orphan.file_name().unwrap().to_string_lossy().into_owned();
