@@ -43,7 +43,13 @@ impl Spend {
     pub fn recorded(&self, provider: &str, model: Option<&str>, usage: Option<&serde_json::Value>) {
         let priced = self.prices.price(provider, model, usage);
         if let Priced::Cost(m) = priced {
-            self.spent.fetch_add(m.pico(), Ordering::Relaxed);
+            // Held at the largest sum: a wrapped one would read as little spent, and let the
+            // run past its cap.
+            let _ = self
+                .spent
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some(s.saturating_add(m.pico()))
+                });
         }
         self.tally.lock().expect("spend lock").add(priced);
     }
@@ -124,5 +130,18 @@ mod tests {
         assert!(e.contains("--max-spend 1USD"), "{e}");
         assert_eq!(spend.refused(), 2);
         assert_eq!(spend.tally().unpriced.get("my-finetune"), Some(&1));
+    }
+
+    /// An answer whose usage prices at the largest amount, then any other, must not wrap the
+    /// sum round to little spent.
+    #[test]
+    fn a_sum_past_the_largest_amount_still_refuses() {
+        let spend = Spend::new(Prices::vendored(), Some(Money::from_micros(500)));
+        let huge = json!({"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX});
+        let usage = json!({"prompt_tokens": 1000, "completion_tokens": 100});
+        spend.recorded("openai", Some("gpt-4o-mini"), Some(&huge));
+        spend.recorded("openai", Some("gpt-4o-mini"), Some(&usage));
+        assert_eq!(spend.spent(), Money::from_pico(u64::MAX));
+        assert!(spend.allow(None).is_err());
     }
 }
