@@ -75,7 +75,8 @@ pub struct RerunArgs {
     max_spend: Option<ledger::Money>,
     /// Send recordings, in their order (with --oldest-first, the least fresh first), until the
     /// next would pass this budget (2USD, 0.50USD), each estimated before sending from its
-    /// recording's model and usage; those with no price are not sent under a budget.
+    /// recording's model and usage; those with no price are not sent under a budget. The
+    /// answers' own cost is held to it too, as by --max-spend.
     #[arg(long, value_name = "AMOUNT", value_parser = crate::args::parse_money)]
     budget: Option<ledger::Money>,
     /// Send the least fresh recordings first (neither recorded nor verified for longest;
@@ -207,7 +208,12 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         .map(|p| (p.name.as_str().to_string(), p.clone()))
         .collect();
     warn_of_missing_keys(&items, &providers);
-    let spend = daemon::Spend::new(settings.prices.clone(), args.max_spend);
+    let mut spend = daemon::Spend::new(settings.prices.clone(), args.max_spend);
+    // The budget was planned from the recordings' usage, which the seal does not cover and
+    // the live answers need not match: it holds as a cap on what they cost, too.
+    if let Some(budget) = args.budget {
+        spend = spend.capped_by(budget, "--budget");
+    }
     let request = Request {
         providers: &providers,
         model: args.model.as_deref(),

@@ -13,6 +13,8 @@ use std::sync::Mutex;
 pub struct Spend {
     prices: Prices,
     cap: Option<Money>,
+    /// The flag that set the cap, as messages name it: `--max-spend` unless said otherwise.
+    cap_flag: Option<&'static str>,
     /// The priced answers' sum, in picodollars: read on every forward, so an atomic.
     spent: AtomicU64,
     tally: Mutex<Tally>,
@@ -27,6 +29,16 @@ impl Spend {
             cap,
             ..Spend::default()
         }
+    }
+
+    /// Held to `cap` as well (the lower of the two), named `flag` in what is said when it
+    /// refuses; `rerun --budget` is also a cap on what its answers cost.
+    pub fn capped_by(mut self, cap: Money, flag: &'static str) -> Spend {
+        if self.cap.is_none_or(|c| cap < c) {
+            self.cap = Some(cap);
+            self.cap_flag = Some(flag);
+        }
+        self
     }
 
     /// The prices.
@@ -77,19 +89,20 @@ impl Spend {
             return Ok(());
         };
         let spent = self.spent();
+        let flag = self.cap_flag.unwrap_or("--max-spend");
         let why = if spent >= cap {
-            format!("this run spent {spent} of its --max-spend {cap}")
+            format!("this run spent {spent} of its {flag} {cap}")
         } else {
             match estimate {
                 Some(e) if spent.saturating_add(e) > cap => format!(
-                    "this run spent {spent} of its --max-spend {cap}, and this request's recording cost {e} when it was recorded, which would pass it"
+                    "this run spent {spent} of its {flag} {cap}, and this request's recording cost {e} when it was recorded, which would pass it"
                 ),
                 _ => return Ok(()),
             }
         };
         self.refused.fetch_add(1, Ordering::Relaxed);
         Err(format!(
-            "cargo-llmreplay: not sent upstream: {why}. What was recorded before is kept; raise the cap (--max-spend {}USD) or record the rest in another run",
+            "cargo-llmreplay: not sent upstream: {why}. What was recorded before is kept; raise the cap ({flag} {}USD) or record the rest in another run",
             suggested(cap)
         ))
     }

@@ -610,3 +610,53 @@ async fn a_budget_sends_the_least_fresh_until_the_next_would_pass_it() {
     assert_eq!(bad.code, Some(2), "{}", bad.stderr);
     assert!(bad.stderr.contains("2USD"), "{}", bad.stderr);
 }
+
+/// A budget is planned from the recordings' usage, which is no part of the seal: a recording
+/// whose usage says less than its live answer costs (edited by hand, or a provider that now
+/// answers at length) must not let the rerun spend past the budget. It also holds as a cap on
+/// what the live answers cost, so sends stop once they reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_holds_when_the_recordings_say_less_than_the_answers_cost() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let cassettes = dir.path().join("tests/cassettes");
+    let mut zeroed = 0;
+    for folder in std::fs::read_dir(&cassettes).unwrap() {
+        let file = folder.unwrap().path().join("openai.json");
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let mut cassette: Value = serde_json::from_str(&text).unwrap();
+        for i in cassette["interactions"].as_array_mut().unwrap() {
+            i["summary"]["usage"] = json!({"prompt_tokens": 0, "completion_tokens": 0});
+            zeroed += 1;
+        }
+        std::fs::write(&file, serde_json::to_string_pretty(&cassette).unwrap()).unwrap();
+    }
+    assert!(zeroed >= 4, "{zeroed}");
+    let sent_before = fake.received().len();
+    // Each live answer (5 in, 4 out at gpt-4o-mini's price) costs $0.00000315: the budget
+    // pays for one, and the answer that passes it is the last sent.
+    let mut args: Vec<String> = [
+        "rerun",
+        "--mark-verified",
+        "--budget",
+        "0.000004USD",
+        "-j",
+        "1",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ups(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = llmreplay(dir.path(), &args);
+    let sent = fake.received().len() - sent_before;
+    assert!(sent <= 2, "sent {sent}: {}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("--budget 0.000004USD") || out.stdout.contains("its --budget"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+}
