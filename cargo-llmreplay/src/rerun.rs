@@ -237,9 +237,11 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         }
         results.push(result);
     }
-    if !holds.is_empty() {
-        stamp_verified(holds, &root)?;
-    }
+    let unstamped = if holds.is_empty() {
+        0
+    } else {
+        stamp_verified(holds, &root)
+    };
     if args.save {
         save(
             &cassettes::Store::new(&settings.cassette_dir),
@@ -259,7 +261,7 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         render::stderr(&format!("{}\n", totals_line(&totals)));
     }
     Ok(Outcome::gate(
-        totals.failed > 0 || (args.fail_on_change && totals.changed > 0),
+        totals.failed > 0 || unstamped > 0 || (args.fail_on_change && totals.changed > 0),
     ))
 }
 
@@ -314,17 +316,28 @@ fn within_budget(
 }
 
 /// Stamps today as the verified date of each `(cassette, position, seal)`, one write per file.
-fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> Result<()> {
+/// A file that cannot be stamped (it stopped parsing, its folder stayed locked) is said and
+/// left; the others are still stamped, and the results, paid for, still shown. Says how many
+/// files were left.
+fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> usize {
     let today = cassettes::clock::utc_now();
     let mut by_file: std::collections::BTreeMap<PathBuf, Vec<(usize, Option<String>)>> =
         std::collections::BTreeMap::new();
     for (path, position, seal) in holds {
         by_file.entry(path).or_default().push((position, seal));
     }
-    let (mut stamped, mut asked) = (0, 0);
+    let (mut stamped, mut asked, mut left) = (0, 0, 0);
     for (path, positions) in by_file {
-        asked += positions.len();
-        stamped += cassettes::mark_verified(&path, root, &positions, &today)?;
+        match cassettes::mark_verified(&path, root, &positions, &today) {
+            Ok(n) => {
+                asked += positions.len();
+                stamped += n;
+            }
+            Err(e) => {
+                left += 1;
+                render::stderr(&format!("cargo-llmreplay: not stamped verified: {e}\n"));
+            }
+        }
     }
     render::stderr(&format!(
         "cargo-llmreplay: {} verified as of {today}{}\n",
@@ -337,7 +350,7 @@ fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> 
             ),
         }
     ));
-    Ok(())
+    left
 }
 
 /// The recorded requests of the tests the filter and `-E` pick, and a failed result for each

@@ -660,3 +660,63 @@ async fn a_budget_holds_when_the_recordings_say_less_than_the_answers_cost() {
         out.stderr
     );
 }
+
+/// A cassette that stops parsing while its recordings are being checked (edited by hand, or
+/// a broken write) is one file not stamped, said by name: the other files are still stamped,
+/// and the results, paid for, are still shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cassette_broken_mid_rerun_leaves_the_others_stamped_and_the_results_shown() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let cassettes = dir.path().join("tests/cassettes");
+    let alpha = cassettes.join("rr--chat--alpha/openai.json");
+    let beta = cassettes.join("rr--chat--beta/openai.json");
+    back_date(&beta, 60);
+    let sent_before = fake.received().len();
+    // Each answer starts a while after its request arrives: time to break beta's file while
+    // its first request is in flight.
+    *fake.state.answer_delay.lock().unwrap() = std::time::Duration::from_millis(500);
+    let mut args: Vec<String> = [
+        "rerun",
+        "--oldest-first",
+        "--mark-verified",
+        "-j",
+        "1",
+        "-E",
+        "test(/alpha|beta/)",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ups(&fake));
+    let root = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        llmreplay(&root, &args)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fake.received().len() == sent_before {
+        assert!(std::time::Instant::now() < deadline, "nothing was sent");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    std::fs::write(&beta, "{ broken").unwrap();
+    let out = run.await.unwrap();
+    assert_eq!(out.code, Some(1), "a file left unstamped fails the run");
+    assert!(
+        out.stdout.contains("rr::chat$alpha"),
+        "the results are shown: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("rr--chat--beta"),
+        "the broken file is named: {}",
+        out.stderr
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&alpha).unwrap()).unwrap();
+    assert!(
+        after["interactions"][0]["verified_at"].is_string(),
+        "alpha is stamped: {after}"
+    );
+    assert_eq!(std::fs::read_to_string(&beta).unwrap(), "{ broken");
+}
