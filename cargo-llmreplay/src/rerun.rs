@@ -345,7 +345,7 @@ fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> 
         match asked - stamped {
             0 => String::new(),
             n => format!(
-                " ({} changed since it was read, left alone)",
+                " ({} changed since it was read, or edited by hand since it was sealed, left alone)",
                 render::plural(n, "recording")
             ),
         }

@@ -720,3 +720,44 @@ async fn a_cassette_broken_mid_rerun_leaves_the_others_stamped_and_the_results_s
     );
     assert_eq!(std::fs::read_to_string(&beta).unwrap(), "{ broken");
 }
+
+/// An answer edited by hand no longer matches its seal and is never replayed: however the live
+/// answer compares with it, it is not stamped verified, so the freshness gate does not call it
+/// fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_edited_by_hand_is_not_stamped_verified() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let alpha = dir
+        .path()
+        .join("tests/cassettes/rr--chat--alpha/openai.json");
+    let text = std::fs::read_to_string(&alpha).unwrap();
+    assert!(text.contains("You said: Steady answer"), "{text}");
+    std::fs::write(
+        &alpha,
+        text.replace("You said: Steady answer", "You said: Steady answer, edited"),
+    )
+    .unwrap();
+    let mut args: Vec<String> = ["rerun", "--mark-verified", "-j", "1", "-E", "test(/alpha/)"]
+        .map(String::from)
+        .to_vec();
+    args.extend(ups(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = llmreplay(dir.path(), &args);
+    assert!(
+        out.stderr
+            .contains("edited by hand since it was sealed, left alone"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&alpha).unwrap()).unwrap();
+    let edited = after["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i.to_string().contains("Steady answer, edited"))
+        .expect("the edited answer is kept");
+    assert!(edited.get("verified_at").is_none(), "{edited}");
+}
