@@ -582,6 +582,12 @@ impl Settings {
                     )))
                 }
             };
+            // Past this, a bound is none (and past tokio's own limit, a panic at start).
+            if let Some(n) = entry.max_concurrent.filter(|n| *n > MAX_CONCURRENT) {
+                return Err(ConfigError::Invalid(format!(
+                    "[providers.{name}] max_concurrent = {n} is no bound; set at most {MAX_CONCURRENT}, or remove it for no bound"
+                )));
+            }
             if entry.max_concurrent == Some(0) {
                 return Err(ConfigError::Invalid(format!(
                     "[providers.{name}] max_concurrent = 0 would send nothing; set at least 1, or remove it for no bound"
@@ -833,6 +839,9 @@ fn check_upstream(url: &str) -> Result<String, String> {
     Ok(url.trim_end_matches('/').to_string())
 }
 
+/// The largest `max_concurrent`.
+const MAX_CONCURRENT: usize = 1_000_000;
+
 /// The widest `min_interval_ms`: a minute, as a provider's slowest published limit asks.
 const MAX_MIN_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -852,8 +861,11 @@ mod tests {
         };
         assert!(pace("min_interval_ms = 60000").is_ok());
         assert!(pace("max_concurrent = 1").is_ok());
+        assert!(pace("max_concurrent = 1000000").is_ok());
         for bad in [
             "max_concurrent = 0",
+            "max_concurrent = 9223372036854775807",
+            "max_concurrent = 1000001",
             "min_interval_ms = 60001",
             "min_interval_ms = 9223372036854775807",
         ] {
