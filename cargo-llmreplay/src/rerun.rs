@@ -75,7 +75,8 @@ pub struct RerunArgs {
     max_spend: Option<ledger::Money>,
     /// Send recordings, in their order (with --oldest-first, the least fresh first), until the
     /// next would pass this budget (2USD, 0.50USD), each estimated before sending from its
-    /// recording's model and usage; those with no price are not sent under a budget.
+    /// recording's model and usage; those with no price are not sent under a budget. The
+    /// answers' own cost is held to it too, as by --max-spend.
     #[arg(long, value_name = "AMOUNT", value_parser = crate::args::parse_money)]
     budget: Option<ledger::Money>,
     /// Send the least fresh recordings first (neither recorded nor verified for longest;
@@ -207,7 +208,12 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         .map(|p| (p.name.as_str().to_string(), p.clone()))
         .collect();
     warn_of_missing_keys(&items, &providers);
-    let spend = daemon::Spend::new(settings.prices.clone(), args.max_spend);
+    let mut spend = daemon::Spend::new(settings.prices.clone(), args.max_spend);
+    // The budget was planned from the recordings' usage, which the seal does not cover and
+    // the live answers need not match: it holds as a cap on what they cost, too.
+    if let Some(budget) = args.budget {
+        spend = spend.capped_by(budget, "--budget");
+    }
     let request = Request {
         providers: &providers,
         model: args.model.as_deref(),
@@ -231,9 +237,11 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         }
         results.push(result);
     }
-    if !holds.is_empty() {
-        stamp_verified(holds, &root)?;
-    }
+    let unstamped = if holds.is_empty() {
+        0
+    } else {
+        stamp_verified(holds, &root)
+    };
     if args.save {
         save(
             &cassettes::Store::new(&settings.cassette_dir),
@@ -253,7 +261,7 @@ pub fn run(args: RerunArgs) -> Result<Outcome> {
         render::stderr(&format!("{}\n", totals_line(&totals)));
     }
     Ok(Outcome::gate(
-        totals.failed > 0 || (args.fail_on_change && totals.changed > 0),
+        totals.failed > 0 || unstamped > 0 || (args.fail_on_change && totals.changed > 0),
     ))
 }
 
@@ -308,17 +316,28 @@ fn within_budget(
 }
 
 /// Stamps today as the verified date of each `(cassette, position, seal)`, one write per file.
-fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> Result<()> {
+/// A file that cannot be stamped (it stopped parsing, its folder stayed locked) is said and
+/// left; the others are still stamped, and the results, paid for, still shown. Says how many
+/// files were left.
+fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> usize {
     let today = cassettes::clock::utc_now();
     let mut by_file: std::collections::BTreeMap<PathBuf, Vec<(usize, Option<String>)>> =
         std::collections::BTreeMap::new();
     for (path, position, seal) in holds {
         by_file.entry(path).or_default().push((position, seal));
     }
-    let (mut stamped, mut asked) = (0, 0);
+    let (mut stamped, mut asked, mut left) = (0, 0, 0);
     for (path, positions) in by_file {
-        asked += positions.len();
-        stamped += cassettes::mark_verified(&path, root, &positions, &today)?;
+        match cassettes::mark_verified(&path, root, &positions, &today) {
+            Ok(n) => {
+                asked += positions.len();
+                stamped += n;
+            }
+            Err(e) => {
+                left += 1;
+                render::stderr(&format!("cargo-llmreplay: not stamped verified: {e}\n"));
+            }
+        }
     }
     render::stderr(&format!(
         "cargo-llmreplay: {} verified as of {today}{}\n",
@@ -326,12 +345,12 @@ fn stamp_verified(holds: Vec<(PathBuf, usize, Option<String>)>, root: &Path) -> 
         match asked - stamped {
             0 => String::new(),
             n => format!(
-                " ({} changed since it was read, left alone)",
+                " ({} changed since it was read, or edited by hand since it was sealed, left alone)",
                 render::plural(n, "recording")
             ),
         }
     ));
-    Ok(())
+    left
 }
 
 /// The recorded requests of the tests the filter and `-E` pick, and a failed result for each

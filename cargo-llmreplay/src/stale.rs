@@ -90,7 +90,7 @@ impl std::fmt::Display for Stale {
             ),
             None => write!(
                 f,
-                "{} (no date: recorded before dates were kept)",
+                "{} (no usable date: none kept, garbled, or ahead of this clock)",
                 crate::render::term(&self.test)
             ),
         }
@@ -106,10 +106,8 @@ pub(crate) fn stale_tests(
     let mut out: Vec<Stale> = fresh
         .iter()
         .filter_map(|(test, date)| {
-            let age = match date {
-                None => None,
-                Some(date) => Some(age_at(date, now)?),
-            };
+            // A date that cannot be judged is stale, as none is.
+            let age = date.as_deref().and_then(|d| age_at(d, now));
             let stale = age.is_none_or(|a| a > max);
             stale.then(|| Stale {
                 test: test.clone(),
@@ -125,11 +123,16 @@ pub(crate) fn stale_tests(
     out
 }
 
-/// How long before `now` a recording's date is (none for a date that is no date; a date
-/// ahead of `now`, from another machine's clock, is no age at all).
+/// How long before `now` a recording's date is: none for a date that is no date, or that is
+/// further ahead of `now` than another machine's clock could be (a day); a date ahead by less
+/// is no age at all.
 pub(crate) fn age_at(date: &str, now: SystemTime) -> Option<Duration> {
     let at = humantime::parse_rfc3339(date).ok()?;
-    Some(now.duration_since(at).unwrap_or_default())
+    match now.duration_since(at) {
+        Ok(age) => Some(age),
+        Err(ahead) if ahead.duration() <= Duration::from_secs(86_400) => Some(Duration::ZERO),
+        Err(_) => None,
+    }
 }
 
 /// An age in the largest whole unit: "45 days", "3 hours", "under a minute".
@@ -159,7 +162,8 @@ mod tests {
             ("new", Some("2026-11-20T00:00:00Z")),
             ("old", Some("2026-09-28T00:00:00Z")),
             ("undated", None),
-            ("ahead", Some("2027-01-01T00:00:00Z")),
+            ("skewed", Some("2026-11-27T00:05:00Z")),
+            ("ahead", Some("9999-01-01T00:00:00Z")),
             ("garbled", Some("yesterday")),
         ]
         .into_iter()
@@ -170,9 +174,30 @@ mod tests {
         assert_eq!(
             named,
             [
-                "undated (no date: recorded before dates were kept)",
+                "ahead (no usable date: none kept, garbled, or ahead of this clock)",
+                "garbled (no usable date: none kept, garbled, or ahead of this clock)",
+                "undated (no usable date: none kept, garbled, or ahead of this clock)",
                 "old (60 days old)"
             ]
+        );
+        // A date edited by hand (the seal covers only the answer) must not make a recording
+        // look fresh, nor hide another's date.
+        let folder = tempfile::tempdir().unwrap();
+        let file = |recorded: &str, verified: &str| {
+            format!(r#"{{"recorded_at":"{recorded}","verified_at":"{verified}"}}"#)
+        };
+        std::fs::write(
+            folder.path().join("openai.json"),
+            format!(
+                r#"{{"interactions":[{},{}]}}"#,
+                file("2024-01-01T00:00:00Z", "zzz"),
+                file("2026-11-20T00:00:00Z", "0")
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            oldest_in(folder.path()),
+            Some(Some("2024-01-01T00:00:00Z".to_string()))
         );
         let mut merged = BTreeMap::new();
         keep_older(&mut merged, "t".into(), Some("2026-11-01T00:00:00Z".into()));

@@ -309,7 +309,7 @@ pub(crate) fn text(s: &Status, root: &Path, cassette_dir: &Path) -> String {
         for f in &s.stale {
             let age = match f.age_s {
                 Some(secs) => crate::stale::age_words(std::time::Duration::from_secs(secs)),
-                None => "no date: recorded before dates were kept".into(),
+                None => "no usable date: none kept, garbled, or ahead of this clock".into(),
             };
             let _ = writeln!(out, "  {}/  {age}", rel(&cassette_dir.join(&f.folder)));
         }

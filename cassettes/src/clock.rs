@@ -47,11 +47,31 @@ pub fn fresh_dates(text: &str) -> Result<Vec<Option<String>>, serde_json::Error>
 }
 
 /// The later of a recording's verified and recorded dates (RFC 3339 in UTC sorts as text).
+/// A date not in the form this crate writes (edited by hand: the seal covers only the answer)
+/// is no date, so that it can neither make a recording look fresh nor hide another's date.
 pub fn fresher<'a>(verified: Option<&'a str>, recorded: Option<&'a str>) -> Option<&'a str> {
+    let (verified, recorded) = (
+        verified.filter(|d| is_stamp(d)),
+        recorded.filter(|d| is_stamp(d)),
+    );
     match (verified, recorded) {
         (Some(v), Some(r)) => Some(v.max(r)),
         (v, r) => v.or(r),
     }
+}
+
+/// Whether `date` has the form [`utc`] writes (`2026-11-27T06:33:02Z`), so that dates sort as
+/// text.
+pub fn is_stamp(date: &str) -> bool {
+    let b = date.as_bytes();
+    b.len() == 20
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'T',
+            13 | 16 => *c == b':',
+            19 => *c == b'Z',
+            _ => c.is_ascii_digit(),
+        })
 }
 
 /// The proleptic Gregorian date of a day count from 1970-01-01 (Howard Hinnant's algorithm,

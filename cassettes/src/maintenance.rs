@@ -77,9 +77,10 @@ pub(crate) fn count_changes(before: &Sealed, after: &Sealed, changes: &mut TestC
 }
 
 /// Stamps `at` as the verified date of the interactions at `positions` (from 0) whose seal is
-/// still the one given: the live provider gave an answer no code could tell from theirs. Their
-/// answers, keys and seals stay as they are; one that changed since it was read (a recording
-/// run replaced it) is left alone. Under the folder's lock. Says how many were stamped.
+/// still the one given, and still matches their answer (and their key their request): the
+/// live provider gave an answer no code could tell from theirs. Their answers, keys and seals
+/// stay as they are; one that changed since it was read (a recording run replaced it, or a
+/// hand edited it) is left alone. Under the folder's lock. Says how many were stamped.
 pub fn mark_verified(
     path: &Path,
     root: &Path,
@@ -91,8 +92,15 @@ pub fn mark_verified(
     let Some(mut cassette) = read_if_exists(path)? else {
         return Ok(0);
     };
+    // One edited by hand since it was sealed or keyed is never replayed: no live answer makes
+    // it fresh.
+    let mut damaged = cassette.seal_mismatches();
+    damaged.extend(cassette.key_mismatches());
     let mut stamped = 0;
     for (position, seal) in positions {
+        if damaged.contains(position) {
+            continue;
+        }
         if let Some(i) = cassette.interactions.get_mut(*position) {
             if &i.seal == seal {
                 i.verified_at = Some(at.to_string());

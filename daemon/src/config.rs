@@ -582,9 +582,27 @@ impl Settings {
                     )))
                 }
             };
+            // Past this, a bound is none (and past tokio's own limit, a panic at start).
+            if let Some(n) = entry.max_concurrent.filter(|n| *n > MAX_CONCURRENT) {
+                return Err(ConfigError::Invalid(format!(
+                    "[providers.{name}] max_concurrent = {n} is no bound; set at most {MAX_CONCURRENT}, or remove it for no bound"
+                )));
+            }
             if entry.max_concurrent == Some(0) {
                 return Err(ConfigError::Invalid(format!(
                     "[providers.{name}] max_concurrent = 0 would send nothing; set at least 1, or remove it for no bound"
+                )));
+            }
+            // Each request waits its turn with no bound of its own, so a spacing past what a
+            // test waits would hang the suite rather than fail it.
+            if let Some(ms) = entry
+                .min_interval_ms
+                .filter(|ms| *ms > MAX_MIN_INTERVAL.as_millis() as u64)
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "[providers.{name}] min_interval_ms = {ms} would keep a test waiting over {}s for each request; set at most {} (one request a minute)",
+                    MAX_MIN_INTERVAL.as_secs(),
+                    MAX_MIN_INTERVAL.as_millis()
                 )));
             }
             let pace = crate::pace::Pace::new(
@@ -821,9 +839,40 @@ fn check_upstream(url: &str) -> Result<String, String> {
     Ok(url.trim_end_matches('/').to_string())
 }
 
+/// The largest `max_concurrent`.
+const MAX_CONCURRENT: usize = 1_000_000;
+
+/// The widest `min_interval_ms`: a minute, as a provider's slowest published limit asks.
+const MAX_MIN_INTERVAL: Duration = Duration::from_secs(60);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pace that could never send, or would keep a test waiting for ever, is refused when
+    /// the configuration is read rather than hanging the suite.
+    #[test]
+    fn paces_that_would_hang_a_suite_are_refused() {
+        let pace = |line: &str| {
+            load(
+                &format!("[providers.openai]\n{line}\n"),
+                &Overrides::default(),
+            )
+        };
+        assert!(pace("min_interval_ms = 60000").is_ok());
+        assert!(pace("max_concurrent = 1").is_ok());
+        assert!(pace("max_concurrent = 1000000").is_ok());
+        for bad in [
+            "max_concurrent = 0",
+            "max_concurrent = 9223372036854775807",
+            "max_concurrent = 1000001",
+            "min_interval_ms = 60001",
+            "min_interval_ms = 9223372036854775807",
+        ] {
+            let e = pace(bad).unwrap_err().to_string();
+            assert!(e.contains("set at"), "{bad}: {e}");
+        }
+    }
 
     fn load(text: &str, overrides: &Overrides) -> Result<Settings, ConfigError> {
         let dir = tempfile::tempdir().unwrap();

@@ -72,8 +72,12 @@ impl Pace {
 /// How long a 429's headers (or Gemini's body) ask the client to wait, if they say.
 pub fn retry_after(headers: &http::HeaderMap, body: Option<&[u8]>) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        return finite(ms / 1000.0);
+    // One that says nothing usable (NaN, -1) gives way to the next way of saying it.
+    if let Some(wait) = text("retry-after-ms")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .and_then(|ms| finite(ms / 1000.0))
+    {
+        return Some(wait);
     }
     if let Some(value) = text("retry-after") {
         let value = value.trim();
@@ -141,6 +145,18 @@ mod tests {
         );
         assert_eq!(at(&[("retry-after", "soon")], None), None);
         assert_eq!(at(&[("retry-after", "-1")], None), None);
+        for nonsense in ["NaN", "inf", "-1"] {
+            assert_eq!(
+                at(&[("retry-after-ms", nonsense), ("retry-after", "2")], None),
+                Some(Duration::from_secs(2)),
+                "retry-after-ms: {nonsense} gives way to retry-after"
+            );
+        }
+        assert_eq!(
+            at(&[("retry-after", "999999999")], None),
+            Some(Duration::from_secs(3600)),
+            "held to an hour, past the retry bound: passed on"
+        );
         assert_eq!(at(&[], Some("not json")), None);
     }
 

@@ -135,7 +135,15 @@ pub(crate) async fn forward(
                     continue;
                 }
                 (_, Some(read)) => {
-                    // Its body was read to find out: passed on as the client's error.
+                    // Its body was read to find out: passed on as the client's error, and
+                    // logged, so with the run's secrets replaced (a gateway may echo the key).
+                    let read = String::from_utf8_lossy(&read);
+                    let read = state
+                        .settings
+                        .normalizer
+                        .guard()
+                        .plain(&read)
+                        .unwrap_or_else(|| read.into_owned());
                     return Err(Failed::new(
                         StatusCode::TOO_MANY_REQUESTS,
                         "llmreplay_rate_limited",
@@ -143,7 +151,7 @@ pub(crate) async fn forward(
                             "cargo-llmreplay: the {} upstream answered 429 (not saved){}: {}",
                             provider.name,
                             gave_up(retries, waited),
-                            providers::redact::text(&String::from_utf8_lossy(&read))
+                            providers::redact::text(&read)
                         ),
                     ));
                 }

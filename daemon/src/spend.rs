@@ -13,6 +13,8 @@ use std::sync::Mutex;
 pub struct Spend {
     prices: Prices,
     cap: Option<Money>,
+    /// The flag that set the cap, as messages name it: `--max-spend` unless said otherwise.
+    cap_flag: Option<&'static str>,
     /// The priced answers' sum, in picodollars: read on every forward, so an atomic.
     spent: AtomicU64,
     tally: Mutex<Tally>,
@@ -29,6 +31,16 @@ impl Spend {
         }
     }
 
+    /// Held to `cap` as well (the lower of the two), named `flag` in what is said when it
+    /// refuses; `rerun --budget` is also a cap on what its answers cost.
+    pub fn capped_by(mut self, cap: Money, flag: &'static str) -> Spend {
+        if self.cap.is_none_or(|c| cap < c) {
+            self.cap = Some(cap);
+            self.cap_flag = Some(flag);
+        }
+        self
+    }
+
     /// The prices.
     pub fn prices(&self) -> &Prices {
         &self.prices
@@ -43,7 +55,13 @@ impl Spend {
     pub fn recorded(&self, provider: &str, model: Option<&str>, usage: Option<&serde_json::Value>) {
         let priced = self.prices.price(provider, model, usage);
         if let Priced::Cost(m) = priced {
-            self.spent.fetch_add(m.pico(), Ordering::Relaxed);
+            // Held at the largest sum: a wrapped one would read as little spent, and let the
+            // run past its cap.
+            let _ = self
+                .spent
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some(s.saturating_add(m.pico()))
+                });
         }
         self.tally.lock().expect("spend lock").add(priced);
     }
@@ -71,19 +89,20 @@ impl Spend {
             return Ok(());
         };
         let spent = self.spent();
+        let flag = self.cap_flag.unwrap_or("--max-spend");
         let why = if spent >= cap {
-            format!("this run spent {spent} of its --max-spend {cap}")
+            format!("this run spent {spent} of its {flag} {cap}")
         } else {
             match estimate {
                 Some(e) if spent.saturating_add(e) > cap => format!(
-                    "this run spent {spent} of its --max-spend {cap}, and this request's recording cost {e} when it was recorded, which would pass it"
+                    "this run spent {spent} of its {flag} {cap}, and this request's recording cost {e} when it was recorded, which would pass it"
                 ),
                 _ => return Ok(()),
             }
         };
         self.refused.fetch_add(1, Ordering::Relaxed);
         Err(format!(
-            "cargo-llmreplay: not sent upstream: {why}. What was recorded before is kept; raise the cap (--max-spend {}USD) or record the rest in another run",
+            "cargo-llmreplay: not sent upstream: {why}. What was recorded before is kept; raise the cap ({flag} {}USD) or record the rest in another run",
             suggested(cap)
         ))
     }
@@ -124,5 +143,18 @@ mod tests {
         assert!(e.contains("--max-spend 1USD"), "{e}");
         assert_eq!(spend.refused(), 2);
         assert_eq!(spend.tally().unpriced.get("my-finetune"), Some(&1));
+    }
+
+    /// An answer whose usage prices at the largest amount, then any other, must not wrap the
+    /// sum round to little spent.
+    #[test]
+    fn a_sum_past_the_largest_amount_still_refuses() {
+        let spend = Spend::new(Prices::vendored(), Some(Money::from_micros(500)));
+        let huge = json!({"prompt_tokens": u64::MAX, "completion_tokens": u64::MAX});
+        let usage = json!({"prompt_tokens": 1000, "completion_tokens": 100});
+        spend.recorded("openai", Some("gpt-4o-mini"), Some(&huge));
+        spend.recorded("openai", Some("gpt-4o-mini"), Some(&usage));
+        assert_eq!(spend.spent(), Money::from_pico(u64::MAX));
+        assert!(spend.allow(None).is_err());
     }
 }

@@ -94,7 +94,7 @@ impl fmt::Display for Money {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let micros = self.micros();
         if self.0 >= PICO_PER_DOLLAR / 100 || micros == 0 {
-            let cents = (self.0 + PICO_PER_DOLLAR / 200) / (PICO_PER_DOLLAR / 100);
+            let cents = self.0.saturating_add(PICO_PER_DOLLAR / 200) / (PICO_PER_DOLLAR / 100);
             let dollars = cents / 100;
             let mut whole = dollars.to_string();
             // Thousands grouped, as `1,240 replays` is.

@@ -196,3 +196,31 @@ fn bedrock_counts_its_cache_apart_and_its_ids_carry_region_and_vendor() {
         micros(80 + 80 + 200 + 200)
     );
 }
+
+/// A garbled or hostile usage block (counts near 2^64) must neither panic the daemon nor wrap
+/// to a small cost that lets a run past its `--max-spend`: the cost holds at the largest
+/// amount, and shows as it.
+#[test]
+fn huge_usage_holds_at_the_largest_cost_and_shows_it() {
+    let max = u64::MAX;
+    let anthropic = json!({"input_tokens": max, "cache_read_input_tokens": 1,
+        "cache_creation_input_tokens": 1, "output_tokens": max});
+    let bedrock = json!({"inputTokens": max, "outputTokens": 1, "cacheReadInputTokens": 1});
+    let gemini = json!({"promptTokenCount": max, "toolUsePromptTokenCount": 1,
+        "candidatesTokenCount": max, "thoughtsTokenCount": 1});
+    for (provider, model, usage) in [
+        ("anthropic", "claude-3-5-haiku-20241022", anthropic),
+        (
+            "bedrock",
+            "anthropic.claude-3-5-haiku-20241022-v1:0",
+            bedrock,
+        ),
+        ("gemini", "gemini-1.5-flash", gemini),
+    ] {
+        let Priced::Cost(m) = cost(provider, model, usage) else {
+            panic!("{provider}: priced");
+        };
+        assert_eq!(m, Money::from_pico(u64::MAX), "{provider}");
+    }
+    assert_eq!(Money::from_pico(u64::MAX).to_string(), "$18,446,744.07");
+}

@@ -143,7 +143,9 @@ impl Family for Anthropic {
         // Anthropic's `input_tokens` leaves out what the cache read and wrote; prices count
         // them as input, at their own rates.
         Some(Tokens {
-            input: uncached + cache_read + cache_write,
+            input: uncached
+                .saturating_add(cache_read)
+                .saturating_add(cache_write),
             output: count(usage, "output_tokens").unwrap_or(0),
             cache_read,
             cache_write,

@@ -177,7 +177,10 @@ impl Family for Bedrock {
                 let cache_read = count(usage, "cacheReadInputTokens").unwrap_or(0);
                 let cache_write = count(usage, "cacheWriteInputTokens").unwrap_or(0);
                 Some(Tokens {
-                    input: i.unwrap_or(0) + cache_read + cache_write,
+                    input: i
+                        .unwrap_or(0)
+                        .saturating_add(cache_read)
+                        .saturating_add(cache_write),
                     output: o.unwrap_or(0),
                     cache_read,
                     cache_write,

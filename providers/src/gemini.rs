@@ -138,12 +138,14 @@ impl Family for Gemini {
         if input.is_none() && output.is_none() && total.is_none() {
             return None;
         }
-        let input = input.unwrap_or(0) + count(usage, "toolUsePromptTokenCount").unwrap_or(0);
+        let input = input
+            .unwrap_or(0)
+            .saturating_add(count(usage, "toolUsePromptTokenCount").unwrap_or(0));
         let thoughts = count(usage, "thoughtsTokenCount").unwrap_or(0);
         // Thinking is billed as output but counted apart from the candidates; the cached
         // content is counted within the prompt.
         let output = match output {
-            Some(candidates) => candidates + thoughts,
+            Some(candidates) => candidates.saturating_add(thoughts),
             None => total.unwrap_or(0).saturating_sub(input),
         };
         Some(Tokens {

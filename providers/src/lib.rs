@@ -324,7 +324,7 @@ fn is_zero(n: &u64) -> bool {
 impl Tokens {
     /// Tokens in and out.
     pub fn total(&self) -> u64 {
-        self.input + self.output
+        self.input.saturating_add(self.output)
     }
 
     /// Reads a usage object of any family.

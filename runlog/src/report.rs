@@ -142,16 +142,23 @@ pub struct Ledger {
 impl Ledger {
     /// Adds another partition's ledger.
     pub fn merge(&mut self, other: &Ledger) {
-        self.saved_micros += other.saved_micros;
-        self.replays_priced += other.replays_priced;
-        self.replays_unpriced += other.replays_unpriced;
-        self.spent_micros += other.spent_micros;
-        self.recordings_priced += other.recordings_priced;
-        self.recordings_unpriced += other.recordings_unpriced;
+        // Held at the largest sum: a partition's report is a file anyone can edit, and a
+        // wrapped sum would show a huge spend as little.
+        self.saved_micros = self.saved_micros.saturating_add(other.saved_micros);
+        self.replays_priced = self.replays_priced.saturating_add(other.replays_priced);
+        self.replays_unpriced = self.replays_unpriced.saturating_add(other.replays_unpriced);
+        self.spent_micros = self.spent_micros.saturating_add(other.spent_micros);
+        self.recordings_priced = self
+            .recordings_priced
+            .saturating_add(other.recordings_priced);
+        self.recordings_unpriced = self
+            .recordings_unpriced
+            .saturating_add(other.recordings_unpriced);
         for (model, n) in &other.unpriced {
-            *self.unpriced.entry(model.clone()).or_default() += n;
+            let was = self.unpriced.entry(model.clone()).or_default();
+            *was = was.saturating_add(*n);
         }
-        self.refused_over_cap += other.refused_over_cap;
+        self.refused_over_cap = self.refused_over_cap.saturating_add(other.refused_over_cap);
         self.max_spend_micros = self.max_spend_micros.or(other.max_spend_micros);
         if self.prices_date.is_empty() {
             self.prices_date = other.prices_date.clone();
@@ -562,5 +569,24 @@ mod tests {
         assert_eq!("record_missing".parse(), Ok(Mode::RecordMissing));
         let err = "sometimes".parse::<Mode>().unwrap_err();
         assert!(err.to_string().starts_with("unknown mode \"sometimes\""));
+    }
+
+    /// Partitions' ledgers whose sums pass the largest number hold at it, rather than
+    /// panicking or wrapping round to little spent.
+    #[test]
+    fn ledgers_merged_past_the_largest_sum_hold_at_it() {
+        let huge = Ledger {
+            spent_micros: u64::MAX,
+            saved_micros: u64::MAX,
+            recordings_priced: usize::MAX,
+            unpriced: [("m".to_string(), usize::MAX)].into(),
+            ..Ledger::default()
+        };
+        let mut merged = huge.clone();
+        merged.merge(&huge);
+        assert_eq!(merged.spent_micros, u64::MAX);
+        assert_eq!(merged.saved_micros, u64::MAX);
+        assert_eq!(merged.recordings_priced, usize::MAX);
+        assert_eq!(merged.unpriced["m"], usize::MAX);
     }
 }

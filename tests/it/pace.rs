@@ -106,3 +106,59 @@ async fn a_429_that_says_when_is_waited_out_and_never_saved() {
         "a 429 is never saved"
     );
 }
+
+/// A Gemini 429's body is read to learn when to come back, and quoted in what the client is
+/// told and the run logs when it says nothing usable: a key it echoes (a gateway's "limit
+/// reached for key ...") is replaced there as everywhere else the run shows one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gemini_429_that_echoes_the_key_is_quoted_without_it() {
+    const KEY: &str = "gwkey-7f3a9b2c1d5e6f708192a3b4";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                // One request, read until its (small) body has arrived.
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !(String::from_utf8_lossy(&seen).contains("\r\n\r\n") && seen.ends_with(b"}"))
+                {
+                    match socket.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let body = format!(
+                    r#"{{"error":{{"code":429,"message":"Quota exceeded for key {KEY}","status":"RESOURCE_EXHAUSTED"}}}}"#
+                );
+                let answer = format!(
+                    "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::recording(dir.path(), &format!("gemini={url}"));
+    let answer = http()
+        .post(format!(
+            "{}/gemini/v1beta/models/gemini-1.5-flash:generateContent",
+            serve.for_test("pace$echo")
+        ))
+        .header("x-goog-api-key", KEY)
+        .json(&json!({"contents": [{"parts": [{"text": "hello"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let said = answer.text().await.unwrap();
+    assert_eq!(status, 429, "{said}");
+    assert!(said.contains("Quota exceeded for key"), "quoted: {said}");
+    assert!(!said.contains(KEY), "the key is not: {said}");
+    serve.stop();
+}

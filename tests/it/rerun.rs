@@ -610,3 +610,154 @@ async fn a_budget_sends_the_least_fresh_until_the_next_would_pass_it() {
     assert_eq!(bad.code, Some(2), "{}", bad.stderr);
     assert!(bad.stderr.contains("2USD"), "{}", bad.stderr);
 }
+
+/// A budget is planned from the recordings' usage, which is no part of the seal: a recording
+/// whose usage says less than its live answer costs (edited by hand, or a provider that now
+/// answers at length) must not let the rerun spend past the budget. It also holds as a cap on
+/// what the live answers cost, so sends stop once they reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_holds_when_the_recordings_say_less_than_the_answers_cost() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let cassettes = dir.path().join("tests/cassettes");
+    let mut zeroed = 0;
+    for folder in std::fs::read_dir(&cassettes).unwrap() {
+        let file = folder.unwrap().path().join("openai.json");
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let mut cassette: Value = serde_json::from_str(&text).unwrap();
+        for i in cassette["interactions"].as_array_mut().unwrap() {
+            i["summary"]["usage"] = json!({"prompt_tokens": 0, "completion_tokens": 0});
+            zeroed += 1;
+        }
+        std::fs::write(&file, serde_json::to_string_pretty(&cassette).unwrap()).unwrap();
+    }
+    assert!(zeroed >= 4, "{zeroed}");
+    let sent_before = fake.received().len();
+    // Each live answer (5 in, 4 out at gpt-4o-mini's price) costs $0.00000315: the budget
+    // pays for one, and the answer that passes it is the last sent.
+    let mut args: Vec<String> = [
+        "rerun",
+        "--mark-verified",
+        "--budget",
+        "0.000004USD",
+        "-j",
+        "1",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ups(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = llmreplay(dir.path(), &args);
+    let sent = fake.received().len() - sent_before;
+    assert!(sent <= 2, "sent {sent}: {}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("--budget 0.000004USD") || out.stdout.contains("its --budget"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+}
+
+/// A cassette that stops parsing while its recordings are being checked (edited by hand, or
+/// a broken write) is one file not stamped, said by name: the other files are still stamped,
+/// and the results, paid for, are still shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cassette_broken_mid_rerun_leaves_the_others_stamped_and_the_results_shown() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let cassettes = dir.path().join("tests/cassettes");
+    let alpha = cassettes.join("rr--chat--alpha/openai.json");
+    let beta = cassettes.join("rr--chat--beta/openai.json");
+    back_date(&beta, 60);
+    let sent_before = fake.received().len();
+    // Each answer starts a while after its request arrives: time to break beta's file while
+    // its first request is in flight.
+    *fake.state.answer_delay.lock().unwrap() = std::time::Duration::from_millis(500);
+    let mut args: Vec<String> = [
+        "rerun",
+        "--oldest-first",
+        "--mark-verified",
+        "-j",
+        "1",
+        "-E",
+        "test(/alpha|beta/)",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.extend(ups(&fake));
+    let root = dir.path().to_path_buf();
+    let run = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        llmreplay(&root, &args)
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fake.received().len() == sent_before {
+        assert!(std::time::Instant::now() < deadline, "nothing was sent");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    std::fs::write(&beta, "{ broken").unwrap();
+    let out = run.await.unwrap();
+    assert_eq!(out.code, Some(1), "a file left unstamped fails the run");
+    assert!(
+        out.stdout.contains("rr::chat$alpha"),
+        "the results are shown: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("rr--chat--beta"),
+        "the broken file is named: {}",
+        out.stderr
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&alpha).unwrap()).unwrap();
+    assert!(
+        after["interactions"][0]["verified_at"].is_string(),
+        "alpha is stamped: {after}"
+    );
+    assert_eq!(std::fs::read_to_string(&beta).unwrap(), "{ broken");
+}
+
+/// An answer edited by hand no longer matches its seal and is never replayed: however the live
+/// answer compares with it, it is not stamped verified, so the freshness gate does not call it
+/// fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_edited_by_hand_is_not_stamped_verified() {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    let alpha = dir
+        .path()
+        .join("tests/cassettes/rr--chat--alpha/openai.json");
+    let text = std::fs::read_to_string(&alpha).unwrap();
+    assert!(text.contains("You said: Steady answer"), "{text}");
+    std::fs::write(
+        &alpha,
+        text.replace("You said: Steady answer", "You said: Steady answer, edited"),
+    )
+    .unwrap();
+    let mut args: Vec<String> = ["rerun", "--mark-verified", "-j", "1", "-E", "test(/alpha/)"]
+        .map(String::from)
+        .to_vec();
+    args.extend(ups(&fake));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = llmreplay(dir.path(), &args);
+    assert!(
+        out.stderr
+            .contains("edited by hand since it was sealed, left alone"),
+        "{}{}",
+        out.stdout,
+        out.stderr
+    );
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(&alpha).unwrap()).unwrap();
+    let edited = after["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i.to_string().contains("Steady answer, edited"))
+        .expect("the edited answer is kept");
+    assert!(edited.get("verified_at").is_none(), "{edited}");
+}
