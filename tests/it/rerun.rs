@@ -88,6 +88,24 @@ async fn record(dir: &Path, fake: &FakeProvider) {
     assert!(stopped.status.success(), "{}", stopped.stderr);
 }
 
+/// The sample `record` makes, in a workspace of its own, and the stand-in that answered it.
+async fn recorded() -> (FakeProvider, tempfile::TempDir) {
+    let fake = FakeProvider::start().await;
+    let dir = workspace();
+    record(dir.path(), &fake).await;
+    (fake, dir)
+}
+
+/// `rerun WORDS`, sent to the stand-in.
+fn rerun_words(words: &[&str], fake: &FakeProvider) -> Vec<String> {
+    let mut args: Vec<String> = std::iter::once("rerun")
+        .chain(words.iter().copied())
+        .map(String::from)
+        .collect();
+    args.extend(ups(fake));
+    args
+}
+
 fn llmreplay(dir: &Path, args: &[&str]) -> Output {
     Output::of(
         std::process::Command::new(binary())
@@ -102,9 +120,7 @@ fn llmreplay(dir: &Path, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reruns_with_overrides_four_at_a_time_and_marks_exactly_the_changed_and_the_failed() {
-    let fake = FakeProvider::start().await;
-    let dir = workspace();
-    record(dir.path(), &fake).await;
+    let (fake, dir) = recorded().await;
     commit_all(dir.path());
     let recorded = fake.received().len();
 
@@ -256,9 +272,7 @@ async fn reruns_with_overrides_four_at_a_time_and_marks_exactly_the_changed_and_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drift_check_fails_on_change_and_save_replaces_in_place() {
-    let fake = FakeProvider::start().await;
-    let dir = workspace();
-    record(dir.path(), &fake).await;
+    let (fake, dir) = recorded().await;
     let cassette = dir
         .path()
         .join("tests/cassettes/rr--chat--alpha/openai.json");
@@ -429,9 +443,7 @@ fn back_date(file: &Path, days: u64) -> String {
 /// structure changed is reported as drift and left as it was. Never under CI unasked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mark_verified_stamps_what_holds_oldest_first_and_reports_the_rest() {
-    let fake = FakeProvider::start().await;
-    let dir = workspace();
-    record(dir.path(), &fake).await;
+    let (fake, dir) = recorded().await;
     let cassettes = dir.path().join("tests/cassettes");
     let beta = cassettes.join("rr--chat--beta/openai.json");
     let gamma = cassettes.join("rr--chat--gamma/anthropic.json");
@@ -442,20 +454,19 @@ async fn mark_verified_stamps_what_holds_oldest_first_and_reports_the_rest() {
     *fake.state.finish_for.lock().unwrap() = vec![("Breaks later".into(), "length".into())];
     let sent_before = fake.received().len();
 
-    let mut args: Vec<String> = [
-        "rerun",
-        "--oldest-first",
-        "--mark-verified",
-        "-j",
-        "1",
-        "--format",
-        "json",
-        "-E",
-        "test(/beta|gamma/)",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(ups(&fake));
+    let args = rerun_words(
+        &[
+            "--oldest-first",
+            "--mark-verified",
+            "-j",
+            "1",
+            "--format",
+            "json",
+            "-E",
+            "test(/beta|gamma/)",
+        ],
+        &fake,
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let refused = Output::of(
         std::process::Command::new(binary())
@@ -555,9 +566,7 @@ async fn mark_verified_stamps_what_holds_oldest_first_and_reports_the_rest() {
 /// budget, a recording with no price is not sent, and only what was sent is stamped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_sends_the_least_fresh_until_the_next_would_pass_it() {
-    let fake = FakeProvider::start().await;
-    let dir = workspace();
-    record(dir.path(), &fake).await;
+    let (fake, dir) = recorded().await;
     let cassettes = dir.path().join("tests/cassettes");
     let beta = cassettes.join("rr--chat--beta/openai.json");
     back_date(&cassettes.join("rr--chat--gamma/anthropic.json"), 90);
@@ -565,20 +574,19 @@ async fn a_budget_sends_the_least_fresh_until_the_next_would_pass_it() {
     let sent_before = fake.received().len();
     // gpt-4o-mini at $0.15 and $0.60 a million tokens in and out: each of beta's recordings
     // (5 in, 4 out) costs $0.00000315, so $0.000004 pays for one. claude-x has no price.
-    let mut args: Vec<String> = [
-        "rerun",
-        "--oldest-first",
-        "--mark-verified",
-        "--budget",
-        "0.000004USD",
-        "-j",
-        "1",
-        "-E",
-        "test(/alpha|beta|gamma/)",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(ups(&fake));
+    let args = rerun_words(
+        &[
+            "--oldest-first",
+            "--mark-verified",
+            "--budget",
+            "0.000004USD",
+            "-j",
+            "1",
+            "-E",
+            "test(/alpha|beta|gamma/)",
+        ],
+        &fake,
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = llmreplay(dir.path(), &args);
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
@@ -617,9 +625,7 @@ async fn a_budget_sends_the_least_fresh_until_the_next_would_pass_it() {
 /// what the live answers cost, so sends stop once they reach it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_holds_when_the_recordings_say_less_than_the_answers_cost() {
-    let fake = FakeProvider::start().await;
-    let dir = workspace();
-    record(dir.path(), &fake).await;
+    let (fake, dir) = recorded().await;
     let cassettes = dir.path().join("tests/cassettes");
     let mut zeroed = 0;
     for folder in std::fs::read_dir(&cassettes).unwrap() {
@@ -638,17 +644,10 @@ async fn a_budget_holds_when_the_recordings_say_less_than_the_answers_cost() {
     let sent_before = fake.received().len();
     // Each live answer (5 in, 4 out at gpt-4o-mini's price) costs $0.00000315: the budget
     // pays for one, and the answer that passes it is the last sent.
-    let mut args: Vec<String> = [
-        "rerun",
-        "--mark-verified",
-        "--budget",
-        "0.000004USD",
-        "-j",
-        "1",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(ups(&fake));
+    let args = rerun_words(
+        &["--mark-verified", "--budget", "0.000004USD", "-j", "1"],
+        &fake,
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = llmreplay(dir.path(), &args);
     let sent = fake.received().len() - sent_before;
@@ -666,9 +665,7 @@ async fn a_budget_holds_when_the_recordings_say_less_than_the_answers_cost() {
 /// and the results, paid for, are still shown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cassette_broken_mid_rerun_leaves_the_others_stamped_and_the_results_shown() {
-    let fake = FakeProvider::start().await;
-    let dir = workspace();
-    record(dir.path(), &fake).await;
+    let (fake, dir) = recorded().await;
     let cassettes = dir.path().join("tests/cassettes");
     let alpha = cassettes.join("rr--chat--alpha/openai.json");
     let beta = cassettes.join("rr--chat--beta/openai.json");
@@ -677,18 +674,17 @@ async fn a_cassette_broken_mid_rerun_leaves_the_others_stamped_and_the_results_s
     // Each answer starts a while after its request arrives: time to break beta's file while
     // its first request is in flight.
     *fake.state.answer_delay.lock().unwrap() = std::time::Duration::from_millis(500);
-    let mut args: Vec<String> = [
-        "rerun",
-        "--oldest-first",
-        "--mark-verified",
-        "-j",
-        "1",
-        "-E",
-        "test(/alpha|beta/)",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.extend(ups(&fake));
+    let args = rerun_words(
+        &[
+            "--oldest-first",
+            "--mark-verified",
+            "-j",
+            "1",
+            "-E",
+            "test(/alpha|beta/)",
+        ],
+        &fake,
+    );
     let root = dir.path().to_path_buf();
     let run = tokio::task::spawn_blocking(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -726,9 +722,7 @@ async fn a_cassette_broken_mid_rerun_leaves_the_others_stamped_and_the_results_s
 /// fresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_edited_by_hand_is_not_stamped_verified() {
-    let fake = FakeProvider::start().await;
-    let dir = workspace();
-    record(dir.path(), &fake).await;
+    let (fake, dir) = recorded().await;
     let alpha = dir
         .path()
         .join("tests/cassettes/rr--chat--alpha/openai.json");
@@ -739,10 +733,10 @@ async fn an_answer_edited_by_hand_is_not_stamped_verified() {
         text.replace("You said: Steady answer", "You said: Steady answer, edited"),
     )
     .unwrap();
-    let mut args: Vec<String> = ["rerun", "--mark-verified", "-j", "1", "-E", "test(/alpha/)"]
-        .map(String::from)
-        .to_vec();
-    args.extend(ups(&fake));
+    let args = rerun_words(
+        &["--mark-verified", "-j", "1", "-E", "test(/alpha/)"],
+        &fake,
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = llmreplay(dir.path(), &args);
     assert!(
