@@ -38,6 +38,7 @@ pub enum TrajectoryFormat {
 pub struct TrajectoryArgs {
     #[command(flatten)]
     tests: TestSelection,
+    /// How it prints.
     #[arg(long, value_enum, default_value = "text")]
     format: TrajectoryFormat,
     #[command(flatten)]
