@@ -16,6 +16,42 @@ pub struct CassetteDirArg {
     pub cassette_dir: Option<PathBuf>,
 }
 
+/// Which tests' recordings a command reads: `rerun` and `trajectory`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct TestSelection {
+    /// Only tests whose id contains this.
+    pub filter: Option<String>,
+    /// Only tests matching this filter expression, e.g. 'test(=name) | package(my-crate)'.
+    /// Repeatable (any of them).
+    #[arg(short = 'E', long = "filterset", value_name = "EXPR")]
+    pub exprs: Vec<String>,
+}
+
+impl TestSelection {
+    /// Whether a test is selected: its id contains FILTER, and it matches any -E.
+    pub fn matcher(&self) -> Result<impl Fn(&cassettes::TestId) -> bool + '_> {
+        let filters = self
+            .exprs
+            .iter()
+            .map(|e| {
+                cassettes::filter::Filter::parse(e).map_err(|e| Error::Usage(format!("-E: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(move |test: &cassettes::TestId| {
+            self.filter.as_deref().is_none_or(|f| test.contains(f))
+                && (filters.is_empty() || filters.iter().any(|f| f.matches(test)))
+        })
+    }
+
+    /// ` "FILTER"` when one was given, for messages that say nothing matched.
+    pub fn described(&self) -> String {
+        self.filter
+            .as_deref()
+            .map(|f| format!(" {f:?}"))
+            .unwrap_or_default()
+    }
+}
+
 /// Where requests go in the modes that call providers.
 #[derive(Args, Clone, Debug, Default)]
 pub struct UpstreamArg {

@@ -28,6 +28,7 @@ mod source;
 mod stale;
 mod status;
 mod test_cmd;
+mod trajectory_cmd;
 
 #[cfg(test)]
 mod reference_check;
@@ -92,6 +93,7 @@ enum Command {
     Mv(mv_cmd::MvArgs),
     Review(review_cmd::ReviewArgs),
     Rerun(rerun::RerunArgs),
+    Trajectory(trajectory_cmd::TrajectoryArgs),
     /// Rules for values that change every run (times, UUIDs, minted ids), from the last run's misses
     #[command(subcommand, name = "match")]
     Match(match_cmd::MatchCommand),
@@ -154,6 +156,7 @@ fn main() -> ExitCode {
         Command::Mv(args) => mv_cmd::run(args),
         Command::Review(args) => review_cmd::run(args),
         Command::Rerun(args) => rerun::run(args),
+        Command::Trajectory(args) => trajectory_cmd::run(args),
         Command::Match(cmd) => match_cmd::run(cmd),
         Command::Rekey(args) => rekey_cmd::run(args),
         Command::Report(cmd) => report::run(cmd),

@@ -3,11 +3,10 @@
 //! diffs, tokens and latency before and after. With `--save` the new answers go into the
 //! cassettes as a re-record would put them, for `cargo llmreplay diff` to show.
 
-use crate::args::{CassetteDirArg, Resolved, UpstreamArg};
+use crate::args::{CassetteDirArg, Resolved, TestSelection, UpstreamArg};
 use crate::diff_cmd::Format;
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, fenced, html, table_code, term};
-use cassettes::filter::Filter;
 use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
 use clap::Args;
 use daemon::provider::Provider;
@@ -41,12 +40,8 @@ use std::sync::Arc;
         cargo llmreplay rerun --fail-on-change --format markdown # a scheduled drift check"
 )]
 pub struct RerunArgs {
-    /// Only tests whose id contains this.
-    filter: Option<String>,
-    /// Only tests matching this filter expression, e.g. 'test(=name) | package(my-crate)'.
-    /// Repeatable (any of them).
-    #[arg(short = 'E', long = "filterset", value_name = "EXPR")]
-    exprs: Vec<String>,
+    #[command(flatten)]
+    tests: TestSelection,
     /// Send every request with this model instead of the recorded one.
     #[arg(long, value_name = "MODEL")]
     model: Option<String>,
@@ -360,23 +355,11 @@ fn select(
     cassette_dir: &Path,
     root: &Path,
 ) -> Result<(Vec<Item>, Vec<RerunResult>)> {
-    let filters = args
-        .exprs
-        .iter()
-        .map(|e| Filter::parse(e).map_err(|e| Error::Usage(format!("-E: {e}"))))
-        .collect::<Result<Vec<_>>>()?;
-    let selected = |test: &TestId| {
-        args.filter.as_deref().is_none_or(|f| test.contains(f))
-            && (filters.is_empty() || filters.iter().any(|f| f.matches(test)))
-    };
-    let (items, results) = pick(cassette_dir, root, selected)?;
+    let (items, results) = pick(cassette_dir, root, args.tests.matcher()?)?;
     if items.is_empty() && results.is_empty() {
         return Err(Error::Rerun(format!(
             "no recorded request matches{} in {}",
-            args.filter
-                .as_deref()
-                .map(|f| format!(" {f:?}"))
-                .unwrap_or_default(),
+            args.tests.described(),
             cassette_dir.display()
         )));
     }

@@ -1,7 +1,7 @@
 //! What changed in the cassettes, read against git: each changed cassette's recordings side
 //! by side (`git`), what a reviewer reads of them (`review`), the answers accepted but not yet
-//! committed (`pending`) and what a committed cassette must not hold (`audit`). The daemon,
-//! which only serves cassettes, needs none of it.
+//! committed (`pending`), what a committed cassette must not hold (`audit`) and each test's
+//! calls in order (`trajectory`). The daemon, which only serves cassettes, needs none of it.
 #![warn(missing_docs)]
 
 pub mod audit;
@@ -10,6 +10,7 @@ pub mod pending;
 pub mod review;
 #[cfg(test)]
 mod testing;
+pub mod trajectory;
 
 use std::path::PathBuf;
 

@@ -34,6 +34,7 @@ mod sdk;
 mod secrets;
 mod sessions;
 mod test_command;
+mod trajectory;
 mod volatile;
 mod wire;
 mod workflow;

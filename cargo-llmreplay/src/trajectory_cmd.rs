@@ -1,0 +1,252 @@
+//! `cargo llmreplay trajectory`: each selected test's recorded exchanges in the order the test
+//! made them (model calls with the tools they asked for, HTTP tool calls, MCP calls), built by
+//! `review::trajectory` and rendered here as text, JSON or a Chrome trace that Perfetto opens.
+
+use crate::args::{CassetteDirArg, Resolved, TestSelection};
+use crate::error::{Error, Outcome, Result};
+use crate::render::{self, plural, term, Styles};
+use cassettes::{Cassette, TestId};
+use clap::{Args, ValueEnum};
+use review::trajectory::{Call, Step, Trajectory};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TrajectoryFormat {
+    Text,
+    Json,
+    /// Chrome trace event JSON: open it in Perfetto (ui.perfetto.dev) or chrome://tracing.
+    Chrome,
+}
+
+#[derive(Args)]
+#[command(
+    about = "Show each test's recorded calls in order: model, HTTP tools and MCP",
+    long_about = "Show each test's recorded calls in order: model, HTTP tools and MCP.\n\n\
+        For every test whose cassettes match FILTER (a substring of the test id) or -E (nextest's \
+        filter language over test ids), its recordings across all its cassette files in the order \
+        the test made them when it was recorded: model calls (the model, the tools the answer asked \
+        for with their arguments, its text, tokens), HTTP calls to captured hosts (method, path, \
+        status) and MCP calls (server, method, tool, arguments, result), each with how long it \
+        took. Recordings made before steps were kept have no recorded order: they follow the \
+        others by file then position, and the output says the order is a guess.",
+    after_help = "Examples:\n  cargo llmreplay trajectory agent                          # tests whose id contains \"agent\"\n  \
+        cargo llmreplay trajectory -E 'test(=books_a_flight)' --format json\n  \
+        cargo llmreplay trajectory --format chrome > trace.json  # open in ui.perfetto.dev"
+)]
+pub struct TrajectoryArgs {
+    #[command(flatten)]
+    tests: TestSelection,
+    /// How it prints.
+    #[arg(long, value_enum, default_value = "text")]
+    format: TrajectoryFormat,
+    #[command(flatten)]
+    cassettes: CassetteDirArg,
+}
+
+pub fn run(args: TrajectoryArgs) -> Result<Outcome> {
+    let resolved = Resolved::workspace(&args.cassettes)?;
+    let selected = args.tests.matcher()?;
+    let mut by_test: BTreeMap<TestId, Vec<(String, Cassette)>> = BTreeMap::new();
+    for path in cassettes::cassette_files(resolved.cassette_dir())? {
+        let cassette = cassettes::read_cassette(&path)?;
+        if !selected(&cassette.test) {
+            continue;
+        }
+        let file = path
+            .file_name()
+            .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
+        by_test
+            .entry(cassette.test.clone())
+            .or_default()
+            .push((file, cassette));
+    }
+    if by_test.is_empty() {
+        return Err(Error::Usage(format!(
+            "no recorded test matches{} in {}",
+            args.tests.described(),
+            resolved.cassette_dir().display()
+        )));
+    }
+    let trajectories: Vec<Trajectory> = by_test
+        .into_iter()
+        .map(|(test, files)| Trajectory::of(test, &files))
+        .collect();
+    let out = match args.format {
+        TrajectoryFormat::Text => text(&trajectories, Styles::for_stdout()),
+        TrajectoryFormat::Json => pretty(&json!({ "trajectories": trajectories }))?,
+        TrajectoryFormat::Chrome => pretty(&chrome(&trajectories))?,
+    };
+    render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
+    Ok(Outcome::Success)
+}
+
+fn pretty(value: &Value) -> Result<String> {
+    let mut out = serde_json::to_string_pretty(value)
+        .map_err(|e| Error::Report(format!("cannot write the trajectories as JSON: {e}")))?;
+    out.push('\n');
+    Ok(out)
+}
+
+/// Each test, then its steps a line each, with what a tool call asked and what came back on
+/// the lines under it; everything read from a cassette escaped for the terminal.
+fn text(trajectories: &[Trajectory], styles: Styles) -> String {
+    let mut out = String::new();
+    for t in trajectories {
+        let _ = writeln!(
+            out,
+            "{} ({})",
+            styles.bold(&term(&t.test)),
+            plural(t.steps.len(), "step")
+        );
+        if t.order_guessed {
+            let _ = writeln!(
+                out,
+                "  {}",
+                styles.warning(
+                    "order guessed: recordings without a step (recorded before steps were kept) follow the others by file then position"
+                )
+            );
+        }
+        for step in &t.steps {
+            step_lines(&mut out, step);
+        }
+    }
+    out
+}
+
+fn step_lines(out: &mut String, step: &Step) {
+    let place = step
+        .step
+        .map_or_else(|| "#?".to_string(), |n| format!("#{n}"));
+    let took = step
+        .timing
+        .as_ref()
+        .map(|t| format!("  {} ms", t.total_ms))
+        .unwrap_or_default();
+    let _ = write!(
+        out,
+        "  {place:<4} {:<5} {}",
+        step.call.kind(),
+        term(&step.call.title())
+    );
+    match &step.call {
+        Call::Model {
+            tool_calls,
+            text,
+            tokens,
+            ..
+        } => {
+            let tokens = tokens
+                .as_ref()
+                .map(|t| format!("  {} in, {} out", t.input, t.output))
+                .unwrap_or_default();
+            let _ = writeln!(out, "{took}{tokens}");
+            for call in tool_calls {
+                let _ = writeln!(
+                    out,
+                    "         tool call: {}({})",
+                    term(&call.name),
+                    term(&call.arguments)
+                );
+            }
+            if !text.is_empty() {
+                let _ = writeln!(out, "         answer: {}", term(text));
+            }
+        }
+        Call::Http { status, .. } => {
+            let _ = writeln!(out, "  {status}{took}");
+        }
+        Call::Mcp {
+            arguments, text, ..
+        } => {
+            let _ = writeln!(out, "{took}");
+            if let Some(arguments) = arguments {
+                let _ = writeln!(out, "         arguments: {}", term(&arguments.to_string()));
+            }
+            if let Some(text) = text {
+                let _ = writeln!(out, "         result: {}", term(text));
+            }
+        }
+    }
+}
+
+/// The track of each kind of call, so that Perfetto shows models, HTTP tools and MCP apart.
+fn track(call: &Call) -> u64 {
+    match call {
+        Call::Model { .. } => 1,
+        Call::Http { .. } => 2,
+        Call::Mcp { .. } => 3,
+    }
+}
+
+/// Chrome's trace event format, as nextest writes its runs: one process per test, named for
+/// it, one thread per kind of call, each step a complete event ("X") at its place in the
+/// test's time, in microseconds.
+fn chrome(trajectories: &[Trajectory]) -> Value {
+    let mut events = Vec::new();
+    for (index, t) in trajectories.iter().enumerate() {
+        let pid = index + 1;
+        events.push(json!({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": t.test}}));
+        for (tid, name) in [(1, "model"), (2, "http"), (3, "mcp")] {
+            events.push(json!({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}));
+        }
+        for step in &t.steps {
+            let dur_ms = step.timing.as_ref().map_or(0, |t| t.total_ms);
+            events.push(json!({
+                "name": step.call.title(),
+                "cat": step.call.kind(),
+                "ph": "X",
+                "ts": step.start_ms * 1000,
+                "dur": dur_ms * 1000,
+                "pid": pid,
+                "tid": track(&step.call),
+                "args": step,
+            }));
+        }
+    }
+    json!({ "traceEvents": events, "displayTimeUnit": "ms" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cassettes::ToolCall;
+
+    /// A test id, an answer and tool arguments that would clear a terminal and reorder a line.
+    #[test]
+    fn text_escapes_what_came_from_a_cassette_and_says_when_the_order_is_a_guess() {
+        let t = Trajectory {
+            test: TestId::new("t$evil\u{1b}[2J"),
+            order_guessed: true,
+            steps: vec![Step {
+                step: None,
+                cassette: "openai.json".into(),
+                interaction: 1,
+                start_ms: 0,
+                timing: None,
+                call: Call::Model {
+                    provider: "openai".into(),
+                    model: Some("m\u{202e}x".into()),
+                    tool_calls: vec![ToolCall {
+                        name: "rm\u{7}".into(),
+                        arguments: "{\"a\":\"\u{1b}]8;;\"}".into(),
+                    }],
+                    text: "line one\nline two".into(),
+                    tokens: None,
+                },
+            }],
+        };
+        let out = text(&[t], Styles::plain());
+        assert!(!out.contains(['\u{1b}', '\u{202e}', '\u{7}']), "{out}");
+        assert!(out.contains("t$evil\\u{1b}[2J (1 step)"), "{out}");
+        assert!(out.contains("  #?   model openai m\\u{202e}x"), "{out}");
+        assert!(
+            out.contains("tool call: rm\\u{7}({\"a\":\"\\u{1b}]8;;\"})"),
+            "{out}"
+        );
+        assert!(out.contains("answer: line one\\u{a}line two"), "{out}");
+        assert!(out.contains("order guessed"), "{out}");
+    }
+}
