@@ -46,6 +46,10 @@ pub struct DiffArgs {
     /// Exit with status 1 when any cassette changed (for scripts).
     #[arg(long)]
     exit_code: bool,
+    /// The run's report whose ledger the markdown ends with (what the replays did not spend)
+    /// [default: <target dir>/llmreplay/report.json, when there is one].
+    #[arg(long, value_name = "PATH")]
+    report: Option<PathBuf>,
     /// Only cassettes under these paths (a test's folder, a file).
     paths: Vec<PathBuf>,
 }
@@ -61,7 +65,16 @@ pub fn run(args: DiffArgs) -> Result<Outcome> {
     )?;
     let out = match args.format {
         Format::Text => text(&diff, Styles::for_stdout()),
-        Format::Markdown => markdown(&diff),
+        Format::Markdown => {
+            let report = args
+                .report
+                .clone()
+                .unwrap_or_else(|| resolved.default_report());
+            let mut out = markdown(&diff);
+            let named = args.report.is_some();
+            out.push_str(&ledger_markdown(&report, named, resolved.cassette_dir())?);
+            out
+        }
         Format::Json => json(&diff)?,
     };
     render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
@@ -397,6 +410,55 @@ pub fn interaction_text(d: &InteractionDiff, styles: Styles, full: bool, pad: &s
 
 fn indent(text: &str, by: &str) -> String {
     text.trim_end().replace('\n', &format!("\n{by}"))
+}
+
+/// The run's ledger, from its report at `path`, as the comment's last line: what the replays
+/// did not spend and what recording spent, at the prices of their date. Nothing when the
+/// report at the default place is missing or of other cassettes (a target dir that several
+/// projects share); a report named with --report must be there.
+fn ledger_markdown(
+    path: &std::path::Path,
+    named: bool,
+    cassette_dir: &std::path::Path,
+) -> Result<String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if !named && e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => {
+            return Err(Error::io(
+                format!("cannot read the report {}", path.display()),
+                e,
+            ))
+        }
+    };
+    let report: runlog::report::Report = serde_json::from_str(&text).map_err(|e| {
+        Error::Report(format!(
+            "{} is no report of cargo-llmreplay: {e}",
+            path.display()
+        ))
+    })?;
+    let same = |a: &std::path::Path| std::fs::canonicalize(a).ok();
+    if !named && same(&report.cassette_dir) != same(cassette_dir) {
+        return Ok(String::new());
+    }
+    let Some(line) = report
+        .ledger
+        .as_ref()
+        .and_then(crate::report::sections::ledger_line)
+    else {
+        return Ok(String::new());
+    };
+    let mut out = format!("\n{}", html(&line.said));
+    if !line.unpriced.is_empty() {
+        let models: Vec<String> = line
+            .unpriced
+            .iter()
+            .map(|(m, n)| format!("{} ({n})", code(m)))
+            .collect();
+        let _ = write!(out, "; unpriced: {}", models.join(", "));
+    }
+    out.push_str(".\n");
+    Ok(out)
 }
 
 /// For a pull request comment: the counts first, then one collapsed section per test. What

@@ -133,6 +133,29 @@ async fn the_ledger_of_a_small_suite_is_the_sum_worked_out_by_hand() {
         page.contains("≈ $0.02 not spent by 6 replays (prices of 2026-11-27)."),
         "{page}"
     );
+    // The pull request's comment ends with it too, from the run's report.
+    git2::Repository::init(dir.path()).unwrap();
+    std::fs::write(dir.path().join(".gitignore"), "target/\n").unwrap();
+    crate::support::commit_all(dir.path());
+    let diff = Command::new(binary())
+        .current_dir(dir.path())
+        .args([
+            "llmreplay",
+            "diff",
+            "--base",
+            "HEAD",
+            "--format",
+            "markdown",
+        ])
+        .env("CARGO_TARGET_DIR", dir.path().join("target"))
+        .output()
+        .unwrap();
+    let comment = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        comment.ends_with("\n≈ $0.02 not spent by 6 replays (prices of 2026-11-27).\n"),
+        "{comment}{}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
 
     // A price that cannot be one is refused at start, naming the entry.
     std::fs::write(

@@ -6,7 +6,7 @@
 
 mod command;
 mod scope;
-mod sections;
+pub(crate) mod sections;
 mod summary;
 
 pub use command::{run, ReportCommand};
