@@ -190,37 +190,34 @@ def _wrap_test_function(item):
         return
     test = item.nodeid
 
+    @contextlib.contextmanager
+    def named():
+        # Named here unless the protocol already named it in this context; ended as it ended.
+        token = _named(item)
+        if token is None:
+            yield
+            return
+        error = None
+        try:
+            yield
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            _reset(token)
+            _identity.end(test, _ended_by(error))
+
     if inspect.iscoroutinefunction(function):
 
         async def run(*args, **kwargs):
-            token = _named(item)
-            if token is None:
+            with named():
                 return await function(*args, **kwargs)
-            error = None
-            try:
-                return await function(*args, **kwargs)
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                _reset(token)
-                _identity.end(test, _ended_by(error))
 
     else:
 
         def run(*args, **kwargs):
-            token = _named(item)
-            if token is None:
+            with named():
                 return function(*args, **kwargs)
-            error = None
-            try:
-                return function(*args, **kwargs)
-            except BaseException as e:
-                error = e
-                raise
-            finally:
-                _reset(token)
-                _identity.end(test, _ended_by(error))
 
     wrapper = _with_parameters_of(function, run)
     instance = getattr(original, "__self__", None)
