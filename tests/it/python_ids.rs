@@ -264,12 +264,7 @@ async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
     // gate alone failed it), and the gate then passes.
     let (passed, _) = project.pytest(&[], &[], &[("CI", "true")]);
     succeeded(&passed);
-    let pruned = Output::of(
-        std::process::Command::new(crate::support::binary())
-            .current_dir(project.dir.path())
-            .args(["llmreplay", "prune"])
-            .env_remove("CI"),
-    );
+    let pruned = prune_in(project.dir.path());
     assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
     assert!(pruned.stderr.contains(&name), "{}", pruned.stderr);
     assert!(!orphan.exists());
@@ -278,12 +273,7 @@ async fn a_deleted_pytest_tests_folder_is_named_by_deny_unused() {
     // A run that selected tests is filtered: `prune` refuses it, saying why.
     let (filtered, _) = project.pytest(&[], &["-k", "a"], &[("CI", "true")]);
     succeeded(&filtered);
-    let refused = Output::of(
-        std::process::Command::new(crate::support::binary())
-            .current_dir(project.dir.path())
-            .args(["llmreplay", "prune"])
-            .env_remove("CI"),
-    );
+    let refused = prune_in(project.dir.path());
     assert_ne!(refused.code, Some(0), "{}", refused.stderr);
     assert!(
         refused.stderr.contains("comes from a filtered run"),
@@ -773,12 +763,7 @@ async fn a_pytest_run_judges_no_folder_another_runner_recorded() {
         &[("CI", "true")],
     );
     succeeded(&gated);
-    let pruned = Output::of(
-        std::process::Command::new(crate::support::binary())
-            .current_dir(dir.path())
-            .args(["llmreplay", "prune"])
-            .env_remove("CI"),
-    );
+    let pruned = prune_in(dir.path());
     assert_eq!(pruned.code, Some(0), "{}", pruned.stderr);
     assert!(
         vitest_folder.is_dir(),
