@@ -71,6 +71,11 @@ impl RunCa {
         .with_no_client_auth()
         .with_cert_resolver(Arc::new(rustls::server::ResolvesServerCertUsingSni::new()));
         base.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // No TLS 1.3 session tickets: a client that reads on one thread while it writes on
+        // another (Python's websockets, under the OpenAI SDK's realtime client) can lose its
+        // first request when the tickets arrive during that write, and then waits for an answer
+        // to a request never sent. Loopback connections gain nothing from resuming.
+        base.send_tls13_tickets = 0;
         Ok(RunCa {
             pem: cert.pem(),
             issuer: rcgen::Issuer::new(params, key),
@@ -212,6 +217,18 @@ fn pem(label: &str, der: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The realtime SDK's client lost its first request to tickets that came while it wrote.
+    #[test]
+    fn captured_connections_are_sent_no_session_tickets() {
+        let ca = RunCa::new().unwrap();
+        assert_eq!(
+            ca.server_config("api.openai.com")
+                .unwrap()
+                .send_tls13_tickets,
+            0
+        );
+    }
 
     /// A client that trusts the run's CA accepts the leaf of a host named with a trailing dot
     /// and in capitals, as it checks the name without them; one shared configuration serves
