@@ -10,6 +10,7 @@ use cassettes::Tokens;
 use clap::{Args, ValueEnum};
 use review::git::{diff_against_with, ChangeKind, Diff, FileDiff};
 use review::review::{Change, Drift, InteractionDiff};
+use review::trajectory::{Gather, TrajectoryDiff};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -56,26 +57,29 @@ pub struct DiffArgs {
 
 pub fn run(args: DiffArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
-    // Each file's cassettes go once its changes are read: memory follows what changed.
+    // Each file's cassettes go once its changes are read, but for what its test's trajectory
+    // needs: memory follows what changed.
+    let mut gather = Gather::default();
     let diff = diff_against_with(
         resolved.cassette_dir(),
         review::git::Base::Rev(args.base.as_deref()),
         &args.paths,
-        Some(&mut |_, _| {}),
+        Some(&mut |workdir, file| gather.take(workdir, file)),
     )?;
+    let trajectories = gather.compare(resolved.settings.trajectory_mode);
     let out = match args.format {
-        Format::Text => text(&diff, Styles::for_stdout()),
+        Format::Text => text(&diff, &trajectories, Styles::for_stdout()),
         Format::Markdown => {
             let report = args
                 .report
                 .clone()
                 .unwrap_or_else(|| resolved.default_report());
-            let mut out = markdown(&diff);
+            let mut out = markdown(&diff, &trajectories);
             let named = args.report.is_some();
             out.push_str(&ledger_markdown(&report, named, resolved.cassette_dir())?);
             out
         }
-        Format::Json => json(&diff)?,
+        Format::Json => json(&diff, &trajectories)?,
     };
     render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
     Ok(Outcome::gate(args.exit_code && !diff.files.is_empty()))
@@ -106,7 +110,7 @@ fn is_zero(n: &usize) -> bool {
     *n == 0
 }
 
-pub fn counts(diff: &Diff) -> Counts {
+pub fn counts(diff: &Diff, trajectories: &[TrajectoryDiff]) -> Counts {
     let mut c = Counts {
         files: diff.files.len(),
         tests: by_test(diff).len(),
@@ -130,6 +134,10 @@ pub fn counts(diff: &Diff) -> Counts {
                 }
             }
         }
+    }
+    let runs = trajectories.iter().filter(|t| t.changed).count();
+    if runs > 0 {
+        c.drift.insert(Drift::Trajectory, runs);
     }
     c
 }
@@ -155,6 +163,10 @@ pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
         .filter(|(_, n)| **n > 0)
         .map(|(class, n)| match class {
             Drift::Error => format!("{n} became or stopped being an error"),
+            Drift::Trajectory => match n {
+                1 => "1 test's tool calls changed".to_string(),
+                n => format!("{n} tests' tool calls changed"),
+            },
             Drift::ToolCall => format!("{} changed", plural(*n, "tool call")),
             Drift::ToolSchema => {
                 format!("{} changed its tool schemas", plural(*n, "MCP tool list"))
@@ -291,8 +303,9 @@ fn change_word(c: Change) -> &'static str {
 
 /// For a terminal: coloured `-`/`+` lines when `styles` say so; control characters from the
 /// cassettes shown escaped.
-pub fn text(diff: &Diff, styles: Styles) -> String {
-    let c = counts(diff);
+pub fn text(diff: &Diff, trajectories: &[TrajectoryDiff], styles: Styles) -> String {
+    let c = counts(diff, trajectories);
+    let runs = by_run(trajectories);
     if diff.files.is_empty() {
         return format!("No cassette changed against {}.\n", term(&diff.base));
     }
@@ -306,6 +319,9 @@ pub fn text(diff: &Diff, styles: Styles) -> String {
         let _ = write!(out, "\n{}\n", styles.bold(&term(test)));
         if let Some(at) = sources.of(&cassettes::TestId::new(test)) {
             let _ = writeln!(out, "  source: {}", term(&at));
+        }
+        if let Some(run) = runs.get(test) {
+            out.push_str(&trajectory_text(run, styles, "  "));
         }
         for f in files {
             let _ = writeln!(
@@ -329,6 +345,28 @@ pub fn text(diff: &Diff, styles: Styles) -> String {
                 out.push_str(&interaction_text(d, styles, false, "    "));
             }
         }
+    }
+    out
+}
+
+/// Each test's trajectory against the base's, by test.
+fn by_run(trajectories: &[TrajectoryDiff]) -> BTreeMap<&str, &TrajectoryDiff> {
+    trajectories.iter().map(|t| (t.test.as_str(), t)).collect()
+}
+
+/// What a test's run became, as `[drift] trajectory` judges its tool calls: a line of what
+/// moved, then a line per tool call that differs. `diff` and `review` print it alike.
+pub fn trajectory_text(t: &TrajectoryDiff, styles: Styles, pad: &str) -> String {
+    let judged = match t.changed {
+        true => styles.bold(&format!("trajectory changed ({})", t.mode.as_str())),
+        false => format!(
+            "trajectory, its tools the same as {} compares them",
+            t.mode.as_str()
+        ),
+    };
+    let mut out = format!("{pad}{judged}: {}\n", term(&t.headline()));
+    for change in &t.changes {
+        let _ = writeln!(out, "{pad}  {}", term(&change.sentence()));
     }
     out
 }
@@ -464,8 +502,9 @@ fn ledger_markdown(
 /// For a pull request comment: the counts first, then one collapsed section per test. What
 /// comes from the cassettes sits in code spans, fenced blocks or escaped HTML, never as
 /// markdown of its own: PR comments are public.
-pub fn markdown(diff: &Diff) -> String {
-    let c = counts(diff);
+pub fn markdown(diff: &Diff, trajectories: &[TrajectoryDiff]) -> String {
+    let c = counts(diff, trajectories);
+    let runs = by_run(trajectories);
     let mut out = String::from("### cargo-llmreplay: recorded answers\n\n");
     if diff.files.is_empty() {
         let _ = writeln!(out, "No cassette changed against {}.", code(&diff.base));
@@ -495,10 +534,12 @@ pub fn markdown(diff: &Diff) -> String {
             .map(|f| format!("{}: {}", html(&f.provider), file_counts(f)))
             .collect();
         // What can break the code under test is open; the rest folded.
-        let breaks = files
-            .iter()
-            .flat_map(|f| &f.interactions)
-            .any(|d| d.drift.iter().any(|c| c.can_break_code()));
+        let run = runs.get(test);
+        let breaks = run.is_some_and(|t| t.changed)
+            || files
+                .iter()
+                .flat_map(|f| &f.interactions)
+                .any(|d| d.drift.iter().any(|c| c.can_break_code()));
         let _ = write!(
             out,
             "<details{}>\n<summary><code>{}</code> ({})</summary>\n\n",
@@ -508,6 +549,22 @@ pub fn markdown(diff: &Diff) -> String {
         );
         if let Some(at) = sources.of(&cassettes::TestId::new(test)) {
             let _ = write!(out, "Source: {}\n\n", code(&at));
+        }
+        if let Some(t) = run {
+            let judged = match t.changed {
+                true => format!("**Trajectory changed** ({})", code(t.mode.as_str())),
+                false => format!(
+                    "Trajectory, its tools the same as {} compares them",
+                    code(t.mode.as_str())
+                ),
+            };
+            let _ = write!(out, "{judged}: {}\n\n", code(&t.headline()));
+            for change in &t.changes {
+                let _ = writeln!(out, "- {}", code(&change.sentence()));
+            }
+            if !t.changes.is_empty() {
+                out.push('\n');
+            }
         }
         for f in files {
             let _ = write!(
@@ -596,13 +653,17 @@ struct JsonDiff<'a> {
     counts: Counts,
     #[serde(flatten)]
     diff: &'a Diff,
+    /// Each changed test's run against the base's.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    trajectories: &'a [TrajectoryDiff],
 }
 
-pub fn json(diff: &Diff) -> Result<String> {
+pub fn json(diff: &Diff, trajectories: &[TrajectoryDiff]) -> Result<String> {
     let mut s = serde_json::to_string_pretty(&JsonDiff {
         llmreplay_diff: 1,
-        counts: counts(diff),
+        counts: counts(diff, trajectories),
         diff,
+        trajectories,
     })
     .map_err(|e| Error::io("cannot write the diff as JSON", std::io::Error::other(e)))?;
     s.push('\n');

@@ -242,7 +242,7 @@ fn a_rewrite_reads_as_lines() {
     );
     let text = crate::diff_cmd::interaction_text(x, Styles::plain(), false, "");
     insta::assert_snapshot!("diff_text_rewrite", text);
-    insta::assert_snapshot!("diff_markdown_rewrite", crate::diff_cmd::markdown(&d));
+    insta::assert_snapshot!("diff_markdown_rewrite", crate::diff_cmd::markdown(&d, &[]));
     assert!(!text.contains("[-"), "{text}");
     let small = crate::diff_cmd::interaction_text(
         &diff().files[0].interactions[0],
@@ -265,13 +265,13 @@ fn a_failed_gate_says_why() {
 #[test]
 fn diff_outputs() {
     let d = diff();
-    insta::assert_snapshot!("diff_text", crate::diff_cmd::text(&d, Styles::plain()));
+    insta::assert_snapshot!("diff_text", crate::diff_cmd::text(&d, &[], Styles::plain()));
     insta::assert_snapshot!(
         "diff_text_colour",
-        crate::diff_cmd::text(&d, Styles::coloured())
+        crate::diff_cmd::text(&d, &[], Styles::coloured())
     );
-    insta::assert_snapshot!("diff_markdown", crate::diff_cmd::markdown(&d));
-    insta::assert_snapshot!("diff_json", crate::diff_cmd::json(&d).unwrap());
+    insta::assert_snapshot!("diff_markdown", crate::diff_cmd::markdown(&d, &[]));
+    insta::assert_snapshot!("diff_json", crate::diff_cmd::json(&d, &[]).unwrap());
 }
 
 #[test]

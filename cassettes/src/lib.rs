@@ -21,6 +21,7 @@ mod maintenance;
 pub mod mcp;
 pub mod pointer;
 pub mod secrets;
+pub mod sequence;
 pub mod session;
 mod settle;
 pub mod spool;

@@ -65,6 +65,17 @@ struct FileConfig {
     /// `[prices."MODEL"]`: prices over the vendored table's.
     #[serde(default)]
     prices: BTreeMap<String, ledger::PriceOverride>,
+    #[serde(default)]
+    drift: DriftSection,
+}
+
+/// `[drift]`: how `diff` and `review` judge what changed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DriftSection {
+    /// How a test's tool calls compare with the base's.
+    #[serde(default)]
+    trajectory: cassettes::sequence::SequenceMode,
 }
 
 /// `[mcp.NAME]`: a Streamable HTTP MCP server, served at `/mcp/NAME`.
@@ -377,6 +388,8 @@ pub struct Settings {
     pub prices: ledger::Prices,
     /// `--max-spend`.
     pub max_spend: Option<ledger::Money>,
+    /// `[drift] trajectory`: when a test's tool calls have changed against the base's.
+    pub trajectory_mode: cassettes::sequence::SequenceMode,
 }
 
 /// 128 random bits, as hex: the run's proxy secret.
@@ -763,6 +776,7 @@ impl Settings {
             run_dir: None,
             prices,
             max_spend: overrides.max_spend,
+            trajectory_mode: file.drift.trajectory,
         })
     }
 }

@@ -22,13 +22,16 @@ pub enum Change {
     Changed,
 }
 
-/// What kind of change an answer went through. The order is the order of harm: the first
-/// four can break code that reads the answer, the rest only a snapshot of it.
+/// What kind of change an answer, or a test's run, went through. The order is the order of
+/// harm: the first five can break code that reads the answer, the rest only a snapshot of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Drift {
     /// The status class changed: an answer became an error, or the reverse.
     Error,
+    /// The test's sequence of tool calls changed (other tools, in another order, more or
+    /// fewer), as `[drift] trajectory` compares them: a class of the test, not of one answer.
+    Trajectory,
     /// A tool call's name or arguments changed, or one came or went.
     ToolCall,
     /// An MCP server's `tools/list` lists other tools, or the same tools with other input or
@@ -51,8 +54,9 @@ pub enum Drift {
 
 impl Drift {
     /// Every class, worst first.
-    pub const ALL: [Drift; 8] = [
+    pub const ALL: [Drift; 9] = [
         Drift::Error,
+        Drift::Trajectory,
         Drift::ToolCall,
         Drift::ToolSchema,
         Drift::Structure,
@@ -66,6 +70,7 @@ impl Drift {
     pub fn as_str(self) -> &'static str {
         match self {
             Drift::Error => "error",
+            Drift::Trajectory => "trajectory",
             Drift::ToolCall => "tool call",
             Drift::ToolSchema => "tool schema",
             Drift::Structure => "structure",
@@ -80,7 +85,11 @@ impl Drift {
     pub fn can_break_code(self) -> bool {
         matches!(
             self,
-            Drift::Error | Drift::ToolCall | Drift::ToolSchema | Drift::Structure
+            Drift::Error
+                | Drift::Trajectory
+                | Drift::ToolCall
+                | Drift::ToolSchema
+                | Drift::Structure
         )
     }
 }
@@ -664,10 +673,11 @@ mod tests {
             );
             seen.extend(expected);
         }
-        // `request only` is a matter of the whole interaction, not of two answers: tested below.
+        // `request only` is a matter of the whole interaction, not of two answers: tested below;
+        // `trajectory` of a test's whole run (the trajectory module's tests).
         assert_eq!(
             seen.len(),
-            Drift::ALL.len() - 1,
+            Drift::ALL.len() - 2,
             "a fixture for every class"
         );
     }

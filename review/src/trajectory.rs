@@ -3,9 +3,16 @@
 //! asked for, its text, its tokens), HTTP tool calls and MCP calls, laid out in time by their
 //! timings. Data only: the CLI renders it as text, JSON or a Chrome trace.
 
-use cassettes::{mcp, Cassette, Interaction, Summary, TestId, Timing, Tokens, ToolCall};
+use crate::git::FileDiff;
+use crate::review::{drift, Drift};
+use cassettes::sequence::SequenceMode;
+use cassettes::{
+    mcp, Cassette, Interaction, RecordedResponse, Summary, TestId, Timing, Tokens, ToolCall,
+};
 use serde::Serialize;
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 /// One test's exchanges in order.
 #[derive(Clone, Debug, Serialize)]
@@ -17,6 +24,9 @@ pub struct Trajectory {
     pub order_guessed: bool,
     /// The exchanges, first first.
     pub steps: Vec<Step>,
+    /// The last model answer that said something, whole: what the test ends on, for its drift.
+    #[serde(skip)]
+    pub final_answer: Option<RecordedResponse>,
 }
 
 /// One exchange of the test.
@@ -140,6 +150,7 @@ impl Trajectory {
         placed.sort_by(|a, b| (a.0.is_none(), a.0, a.1, a.2).cmp(&(b.0.is_none(), b.0, b.1, b.2)));
         let order_guessed = placed.iter().any(|p| p.0.is_none());
         let mut start_ms = 0;
+        let mut final_answer = None;
         let steps = placed
             .into_iter()
             .map(|(step, file, position, cassette, x)| {
@@ -151,6 +162,9 @@ impl Trajectory {
                     timing: x.timing.clone(),
                     call: call_of(cassette.provider.as_str(), x),
                 };
+                if matches!(&s.call, Call::Model { text, .. } if !text.is_empty()) {
+                    final_answer = Some(x.response.clone());
+                }
                 start_ms += x.timing.as_ref().map_or(0, |t| t.total_ms);
                 s
             })
@@ -159,8 +173,361 @@ impl Trajectory {
             test,
             order_guessed,
             steps,
+            final_answer,
         }
     }
+
+    /// Every tool called, in order: those the model asked for, each MCP `tools/call`, and each
+    /// call to a host that is no model.
+    pub fn tool_uses(&self) -> Vec<ToolUse> {
+        let mut out = Vec::new();
+        for step in &self.steps {
+            match &step.call {
+                Call::Model { tool_calls, .. } => out.extend(tool_calls.iter().map(|c| {
+                    ToolUse {
+                        tool: c.name.clone(),
+                        arguments: serde_json::from_str(&c.arguments)
+                            .unwrap_or_else(|_| Value::String(c.arguments.clone())),
+                    }
+                })),
+                Call::Mcp {
+                    server,
+                    tool: Some(tool),
+                    arguments,
+                    ..
+                } => out.push(ToolUse {
+                    tool: format!("mcp {server}: {tool}"),
+                    arguments: arguments.clone().unwrap_or(Value::Null),
+                }),
+                Call::Mcp { .. } => {}
+                Call::Http {
+                    host, method, path, ..
+                } => {
+                    let (path, query) = path.split_once('?').unwrap_or((path, ""));
+                    out.push(ToolUse {
+                        tool: format!("{method} {host}{path}"),
+                        arguments: match query {
+                            "" => Value::Null,
+                            query => Value::String(query.to_string()),
+                        },
+                    })
+                }
+            }
+        }
+        out
+    }
+
+    /// How many times the model was asked.
+    pub fn turns(&self) -> usize {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s.call, Call::Model { .. }))
+            .count()
+    }
+}
+
+/// A call of a tool, as trajectories compare them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolUse {
+    /// Which tool: one the model asked for by name (`weather`), an MCP server's (`mcp calc:
+    /// add`), or a host's path (`GET tools.example/weather`).
+    pub tool: String,
+    /// Its arguments (a host's query, as a string).
+    pub arguments: Value,
+}
+
+/// How one tool call of the base's trajectory differs from the work tree's. Positions count
+/// tool calls from 1.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum ToolChange {
+    /// Another tool was called in this one's place.
+    Chosen {
+        /// Its place now.
+        position: usize,
+        /// The base's tool.
+        before: String,
+        /// The tool called now.
+        after: String,
+    },
+    /// A tool call the base did not make.
+    Added {
+        /// Its place now.
+        position: usize,
+        /// The tool.
+        tool: String,
+    },
+    /// A tool call of the base's the test no longer makes.
+    Removed {
+        /// Its place in the base.
+        position: usize,
+        /// The tool.
+        tool: String,
+    },
+    /// The same tool, called with other arguments.
+    Arguments {
+        /// Its place now.
+        position: usize,
+        /// The tool.
+        tool: String,
+        /// The base's arguments.
+        before: Value,
+        /// Now's.
+        after: Value,
+    },
+}
+
+impl ToolChange {
+    /// In a few words, unescaped: `call 2: forecast instead of weather`.
+    pub fn sentence(&self) -> String {
+        match self {
+            ToolChange::Chosen {
+                position,
+                before,
+                after,
+            } => format!("call {position}: {after} instead of {before}"),
+            ToolChange::Added { position, tool } => format!("call {position} added: {tool}"),
+            ToolChange::Removed { position, tool } => {
+                format!("call {position} of the base removed: {tool}")
+            }
+            ToolChange::Arguments {
+                position,
+                tool,
+                before,
+                after,
+            } => format!("call {position} {tool}: arguments {before} -> {after}"),
+        }
+    }
+}
+
+/// A test's trajectory against the base's: the tools it called, how they changed, its turns
+/// and steps, and how its final answer drifted.
+#[derive(Clone, Debug, Serialize)]
+pub struct TrajectoryDiff {
+    /// The test.
+    pub test: TestId,
+    /// How the tool calls were compared (`[drift] trajectory`).
+    pub mode: SequenceMode,
+    /// Whether the tool calls changed, as the mode judges them: the `trajectory` drift class.
+    pub changed: bool,
+    /// The tools called, in the base and now, in order.
+    pub tools: [Vec<String>; 2],
+    /// Call by call, what differs (whatever the mode says of it).
+    pub changes: Vec<ToolChange>,
+    /// The model's turns, in the base and now.
+    pub turns: [usize; 2],
+    /// The exchanges, in the base and now.
+    pub steps: [usize; 2],
+    /// How the final answer changed, when it did: its drift classes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub final_answer: Vec<Drift>,
+    /// The base's steps, and now's: the timelines side by side.
+    #[serde(skip)]
+    pub timelines: [Vec<Step>; 2],
+}
+
+impl TrajectoryDiff {
+    /// `base` against `now` in `mode`; None when nothing a reviewer reads of the run moved
+    /// (the tools, their arguments, the turns, the steps and the final answer alike).
+    pub fn between(base: &Trajectory, now: &Trajectory, mode: SequenceMode) -> Option<Self> {
+        let (was, is) = (base.tool_uses(), now.tool_uses());
+        let names = |uses: &[ToolUse]| uses.iter().map(|u| u.tool.clone()).collect::<Vec<_>>();
+        let tools = [names(&was), names(&is)];
+        let changes = tool_changes(&was, &is);
+        let final_answer = match (&base.final_answer, &now.final_answer) {
+            (Some(a), Some(b)) => drift(a, b),
+            (None, None) => Vec::new(),
+            _ => vec![Drift::Structure],
+        };
+        let turns = [base.turns(), now.turns()];
+        let steps = [base.steps.len(), now.steps.len()];
+        if changes.is_empty()
+            && final_answer.is_empty()
+            && turns[0] == turns[1]
+            && steps[0] == steps[1]
+        {
+            return None;
+        }
+        Some(TrajectoryDiff {
+            test: now.test.clone(),
+            mode,
+            changed: !mode.holds(&tools[0], &tools[1]),
+            tools,
+            changes,
+            turns,
+            steps,
+            final_answer,
+            timelines: [base.steps.clone(), now.steps.clone()],
+        })
+    }
+
+    /// What changed, in a sentence, unescaped: `tools search, weather -> search, forecast;
+    /// turns 2 -> 3`.
+    pub fn headline(&self) -> String {
+        let list = |tools: &[String]| match tools.is_empty() {
+            true => "none".to_string(),
+            false => tools.join(", "),
+        };
+        let mut parts = Vec::new();
+        if self.tools[0] != self.tools[1] {
+            parts.push(format!(
+                "tools {} -> {}",
+                list(&self.tools[0]),
+                list(&self.tools[1])
+            ));
+        } else if !self.tools[0].is_empty() {
+            parts.push(format!("tools {} (same)", list(&self.tools[0])));
+        }
+        if self.turns[0] != self.turns[1] {
+            parts.push(format!(
+                "turns {} -> {} ({:+})",
+                self.turns[0],
+                self.turns[1],
+                self.turns[1] as i64 - self.turns[0] as i64
+            ));
+        }
+        if self.steps[0] != self.steps[1] {
+            parts.push(format!("steps {} -> {}", self.steps[0], self.steps[1]));
+        }
+        if !self.final_answer.is_empty() {
+            let classes: Vec<&str> = self.final_answer.iter().map(|d| d.as_str()).collect();
+            parts.push(format!("final answer: {}", classes.join(", ")));
+        }
+        parts.join("; ")
+    }
+}
+
+/// Gathers the changed cassette files of each test as a diff reads them, each as the base has
+/// it and as the work tree has it, then compares each test's trajectory with the base's.
+#[derive(Default)]
+pub struct Gather {
+    tests: BTreeMap<TestId, (PathBuf, Vec<Sides>)>,
+}
+
+/// A file's name and its two sides.
+type Sides = (String, Option<Cassette>, Option<Cassette>);
+
+impl Gather {
+    /// Keeps `file`'s sides (taken from it) under its test; `workdir` is the diff's.
+    pub fn take(&mut self, workdir: &Path, file: &mut FileDiff) {
+        let sides = std::mem::take(&mut file.sides);
+        self.keep(workdir, file, sides);
+    }
+
+    /// Keeps a copy of `file`'s sides under its test.
+    pub fn add(&mut self, workdir: &Path, file: &FileDiff) {
+        self.keep(workdir, file, file.sides.clone());
+    }
+
+    fn keep(&mut self, workdir: &Path, file: &FileDiff, sides: crate::git::Sides) {
+        let name = file
+            .path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let folder = workdir.join(file.path.parent().unwrap_or(Path::new("")));
+        self.tests
+            .entry(file.test.clone())
+            .or_insert_with(|| (folder, Vec::new()))
+            .1
+            .push((name, sides.base, sides.work));
+    }
+
+    /// Each test's trajectory against the base's, in `mode`, for the tests whose run moved. A
+    /// test's files that did not change are read from the work tree: they are the base's too.
+    pub fn compare(self, mode: SequenceMode) -> Vec<TrajectoryDiff> {
+        let mut out = Vec::new();
+        for (test, (folder, mut files)) in self.tests {
+            let changed: BTreeSet<String> = files.iter().map(|f| f.0.clone()).collect();
+            // A folder that cannot be listed, or a file that does not parse, leaves the
+            // trajectory without it: the file's own diff says what is wrong with it.
+            for path in cassettes::json_files(&folder).unwrap_or_default() {
+                let name = path
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                if changed.contains(&name) {
+                    continue;
+                }
+                if let Ok(c) = cassettes::read_cassette(&path) {
+                    files.push((name, Some(c.clone()), Some(c)));
+                }
+            }
+            let (mut base, mut work) = (Vec::new(), Vec::new());
+            for (name, b, w) in files {
+                base.extend(b.map(|b| (name.clone(), b)));
+                work.extend(w.map(|w| (name, w)));
+            }
+            let (before, now) = (
+                Trajectory::of(test.clone(), &base),
+                Trajectory::of(test, &work),
+            );
+            out.extend(TrajectoryDiff::between(&before, &now, mode));
+        }
+        out
+    }
+}
+
+/// Call by call, by the tools' names in order (the longest run they share kept in place):
+/// one called instead of another, calls added and removed, the same tool with other arguments.
+fn tool_changes(was: &[ToolUse], is: &[ToolUse]) -> Vec<ToolChange> {
+    use similar::DiffOp;
+    let (a, b): (Vec<&str>, Vec<&str>) = (
+        was.iter().map(|u| u.tool.as_str()).collect(),
+        is.iter().map(|u| u.tool.as_str()).collect(),
+    );
+    let mut out = Vec::new();
+    let removed = |i: usize| ToolChange::Removed {
+        position: i + 1,
+        tool: was[i].tool.clone(),
+    };
+    let added = |j: usize| ToolChange::Added {
+        position: j + 1,
+        tool: is[j].tool.clone(),
+    };
+    for op in similar::capture_diff_slices(similar::Algorithm::Myers, &a, &b) {
+        match op {
+            DiffOp::Equal {
+                old_index,
+                new_index,
+                len,
+            } => {
+                for k in 0..len {
+                    let (x, y) = (&was[old_index + k], &is[new_index + k]);
+                    if x.arguments != y.arguments {
+                        out.push(ToolChange::Arguments {
+                            position: new_index + k + 1,
+                            tool: y.tool.clone(),
+                            before: x.arguments.clone(),
+                            after: y.arguments.clone(),
+                        });
+                    }
+                }
+            }
+            DiffOp::Delete {
+                old_index, old_len, ..
+            } => out.extend((old_index..old_index + old_len).map(removed)),
+            DiffOp::Insert {
+                new_index, new_len, ..
+            } => out.extend((new_index..new_index + new_len).map(added)),
+            DiffOp::Replace {
+                old_index,
+                old_len,
+                new_index,
+                new_len,
+            } => {
+                let paired = old_len.min(new_len);
+                for k in 0..paired {
+                    out.push(ToolChange::Chosen {
+                        position: new_index + k + 1,
+                        before: was[old_index + k].tool.clone(),
+                        after: is[new_index + k].tool.clone(),
+                    });
+                }
+                out.extend((old_index + paired..old_index + old_len).map(removed));
+                out.extend((new_index + paired..new_index + new_len).map(added));
+            }
+        }
+    }
+    out
 }
 
 /// What `x`, recorded in `provider`'s cassette, was: an MCP server's by its name; a model call
