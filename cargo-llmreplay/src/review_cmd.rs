@@ -10,9 +10,11 @@ use crate::args::{CassetteDirArg, Resolved};
 use crate::diff_cmd::{drift_suffix, interaction_text};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, plural, term, Styles};
+use cassettes::sequence::SequenceMode;
 use clap::{Args, ValueEnum};
 use review::git::{diff_against, diff_against_with, Base, Diff};
 use review::pending::{pending, pending_in, reject, stage, staged_files, Pending};
+use review::trajectory::{Gather, TrajectoryDiff};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -30,7 +32,8 @@ pub enum ListFormat {
         test, the request fields that changed, the answer as a word or line diff, its drift classes \
         (error, tool call, structure, wording, usage, metadata) and the tokens before and after. \
         Keys: a accept (stage it in git's index), r reject (restore the index's interaction), s \
-        skip, A/R/S the same for all the rest, d the full answer, q quit. Decisions are written \
+        skip, A/R/S the same for all the rest, t/x accept/reject every interaction of the shown \
+        test at once (its whole trajectory: all its cassette files), d the full answer, q quit. Decisions are written \
         when the review ends; then git diff --cached shows what was accepted and git commit \
         commits it.\n\n\
         Each interaction has an ID, <folder>/<provider>#<n>: its position in the cassette, or #-<n> \
@@ -75,12 +78,19 @@ struct Session {
     cassette_dir: PathBuf,
     /// Compared with a revision (`--base`) rather than the index: nothing to stage against.
     against_rev: bool,
+    /// Each changed test's run against the base's (none for a listing).
+    runs: Vec<TrajectoryDiff>,
 }
 
 impl Session {
     /// The session over what differs from `base` (else the index); a `listing` one keeps no
     /// cassette in memory once its pending interactions are read.
-    fn open(cassette_dir: &Path, base: Option<&str>, listing: bool) -> Result<Session> {
+    fn open(
+        cassette_dir: &Path,
+        base: Option<&str>,
+        listing: bool,
+        mode: SequenceMode,
+    ) -> Result<Session> {
         let against = match base {
             Some(rev) => Base::Rev(Some(rev)),
             None => Base::Index,
@@ -105,12 +115,25 @@ impl Session {
             let pending = pending(&diff);
             (diff, pending)
         };
+        // A listing's files kept no sides to build runs from, and it shows none.
+        let mut gather = Gather::default();
+        if !listing {
+            for file in &diff.files {
+                gather.add(&diff.workdir, file);
+            }
+        }
         Ok(Session {
+            runs: gather.compare(mode),
             diff,
             pending,
             cassette_dir: cassette_dir.to_path_buf(),
             against_rev: base.is_some(),
         })
+    }
+
+    /// The run of `test` against the base's, when it moved.
+    fn run_of(&self, test: &cassettes::TestId) -> Option<&TrajectoryDiff> {
+        self.runs.iter().find(|r| &r.test == test)
     }
 
     /// Pending, matching `filter`.
@@ -158,7 +181,12 @@ fn matches(filter: &str, p: &Pending) -> bool {
 
 pub fn run(args: ReviewArgs) -> Result<Outcome> {
     let resolved = Resolved::workspace(&args.cassettes)?;
-    let mut session = Session::open(resolved.cassette_dir(), args.base.as_deref(), args.list)?;
+    let mut session = Session::open(
+        resolved.cassette_dir(),
+        args.base.as_deref(),
+        args.list,
+        resolved.settings.trajectory_mode,
+    )?;
     let filter = args.filter.as_deref();
     if args.list {
         let items = session.open_items(filter);
@@ -184,6 +212,7 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
             None,
             &session.diff.base,
             source.as_deref(),
+            session.run_of(&p.test),
             true,
             Styles::for_stdout(),
         );
@@ -223,8 +252,8 @@ pub fn run(args: ReviewArgs) -> Result<Outcome> {
 }
 
 /// After `test --record --review`: the review in a terminal, else a line saying what waits.
-pub fn after_test_run(cassette_dir: &Path) -> Result<()> {
-    let mut session = Session::open(cassette_dir, None, false)?;
+pub fn after_test_run(cassette_dir: &Path, mode: SequenceMode) -> Result<()> {
+    let mut session = Session::open(cassette_dir, None, false, mode)?;
     if console::Term::stdout().is_term() && console::user_attended_stderr() {
         interactive(&mut session, None)?;
     } else {
@@ -273,11 +302,13 @@ fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
             continue;
         }
         terminal.clear_screen().map_err(failed)?;
+        let run = session.run_of(&items[i].test);
         let shown = screen(
             &items[i],
             Some((i + 1, items.len())),
             &session.diff.base,
             sources.of(&items[i].test).as_deref(),
+            run,
             full,
             styles,
         );
@@ -300,6 +331,24 @@ fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
             }
             console::Key::Char('d') => {
                 full = !full;
+                None
+            }
+            // The test's whole run at once: every interaction of it, before and after this.
+            console::Key::Char(key @ ('t' | 'x')) => {
+                let whole = match key {
+                    't' => Decision::Accept,
+                    _ => Decision::Reject,
+                };
+                let test = items[i].test.clone();
+                for (item, decision) in items.iter().zip(decisions.iter_mut()) {
+                    if item.test == test {
+                        *decision = whole;
+                    }
+                }
+                while i < items.len() && items[i].test == test {
+                    i += 1;
+                }
+                full = false;
                 None
             }
             _ => None,
@@ -354,6 +403,7 @@ fn screen(
     at: Option<(usize, usize)>,
     base: &str,
     source: Option<&str>,
+    run: Option<&TrajectoryDiff>,
     full: bool,
     styles: Styles,
 ) -> String {
@@ -381,6 +431,9 @@ fn screen(
         let _ = writeln!(out, "  source:   {}", term(at));
     }
     let _ = writeln!(out, "  cassette: {}", term(&p.cassette.to_string_lossy()));
+    if let Some(run) = run {
+        out.push_str(&crate::diff_cmd::trajectory_text(run, styles, "  "));
+    }
     let _ = writeln!(
         out,
         "  request:  {} {}{}",
@@ -398,9 +451,9 @@ fn screen(
             out,
             "\n  {}\n",
             styles.note(if full {
-                "a accept   r reject (restore the base's)   s skip   A/R/S all the rest   d changed lines only   q quit"
+                "a accept   r reject (restore the base's)   s skip   A/R/S all the rest   t/x accept/reject the test's whole trajectory   d changed lines only   q quit"
             } else {
-                "a accept   r reject (restore the base's)   s skip   A/R/S all the rest   d full answer   q quit"
+                "a accept   r reject (restore the base's)   s skip   A/R/S all the rest   t/x accept/reject the test's whole trajectory   d full answer   q quit"
             })
         );
     }

@@ -144,12 +144,12 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     let outcome = reported.conclude(&args.gates.deny)?;
     let (report, run) = (&reported.report, &reported.run);
     if args.review && mode.goes_upstream() {
-        crate::review_cmd::after_test_run(&run.cassette_dir)?;
+        crate::review_cmd::after_test_run(&run.cassette_dir, run.trajectory_mode)?;
     } else if args.review && !report.missing.is_empty() && status.code().is_some() {
         let forward = args.daemon.forwarded();
         let record =
             |chosen: &[&cassettes::TestId]| record_tests(&args.command, runner, chosen, &forward);
-        crate::test_cmd::misses::walk(&report.missing, &run.root, &run.cassette_dir, &record)?;
+        crate::test_cmd::misses::walk(&report.missing, run, &record)?;
     }
     reported.end();
     Ok(outcome)

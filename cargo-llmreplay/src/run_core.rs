@@ -69,6 +69,8 @@ pub(crate) struct Run {
     pub(crate) root: PathBuf,
     pub(crate) cassette_dir: PathBuf,
     pub(crate) mode: daemon::Mode,
+    /// `[drift] trajectory`, for the review after a recording run.
+    pub(crate) trajectory_mode: cassettes::sequence::SequenceMode,
     pub(crate) paths: Paths,
     /// The run's folder of CA files, removed when the run ends.
     ca_dir: Option<crate::files::RunDir>,
@@ -145,6 +147,7 @@ impl Prepared {
                 root: resolved.root,
                 cassette_dir: settings.cassette_dir.clone(),
                 mode,
+                trajectory_mode: settings.trajectory_mode,
                 paths,
                 ca_dir,
             },

@@ -264,6 +264,43 @@ async fn an_agents_model_http_and_mcp_calls_come_back_in_order() {
     );
     assert_eq!(v["trajectories"][0]["mode"], "strict");
 
+    // review in a terminal: the run's drift on the screen, `t` accepts the whole trajectory.
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut vars: Vec<String> = vec!["NO_COLOR=1".into(), "TERM=xterm-256color".into()];
+    for var in ["PATH", "HOME"] {
+        if let Some(v) = std::env::var_os(var) {
+            vars.push(format!("{var}={}", quote(&v.to_string_lossy())));
+        }
+    }
+    let command = format!(
+        "cd {} && env -i {} {} llmreplay review; echo \"review exited $?\"; read done",
+        quote(&root.display().to_string()),
+        vars.join(" "),
+        quote(&binary().display().to_string())
+    );
+    if let Some(tmux) = crate::workflow::Tmux::start(&command) {
+        let first = tmux.wait_for("review: 1 of");
+        assert!(
+            first.contains("trajectory changed (strict)")
+                && first.contains("t/x accept/reject the test's whole trajectory"),
+            "{first}"
+        );
+        tmux.keys("t");
+        let end = tmux.wait_for("review exited 0");
+        assert!(end.contains(" accepted, 0 rejected, 0 skipped"), "{end}");
+        let (staged, unstaged) = crate::workflow::staged_and_unstaged(&root);
+        assert!(
+            staged.iter().any(|f| f.ends_with("openai.json"))
+                && staged.iter().any(|f| f.ends_with("tools.example.json")),
+            "{staged:?}"
+        );
+        let cassettes: Vec<&String> = unstaged
+            .iter()
+            .filter(|f| f.starts_with("tests/cassettes"))
+            .collect();
+        assert_eq!(cassettes, Vec::<&String>::new());
+    }
+
     // A mode that is none of the four is refused, naming them.
     let config = root.join("llmreplay.toml");
     let kept = std::fs::read_to_string(&config).unwrap();

@@ -113,11 +113,11 @@ pub(super) fn finish(plan: &RunPlan, deny: &[Deny], launched: Launched) -> Resul
     let outcome = reported.conclude(deny)?;
     let (report, run) = (&reported.report, &reported.run);
     if plan.review && mode.goes_upstream() {
-        crate::review_cmd::after_test_run(&run.cassette_dir)?;
+        crate::review_cmd::after_test_run(&run.cassette_dir, run.trajectory_mode)?;
     } else if plan.review && !report.missing.is_empty() && status.code().is_some() {
         let record =
             |chosen: &[&cassettes::TestId]| super::misses::record_tests(chosen, &plan.forward);
-        super::misses::walk(&report.missing, &run.root, &run.cassette_dir, &record)?;
+        super::misses::walk(&report.missing, run, &record)?;
     } else if mode.writes() && !report.changed.is_empty() {
         // What this run wrote is for a reviewer to read before it is committed.
         render::stderr(&format!(

@@ -17,8 +17,7 @@ use std::path::Path;
 /// reviews what that changed.
 pub(crate) fn walk(
     missing: &[Missing],
-    root: &Path,
-    cassette_dir: &Path,
+    run: &crate::run_core::Run,
     record: &dyn Fn(&[&TestId]) -> Result<bool>,
 ) -> Result<()> {
     if std::env::var_os("CI").is_some() {
@@ -34,7 +33,7 @@ pub(crate) fn walk(
     for m in missing.iter().filter(|m| m.renamed_from.is_none()) {
         by_test.entry(&m.miss.test).or_default().push(m);
     }
-    let sources = crate::source::Sources::new(root);
+    let sources = crate::source::Sources::new(&run.root);
     let styles = Styles::for_stdout();
     let failed = |e| Error::io("cannot use the terminal", e);
     let mut chosen: Vec<&TestId> = Vec::new();
@@ -57,7 +56,7 @@ pub(crate) fn walk(
         render::stderr("cargo-llmreplay: the recording run failed (above); nothing to review\n");
         return Ok(());
     }
-    crate::review_cmd::after_test_run(cassette_dir)
+    crate::review_cmd::after_test_run(&run.cassette_dir, run.trajectory_mode)
 }
 
 /// Runs this program with `args` (a recording run it prints first), outside of any run's mode.
