@@ -328,8 +328,14 @@ pub struct TrajectoryDiff {
 
 impl TrajectoryDiff {
     /// `base` against `now` in `mode`; None when nothing a reviewer reads of the run moved
-    /// (the tools, their arguments, the turns, the steps and the final answer alike).
+    /// (the tools, their arguments, the turns, the steps and the final answer alike), and for
+    /// what is no agent's run: a test new or gone (its files say so), or one that called no
+    /// tool and made one exchange (its answer's drift says all).
     pub fn between(base: &Trajectory, now: &Trajectory, mode: SequenceMode) -> Option<Self> {
+        let agent = |t: &Trajectory| t.steps.len() > 1 || !t.tool_uses().is_empty();
+        if base.steps.is_empty() || now.steps.is_empty() || !(agent(base) || agent(now)) {
+            return None;
+        }
         let (was, is) = (base.tool_uses(), now.tool_uses());
         let names = |uses: &[ToolUse]| uses.iter().map(|u| u.tool.clone()).collect::<Vec<_>>();
         let tools = [names(&was), names(&is)];
@@ -898,5 +904,25 @@ mod tests {
             r#"call 1 weather: arguments {"city":"Paris"} -> {"city":"Lyon"}"#
         );
         assert!(TrajectoryDiff::between(&base, &base, SequenceMode::Strict).is_none());
+        // One answer and no tool is no agent's run: its answer's drift says all.
+        let one = |x: Interaction| {
+            Trajectory::of(
+                TestId::new("t$chat"),
+                &[("openai.json".to_string(), cassette("openai", vec![x]))],
+            )
+        };
+        let (a, b) = (
+            one(model_answering(Some(0))),
+            one(model_asking_tool(Some(0))),
+        );
+        assert!(
+            TrajectoryDiff::between(&a, &one(model_answering(None)), SequenceMode::Strict)
+                .is_none()
+        );
+        assert!(
+            TrajectoryDiff::between(&a, &b, SequenceMode::Strict)
+                .unwrap()
+                .changed
+        );
     }
 }
