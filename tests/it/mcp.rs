@@ -702,6 +702,47 @@ async fn rust_agent_records_model_and_tool_then_replays_without_either() {
     commit_all(&sample.root);
     let status = sample.llmreplay(&["status", "--check"]);
     assert_eq!(status.code, Some(0), "{}{}", status.stdout, status.stderr);
+
+    // Recorded with its tool and committed, then recorded again without it: its trajectory
+    // lost the tool's call, a `trajectory` drift that can break code.
+    let fake = FakeProvider::start().await;
+    let mut record = vec!["--record".to_string()];
+    record.extend(upstream_args(&fake));
+    let record: Vec<&str> = record.iter().map(String::as_str).collect();
+    let with_tool = [
+        ("SAMPLE_SHIM", shim.as_str()),
+        ("SAMPLE_OUT", out_s.as_str()),
+    ];
+    let again = sample.run(&record, &with_tool);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    commit_all(&sample.root);
+    let mut without_tool = with_tool.to_vec();
+    without_tool.push(("SAMPLE_NO_TOOL", "1"));
+    let dropped = sample.run(&record, &without_tool);
+    assert_eq!(dropped.code, Some(0), "{}", dropped.stderr);
+    let diff = sample.llmreplay(&["diff", "--base", "HEAD"]);
+    assert_eq!(diff.code, Some(0), "{}", diff.stderr);
+    assert!(
+        diff.stdout
+            .starts_with("1 test: 1 test's tool calls changed")
+            && diff
+                .stdout
+                .contains("trajectory changed (strict): tools mcp calc: add -> none; steps 4 -> 1")
+            && diff
+                .stdout
+                .contains("call 1 of the base removed: mcp calc: add"),
+        "{}",
+        diff.stdout
+    );
+    let both = sample.llmreplay(&["trajectory", "asks_then_calls", "--base", "HEAD"]);
+    assert_eq!(both.code, Some(0), "{}", both.stderr);
+    assert!(
+        both.stdout.contains("recorded it (4 steps):")
+            && both.stdout.contains(" now (1 step):")
+            && both.stdout.contains("mcp   calc tools/call add"),
+        "{}",
+        both.stdout
+    );
 }
 
 /// The shim run by hand as a client's stdio server, under `serve` recording as test `h$raw`:
