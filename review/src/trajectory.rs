@@ -139,41 +139,42 @@ impl Call {
 impl Trajectory {
     /// The trajectory of `test` from its cassettes, each with its file's name.
     pub fn of(test: TestId, cassettes: &[(String, Cassette)]) -> Trajectory {
-        let mut placed: Vec<(Option<u64>, &str, usize, &Cassette, &Interaction)> = Vec::new();
-        for (file, cassette) in cassettes {
-            for (position, x) in cassette.interactions.iter().enumerate() {
-                placed.push((x.step, file, position, cassette, x));
+        let parts = cassettes
+            .iter()
+            .map(|(file, cassette)| Part::of(file, cassette))
+            .collect();
+        Trajectory::of_parts(test, parts)
+    }
+
+    /// The trajectory of `test` from each of its files' part.
+    pub fn of_parts(test: TestId, parts: Vec<Part>) -> Trajectory {
+        let mut steps = Vec::new();
+        let mut last: Option<Part> = None;
+        for mut part in parts {
+            steps.append(&mut part.steps);
+            let later = match (&last, &part.last_answer) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(l), Some((key, _))) => l.last_answer.as_ref().is_some_and(|(k, _)| key > k),
+            };
+            if later {
+                last = Some(part);
             }
         }
         // Recorded steps first, in their order; the others after, by file then position. Two
         // recordings of one step (a test recorded again in part, by a later run) keep that order.
-        placed.sort_by(|a, b| (a.0.is_none(), a.0, a.1, a.2).cmp(&(b.0.is_none(), b.0, b.1, b.2)));
-        let order_guessed = placed.iter().any(|p| p.0.is_none());
+        steps.sort_by_key(order);
+        let order_guessed = steps.iter().any(|s| s.step.is_none());
         let mut start_ms = 0;
-        let mut final_answer = None;
-        let steps = placed
-            .into_iter()
-            .map(|(step, file, position, cassette, x)| {
-                let s = Step {
-                    step,
-                    cassette: file.to_string(),
-                    interaction: position + 1,
-                    start_ms,
-                    timing: x.timing.clone(),
-                    call: call_of(cassette.provider.as_str(), x),
-                };
-                if matches!(&s.call, Call::Model { text, .. } if !text.is_empty()) {
-                    final_answer = Some(x.response.clone());
-                }
-                start_ms += x.timing.as_ref().map_or(0, |t| t.total_ms);
-                s
-            })
-            .collect();
+        for s in &mut steps {
+            s.start_ms = start_ms;
+            start_ms += s.timing.as_ref().map_or(0, |t| t.total_ms);
+        }
         Trajectory {
             test,
             order_guessed,
             steps,
-            final_answer,
+            final_answer: last.and_then(|p| p.last_answer).map(|(_, answer)| answer),
         }
     }
 
@@ -223,6 +224,53 @@ impl Trajectory {
             .iter()
             .filter(|s| matches!(s.call, Call::Model { .. }))
             .count()
+    }
+}
+
+/// Where a step goes among a test's steps: recorded steps in their order, then the others by
+/// file then position.
+type Order = (bool, Option<u64>, String, usize);
+
+fn order(s: &Step) -> Order {
+    (s.step.is_none(), s.step, s.cassette.clone(), s.interaction)
+}
+
+/// One cassette file's share of a trajectory: its steps, and the last of its model answers
+/// that said something, whole (what a test ends on may be in any of its files). Smaller than
+/// the cassette: headers, raw bodies and streams are left behind.
+#[derive(Clone, Debug)]
+pub struct Part {
+    steps: Vec<Step>,
+    last_answer: Option<(Order, RecordedResponse)>,
+}
+
+impl Part {
+    /// `cassette`'s share, the file named `file`.
+    pub fn of(file: &str, cassette: &Cassette) -> Part {
+        let mut last_answer: Option<(Order, RecordedResponse)> = None;
+        let steps = cassette
+            .interactions
+            .iter()
+            .enumerate()
+            .map(|(position, x)| {
+                let s = Step {
+                    step: x.step,
+                    cassette: file.to_string(),
+                    interaction: position + 1,
+                    start_ms: 0,
+                    timing: x.timing.clone(),
+                    call: call_of(cassette.provider.as_str(), x),
+                };
+                if matches!(&s.call, Call::Model { text, .. } if !text.is_empty()) {
+                    let key = order(&s);
+                    if last_answer.as_ref().is_none_or(|(k, _)| &key > k) {
+                        last_answer = Some((key, x.response.clone()));
+                    }
+                }
+                s
+            })
+            .collect();
+        Part { steps, last_answer }
     }
 }
 
@@ -410,8 +458,9 @@ pub struct Gather {
     tests: BTreeMap<TestId, (PathBuf, Vec<Sides>)>,
 }
 
-/// A file's name and its two sides.
-type Sides = (String, Option<Cassette>, Option<Cassette>);
+/// A file's name and its share of each side's trajectory: memory follows what the runs say,
+/// not the cassettes.
+type Sides = (String, Option<Part>, Option<Part>);
 
 impl Gather {
     /// Keeps `file`'s sides (taken from it) under its test; `workdir` is the diff's.
@@ -431,11 +480,15 @@ impl Gather {
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let folder = workdir.join(file.path.parent().unwrap_or(Path::new("")));
+        let (base, work) = (
+            sides.base.map(|c| Part::of(&name, &c)),
+            sides.work.map(|c| Part::of(&name, &c)),
+        );
         self.tests
             .entry(file.test.clone())
             .or_insert_with(|| (folder, Vec::new()))
             .1
-            .push((name, sides.base, sides.work));
+            .push((name, base, work));
     }
 
     /// Each test's trajectory against the base's, in `mode`, for the tests whose run moved. A
@@ -454,17 +507,18 @@ impl Gather {
                     continue;
                 }
                 if let Ok(c) = cassettes::read_cassette(&path) {
-                    files.push((name, Some(c.clone()), Some(c)));
+                    let part = Part::of(&name, &c);
+                    files.push((name, Some(part.clone()), Some(part)));
                 }
             }
             let (mut base, mut work) = (Vec::new(), Vec::new());
-            for (name, b, w) in files {
-                base.extend(b.map(|b| (name.clone(), b)));
-                work.extend(w.map(|w| (name, w)));
+            for (_, b, w) in files {
+                base.extend(b);
+                work.extend(w);
             }
             let (before, now) = (
-                Trajectory::of(test.clone(), &base),
-                Trajectory::of(test, &work),
+                Trajectory::of_parts(test.clone(), base),
+                Trajectory::of_parts(test, work),
             );
             out.extend(TrajectoryDiff::between(&before, &now, mode));
         }
