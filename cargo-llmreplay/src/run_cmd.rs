@@ -100,11 +100,14 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     );
     let status = serving.wait(&format!("waiting for {}", program.to_string_lossy()))?;
     drop(python);
+    let runner = Runner::of(&args.command);
+    if runner.is_none() {
+        serving.command_passed(status);
+    }
     let stopped = serving.stop(status)?;
     // The suite is known when the test plugins listed what they collected, and whole when
     // neither they nor the command line selected: only then are folders of tests that did
     // not run judged.
-    let runner = Runner::of(&args.command);
     let listings = stopped.journal().listings();
     let selected = runner.is_some_and(|(r, at)| r.selects(at, &args.command));
     let scope = RunScope {

@@ -355,6 +355,10 @@ struct Handles {
     interrupted: Arc<AtomicBool>,
 }
 
+/// How long a command's test waits at its end for its exchanges under way, as a test a
+/// runner ended does.
+const COMMAND_END_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A run under way: the child running, the daemon serving it.
 pub(crate) struct Serving {
     pub(crate) run: Run,
@@ -382,6 +386,26 @@ impl Serving {
         // Gone: its id may be another process's from now on.
         self.child_pid.0 .0.store(0, Ordering::SeqCst);
         status
+    }
+
+    /// A command that is its own one test (no runner of tests under it says when each ends)
+    /// passed when it exited 0 in a run not interrupted: each test it called under and whose end
+    /// nothing said ends passed, and under `--record` then holds exactly this run's set.
+    pub(crate) fn command_passed(&self, status: ExitStatus) {
+        if !status.success() || self.handles.interrupted.load(Ordering::SeqCst) {
+            return;
+        }
+        let (journal, store) = (&self.handles.journal, &self.handles.store);
+        let trim = self.run.mode == daemon::config::Mode::Record;
+        let said = journal.outcomes();
+        for test in journal.tests() {
+            if said.contains_key(&test) {
+                continue;
+            }
+            journal.ended(&test, runlog::TestOutcome::Passed);
+            // One that cannot be written is settled again, and reported, at the run's end.
+            let _ = daemon::settle::settle(store, journal, &test, trim, COMMAND_END_WAIT);
+        }
     }
 
     /// Stops the daemon once its last exchange ended, then settles what each test recorded.

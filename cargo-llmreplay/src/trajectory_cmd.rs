@@ -7,7 +7,7 @@ use crate::error::{Error, Outcome, Result};
 use crate::render::{self, plural, term, Styles};
 use cassettes::{Cassette, TestId};
 use clap::{Args, ValueEnum};
-use review::trajectory::{Call, Step, Trajectory};
+use review::trajectory::{Call, Gather, Step, Trajectory, TrajectoryDiff};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -30,10 +30,15 @@ pub enum TrajectoryFormat {
         for with their arguments, its text, tokens), HTTP calls to captured hosts (method, path, \
         status) and MCP calls (server, method, tool, arguments, result), each with how long it \
         took. Recordings made before steps were kept have no recorded order: they follow the \
-        others by file then position, and the output says the order is a guess.",
+        others by file then position, and the output says the order is a guess.\n\n\
+        With --base, each test whose cassettes changed against that commit is shown as the base \
+        recorded it too, with what moved: a tool chosen instead of another, calls added or removed, \
+        other arguments, the turns, the final answer's drift, and whether the tool calls changed \
+        as [drift] trajectory in llmreplay.toml compares them (strict, unordered, subset, superset).",
     after_help = "Examples:\n  cargo llmreplay trajectory agent                          # tests whose id contains \"agent\"\n  \
         cargo llmreplay trajectory -E 'test(=books_a_flight)' --format json\n  \
-        cargo llmreplay trajectory --format chrome > trace.json  # open in ui.perfetto.dev"
+        cargo llmreplay trajectory --format chrome > trace.json  # open in ui.perfetto.dev\n  \
+        cargo llmreplay trajectory agent --base main              # the run as main recorded it, and now"
 )]
 pub struct TrajectoryArgs {
     #[command(flatten)]
@@ -41,6 +46,9 @@ pub struct TrajectoryArgs {
     /// How it prints.
     #[arg(long, value_enum, default_value = "text")]
     format: TrajectoryFormat,
+    /// Also show each changed test's run as this commit recorded it, and what moved.
+    #[arg(long, value_name = "REF")]
+    base: Option<String>,
     #[command(flatten)]
     cassettes: CassetteDirArg,
 }
@@ -73,13 +81,90 @@ pub fn run(args: TrajectoryArgs) -> Result<Outcome> {
         .into_iter()
         .map(|(test, files)| Trajectory::of(test, &files))
         .collect();
-    let out = match args.format {
-        TrajectoryFormat::Text => text(&trajectories, Styles::for_stdout()),
-        TrajectoryFormat::Json => pretty(&json!({ "trajectories": trajectories }))?,
-        TrajectoryFormat::Chrome => pretty(&chrome(&trajectories))?,
+    let against = match &args.base {
+        Some(base) => Some(against(&resolved, base, &selected)?),
+        None => None,
     };
+    let out =
+        match (args.format, &against) {
+            (TrajectoryFormat::Text, None) => text(&trajectories, Styles::for_stdout()),
+            (TrajectoryFormat::Text, Some((label, runs))) => {
+                compared(&trajectories, label, runs, Styles::for_stdout())
+            }
+            (TrajectoryFormat::Json, None) => pretty(&json!({ "trajectories": trajectories }))?,
+            (TrajectoryFormat::Json, Some((label, runs))) => {
+                let base: Vec<Value> = runs
+                    .iter()
+                    .map(|r| json!({"test": r.test, "steps": r.timelines[0]}))
+                    .collect();
+                pretty(&json!({
+                    "trajectories": trajectories,
+                    "base": {"commit": label, "trajectories": base},
+                    "drift": runs,
+                }))?
+            }
+            (TrajectoryFormat::Chrome, None) => pretty(&chrome(&trajectories))?,
+            (TrajectoryFormat::Chrome, Some(_)) => return Err(Error::Usage(
+                "--format chrome traces one run; leave out --base, or use --format text or json"
+                    .into(),
+            )),
+        };
     render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
     Ok(Outcome::Success)
+}
+
+/// Each selected test's run against `base`'s, for the tests whose cassettes changed, and the
+/// base as git names it.
+fn against(
+    resolved: &Resolved,
+    base: &str,
+    selected: &dyn Fn(&TestId) -> bool,
+) -> Result<(String, Vec<TrajectoryDiff>)> {
+    let mut gather = Gather::default();
+    let diff = review::git::diff_against_with(
+        resolved.cassette_dir(),
+        review::git::Base::Rev(Some(base)),
+        &[],
+        Some(&mut |workdir, file| {
+            if selected(&file.test) {
+                gather.take(workdir, file)
+            }
+        }),
+    )?;
+    Ok((diff.base, gather.compare(resolved.settings.trajectory_mode)))
+}
+
+/// Each test as now recorded; a changed one also as the base recorded it, then what moved.
+fn compared(
+    trajectories: &[Trajectory],
+    base: &str,
+    runs: &[TrajectoryDiff],
+    styles: Styles,
+) -> String {
+    let mut out = String::new();
+    for t in trajectories {
+        let Some(run) = runs.iter().find(|r| r.test == t.test) else {
+            out.push_str(&text(std::slice::from_ref(t), styles));
+            let _ = writeln!(out, "  (unchanged against {})", term(base));
+            continue;
+        };
+        let _ = writeln!(out, "{}", styles.bold(&term(&t.test)));
+        let _ = writeln!(
+            out,
+            " as {} recorded it ({}):",
+            term(base),
+            plural(run.timelines[0].len(), "step")
+        );
+        for step in &run.timelines[0] {
+            step_lines(&mut out, step);
+        }
+        let _ = writeln!(out, " now ({}):", plural(t.steps.len(), "step"));
+        for step in &t.steps {
+            step_lines(&mut out, step);
+        }
+        out.push_str(&crate::diff_cmd::trajectory_text(run, styles, " "));
+    }
+    out
 }
 
 fn pretty(value: &Value) -> Result<String> {
@@ -237,6 +322,7 @@ mod tests {
                     tokens: None,
                 },
             }],
+            final_answer: None,
         };
         let out = text(&[t], Styles::plain());
         assert!(!out.contains(['\u{1b}', '\u{202e}', '\u{7}']), "{out}");

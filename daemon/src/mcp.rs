@@ -516,9 +516,12 @@ pub(crate) async fn control(
                     );
                     return respond::json(json!({"status": "ok"}));
                 }
-                // A notification the server said nothing after: nothing to keep.
+                // A notification the server said nothing after: nothing to keep, and nothing
+                // broken (dropped, the call would blame the client, and keep a re-recorded
+                // test's old recordings beside its new ones).
                 Value::Array(steps) if steps.is_empty() => {
-                    return respond::json(json!({"status": "ok"}))
+                    pending.call.unasked();
+                    return respond::json(json!({"status": "ok"}));
                 }
                 Value::Array(steps) => steps,
                 _ => {

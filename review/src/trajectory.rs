@@ -789,4 +789,114 @@ mod tests {
             }
         );
     }
+
+    fn model_asking(tool: &str, args: &str, step: u64) -> Interaction {
+        interaction(
+            "POST",
+            "/v1/chat/completions",
+            serde_json::json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "weather?"}]}),
+            serde_json::json!({"model": "gpt-4o", "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": tool, "arguments": args}}]}, "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}}),
+            Some(step),
+            100,
+        )
+    }
+
+    fn run_of(calls: &[(&str, &str)]) -> Trajectory {
+        let mut xs: Vec<Interaction> = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (tool, args))| model_asking(tool, args, i as u64))
+            .collect();
+        xs.push(model_answering(Some(calls.len() as u64)));
+        Trajectory::of(
+            TestId::new("t$agent"),
+            &[("openai.json".to_string(), cassette("openai", xs))],
+        )
+    }
+
+    #[test]
+    fn a_tool_chosen_instead_of_another_is_a_trajectory_change_in_every_mode() {
+        let base = run_of(&[("search", "{}"), ("weather", r#"{"city":"Paris"}"#)]);
+        let now = run_of(&[("search", "{}"), ("forecast", r#"{"city":"Paris"}"#)]);
+        for mode in [
+            SequenceMode::Strict,
+            SequenceMode::Unordered,
+            SequenceMode::Subset,
+            SequenceMode::Superset,
+        ] {
+            let d = TrajectoryDiff::between(&base, &now, mode).unwrap();
+            assert!(d.changed, "{mode:?}");
+        }
+        let d = TrajectoryDiff::between(&base, &now, SequenceMode::Strict).unwrap();
+        assert_eq!(
+            d.changes,
+            [ToolChange::Chosen {
+                position: 2,
+                before: "weather".into(),
+                after: "forecast".into()
+            }]
+        );
+        assert_eq!(
+            d.changes[0].sentence(),
+            "call 2: forecast instead of weather"
+        );
+        assert_eq!(d.turns, [3, 3]);
+        assert!(d.final_answer.is_empty(), "{:?}", d.final_answer);
+        assert_eq!(d.headline(), "tools search, weather -> search, forecast");
+    }
+
+    #[test]
+    fn reordered_dropped_and_added_calls_are_judged_by_the_mode() {
+        let base = run_of(&[("search", "{}"), ("weather", "{}")]);
+        let judged = |now: &Trajectory| {
+            [
+                SequenceMode::Strict,
+                SequenceMode::Unordered,
+                SequenceMode::Subset,
+                SequenceMode::Superset,
+            ]
+            .map(|mode| TrajectoryDiff::between(&base, now, mode).unwrap().changed)
+        };
+        let reordered = run_of(&[("weather", "{}"), ("search", "{}")]);
+        assert_eq!(judged(&reordered), [true, false, false, false]);
+        let dropped = run_of(&[("search", "{}")]);
+        assert_eq!(judged(&dropped), [true, true, false, true]);
+        let added = run_of(&[("search", "{}"), ("weather", "{}"), ("calc", "{}")]);
+        assert_eq!(judged(&added), [true, true, true, false]);
+        let d = TrajectoryDiff::between(&base, &added, SequenceMode::Superset).unwrap();
+        assert_eq!(
+            d.changes,
+            [ToolChange::Added {
+                position: 3,
+                tool: "calc".into()
+            }]
+        );
+        assert_eq!(d.turns, [3, 4]);
+        assert!(
+            d.headline().contains("turns 3 -> 4 (+1)"),
+            "{}",
+            d.headline()
+        );
+        let d = TrajectoryDiff::between(&base, &dropped, SequenceMode::Strict).unwrap();
+        assert_eq!(
+            d.changes,
+            [ToolChange::Removed {
+                position: 2,
+                tool: "weather".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn other_arguments_are_told_but_are_no_trajectory_change_and_an_unchanged_run_is_none() {
+        let base = run_of(&[("weather", r#"{"city":"Paris"}"#)]);
+        let now = run_of(&[("weather", r#"{"city":"Lyon"}"#)]);
+        let d = TrajectoryDiff::between(&base, &now, SequenceMode::Strict).unwrap();
+        assert!(!d.changed);
+        assert_eq!(
+            d.changes[0].sentence(),
+            r#"call 1 weather: arguments {"city":"Paris"} -> {"city":"Lyon"}"#
+        );
+        assert!(TrajectoryDiff::between(&base, &base, SequenceMode::Strict).is_none());
+    }
 }

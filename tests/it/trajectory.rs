@@ -53,28 +53,32 @@ async fn an_agents_model_http_and_mcp_calls_come_back_in_order() {
         .to_string();
     let openai = format!("openai={}", model.url());
     let tools = format!("tools.example=https://127.0.0.1:{}", tool_api.addr.port());
-    let mut cmd = Command::new(binary());
-    cmd.current_dir(&root)
-        .args(["llmreplay", "run", "--record", "--upstream", &openai])
-        .args([
-            "--upstream",
-            &tools,
-            "--",
-            &py,
-            &script,
-            &shim,
-            &py,
-            &server,
-        ])
-        .env("CARGO_TARGET_DIR", root.join("target"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NEXTEST") || k.starts_with("LLMREPLAY") || k == "CI" {
-            cmd.env_remove(k);
+    let record = |tool: &str| {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(&root)
+            .args(["llmreplay", "run", "--record", "--upstream", &openai])
+            .args([
+                "--upstream",
+                &tools,
+                "--",
+                &py,
+                &script,
+                &shim,
+                &py,
+                &server,
+            ])
+            .env("CARGO_TARGET_DIR", root.join("target"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NEXTEST") || k.starts_with("LLMREPLAY") || k == "CI" {
+                cmd.env_remove(k);
+            }
         }
-    }
-    without_provider_env(&mut cmd);
-    cmd.env("OPENAI_API_KEY", "sk-not-a-real-key");
-    let recorded = Output::of(&mut cmd);
+        without_provider_env(&mut cmd);
+        cmd.env("OPENAI_API_KEY", "sk-not-a-real-key")
+            .env("AGENT_TOOL", tool);
+        Output::of(&mut cmd)
+    };
+    let recorded = record("get_weather");
     ok(&recorded);
     assert!(
         recorded.stdout.contains("You said: Say it"),
@@ -189,6 +193,96 @@ async fn an_agents_model_http_and_mcp_calls_come_back_in_order() {
     assert!(m[0] != h[0] && h[0] != p[0] && m[0] != p[0], "{c:#}");
     assert_eq!(events[0]["name"], "openai gpt-4o-mini");
     assert_eq!(events[0]["args"]["tool_calls"][0]["name"], "get_weather");
+
+    // Re-recorded, the model chooses another tool: the run against the commit's. The command
+    // is its one test, and it passed: it holds exactly this run's recordings.
+    crate::support::commit_all(&root);
+    let again = record("get_forecast");
+    ok(&again);
+    assert!(
+        !again.stderr.contains("kept its other recordings") && !again.stderr.contains("broken"),
+        "{}",
+        again.stderr
+    );
+    let both = llmreplay(&root, &["trajectory", "--base", "HEAD"]);
+    ok(&both);
+    let lines: Vec<&str> = both.stdout.lines().collect();
+    let at = |needle: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("{needle:?} in\n{}", both.stdout))
+    };
+    let (base_run, now_run) = (at("recorded it (6 steps):"), at(" now (6 steps):"));
+    let (was, is) = (
+        at("tool call: get_weather("),
+        at("tool call: get_forecast("),
+    );
+    let judged = at("trajectory changed (strict): tools get_weather, GET tools.example/tools/weather, mcp demo: add -> get_forecast, GET tools.example/tools/forecast, mcp demo: add");
+    assert!(
+        base_run < was && was < now_run && now_run < is && is < judged,
+        "{}",
+        both.stdout
+    );
+    at("call 1: get_forecast instead of get_weather");
+    at("call 2: GET tools.example/tools/forecast instead of GET tools.example/tools/weather");
+
+    // diff: the class, first in the headline and in what can break code.
+    let diff = llmreplay(&root, &["diff", "--base", "HEAD"]);
+    ok(&diff);
+    assert!(
+        diff.stdout
+            .starts_with("1 test: 1 test's tool calls changed")
+            && diff
+                .stdout
+                .contains("  trajectory changed (strict): tools get_weather"),
+        "{}",
+        diff.stdout
+    );
+    let markdown = llmreplay(&root, &["diff", "--base", "HEAD", "--format", "markdown"]);
+    ok(&markdown);
+    for needle in [
+        "⚠️ **Can break code: 1 test's tool calls changed",
+        "<details open>",
+        "**Trajectory changed** (`strict`): `tools get_weather,",
+        "- `call 1: get_forecast instead of get_weather`",
+    ] {
+        assert!(
+            markdown.stdout.contains(needle),
+            "{needle:?} in\n{}",
+            markdown.stdout
+        );
+    }
+    let json = llmreplay(&root, &["diff", "--base", "HEAD", "--format", "json"]);
+    ok(&json);
+    let v: Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["counts"]["drift"]["trajectory"], 1, "{v:#}");
+    assert_eq!(
+        v["trajectories"][0]["changes"][0],
+        serde_json::json!({"change": "chosen", "position": 1, "before": "get_weather", "after": "get_forecast"}),
+        "{v:#}"
+    );
+    assert_eq!(v["trajectories"][0]["mode"], "strict");
+
+    // A mode that is none of the four is refused, naming them.
+    let config = root.join("llmreplay.toml");
+    let kept = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("{kept}\n[drift]\ntrajectory = \"loose\"\n"),
+    )
+    .unwrap();
+    let refused = llmreplay(&root, &["diff", "--base", "HEAD"]);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("unknown variant `loose`")
+            && refused
+                .stderr
+                .contains("`strict`, `unordered`, `subset`, `superset`"),
+        "{}",
+        refused.stderr
+    );
+    std::fs::write(&config, kept).unwrap();
 
     // A filter that matches nothing is said, with the folder looked in.
     let none = llmreplay(&root, &["trajectory", "no-such-test"]);

@@ -2,9 +2,11 @@
 OpenAI SDK) asks for a tool; the tool is an HTTP API at a hard-coded https host (requests,
 through the proxy the environment names) and then the demo MCP server over stdio (the official
 `mcp` SDK, through the shim); the model answers last. `python trajectory_agent.py SHIM PYTHON
-SERVER` prints the final answer."""
+SERVER` prints the final answer. `AGENT_TOOL` names the tool it offers the model (its API's
+path follows the name): `get_forecast` makes a re-recorded run choose another tool."""
 import asyncio
 import json
+import os
 import sys
 
 import openai
@@ -18,7 +20,7 @@ tools = [
     {
         "type": "function",
         "function": {
-            "name": "get_weather",
+            "name": os.environ.get("AGENT_TOOL", "get_weather"),
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
         },
     }
@@ -28,7 +30,8 @@ first = client.chat.completions.create(model="gpt-4o-mini", messages=messages, t
 call = first.choices[0].message.tool_calls[0]
 city = json.loads(call.function.arguments)["city"]
 
-weather = requests.get("https://tools.example/tools/weather", params={"city": city}, timeout=60)
+path = call.function.name.removeprefix("get_")
+weather = requests.get(f"https://tools.example/tools/{path}", params={"city": city}, timeout=60)
 weather.raise_for_status()
 
 
