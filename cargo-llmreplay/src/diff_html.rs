@@ -28,8 +28,8 @@ body { font: 15px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 72em;
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; } h3, h4 { font-size: 1em; }
 code, pre { font-family: ui-monospace, monospace; font-size: 0.92em; }
 pre { background: #f6f8fa; padding: 0.6em; white-space: pre-wrap; overflow-wrap: anywhere; }
-.breaking, .gate h3, .severity-error { color: #b3261e; }
-.severity-warning { color: #8a5a00; }
+.breaking, .gate h3, .severity-error > h4, p.severity-error { color: #b3261e; }
+.severity-warning > h4, p.severity-warning { color: #8a5a00; }
 section.test { border-top: 1px solid #d0d7de; }
 .badge { display: inline-block; border-radius: 1em; padding: 0 0.6em; margin-right: 0.3em; background: #eaeef2; font-size: 0.85em; }
 .badge.breaks { background: #ffebe9; color: #b3261e; font-weight: bold; }
