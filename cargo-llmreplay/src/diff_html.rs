@@ -42,7 +42,7 @@ li.step { display: grid; grid-template-columns: 16em 1fr; gap: 0.5em; align-item
 .kind-model .bar { background: #5b8def; } .kind-http .bar { background: #e0a030; } .kind-mcp .bar { background: #3fa66b; }
 del { background: #ffebe9; color: #82071e; } ins { background: #dafbe1; color: #116329; text-decoration: none; }
 .interaction { margin: 1em 0 1em 1em; }
-.tokens, .scope { color: #59636e; }
+.tokens, .scope, li.none { color: #59636e; }
 "#;
 
 /// The page: the diff of `diff` and `trajectories`, opened by the run's report when there is one.
@@ -176,6 +176,9 @@ fn trajectory(t: &TrajectoryDiff) -> String {
             "<div class=\"side {side}\">\n<h3>{side} ({})</h3>\n<ol class=\"timeline\">",
             plural(steps.len(), "step")
         );
+        if steps.is_empty() {
+            out.push_str("<li class=\"none\">nothing recorded</li>\n");
+        }
         for step in steps {
             timeline_step(&mut out, step, scale);
         }

@@ -228,27 +228,23 @@ async fn the_html_report_shows_each_test_and_its_timelines_runs_nothing_and_fetc
     )
     .await;
 
-    // A replay whose call has no recording: the run's report fails, which the page says first.
-    let miss = Output::of(
+    // A replay of one recorded call and one that has none: the run's report fails, which the
+    // page says first, and its ledger counts the replay.
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/html_report/replay.py");
+    let replay = Output::of(
         Command::new(binary())
             .current_dir(root)
-            .args(["llmreplay", "run", "--cassette-dir", "c", "--", "python3", "-c"])
-            .arg(format!(
-                "import os, urllib.request, urllib.error\n\
-                 req = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', \
-                 data=b'{}', method='POST', headers={{'content-type': 'application/json', 'x-test-id': 'html::agent%24weather'}})\n\
-                 try:\n    print(urllib.request.urlopen(req).status)\nexcept urllib.error.HTTPError as e:\n    print(e.code)\n",
-                chat("Never recorded", None)
-            ))
+            .args(["llmreplay", "run", "--cassette-dir", "c", "--", "python3"])
+            .arg(&script)
+            .arg(WEATHER)
+            .arg(chat("Sum it up", None).to_string())
+            .arg(chat("Never recorded", None).to_string())
             .env("CARGO_TARGET_DIR", root.join("target"))
             .env_remove("CI"),
     );
-    assert_ne!(miss.code, Some(0), "{}\n{}", miss.stdout, miss.stderr);
-    assert!(
-        root.join("target/llmreplay/report.json").exists(),
-        "{}",
-        miss.stderr
-    );
+    assert_eq!(replay.stdout, "200\n404\n", "{}", replay.stderr);
+    assert_ne!(replay.code, Some(0), "{}", replay.stderr);
 
     let out = llmreplay(
         root,
@@ -313,7 +309,12 @@ async fn the_html_report_shows_each_test_and_its_timelines_runs_nothing_and_fetc
     let gate = dom.find("Why the run fails").expect("the gate's reasons");
     let missing = dom.find("missing (1)").expect("the missing call");
     let first_test = dom.find("<section class=\"test\"").unwrap();
-    assert!(gate < missing && missing < first_test, "{dom}");
+    let ledger = dom.find("<p class=\"ledger\">").expect("the ledger's line");
+    assert!(
+        gate < missing && missing < ledger && ledger < first_test,
+        "{dom}"
+    );
+    assert!(dom[ledger..].contains("not spent by 1 replay"), "{dom}");
     assert!(dom.contains("Never recorded"), "{dom}");
 
     // A screenshot for people to look at.
