@@ -1,7 +1,7 @@
 //! `cargo llmreplay diff`: what the recorded answers now say, for review. Compares the
 //! cassettes of the work tree with a base commit and prints, per test and provider, the
-//! interactions added, removed and changed, as text, as JSON, or as markdown for a pull
-//! request comment.
+//! interactions added, removed and changed, as text, as JSON, as markdown for a pull
+//! request comment, or as a page of HTML (`diff_html`) for a CI job's artifacts.
 
 use crate::args::{CassetteDirArg, Resolved};
 use crate::error::{Error, Outcome, Result};
@@ -21,6 +21,8 @@ pub enum Format {
     Text,
     Markdown,
     Json,
+    /// One self-contained page: no script, nothing fetched.
+    Html,
 }
 
 #[derive(Args)]
@@ -33,7 +35,8 @@ pub enum Format {
         arguments) and the tokens before and after. Ids and timestamps alone are not a change.",
     after_help = "Examples:\n  cargo llmreplay diff                              # against the merge base with main\n  \
         cargo llmreplay diff --base HEAD~1                 # against another commit\n  \
-        cargo llmreplay diff --format markdown > pr.md    # a pull request comment"
+        cargo llmreplay diff --format markdown > pr.md    # a pull request comment\n  \
+        cargo llmreplay diff --format html > report.html  # a page for the CI job's artifacts"
 )]
 pub struct DiffArgs {
     /// The commit to compare with [default: the merge base of HEAD and the default branch
@@ -47,8 +50,9 @@ pub struct DiffArgs {
     /// Exit with status 1 when any cassette changed (for scripts).
     #[arg(long)]
     exit_code: bool,
-    /// The run's report whose ledger the markdown ends with (what the replays did not spend)
-    /// [default: <target dir>/llmreplay/report.json, when there is one].
+    /// The run's report whose ledger the markdown ends with (what the replays did not spend),
+    /// and whose sections the HTML page opens with [default: <target dir>/llmreplay/report.json,
+    /// when there is one and it is of these cassettes].
     #[arg(long, value_name = "PATH")]
     report: Option<PathBuf>,
     /// Only cassettes under these paths (a test's folder, a file).
@@ -70,16 +74,18 @@ pub fn run(args: DiffArgs) -> Result<Outcome> {
     let out = match args.format {
         Format::Text => text(&diff, &trajectories, Styles::for_stdout()),
         Format::Markdown => {
-            let report = args
-                .report
-                .clone()
-                .unwrap_or_else(|| resolved.default_report());
             let mut out = markdown(&diff, &trajectories);
-            let named = args.report.is_some();
-            out.push_str(&ledger_markdown(&report, named, resolved.cassette_dir())?);
+            if let Some(report) = run_report(&args, &resolved)? {
+                out.push_str(&ledger_markdown(&report));
+            }
             out
         }
         Format::Json => json(&diff, &trajectories)?,
+        Format::Html => {
+            use crate::report::ReportExt;
+            let sections = run_report(&args, &resolved)?.map(|r| r.sections(&resolved.root));
+            crate::diff_html::page(&diff, &trajectories, sections.as_ref())
+        }
     };
     render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;
     Ok(Outcome::gate(args.exit_code && !diff.files.is_empty()))
@@ -142,7 +148,7 @@ pub fn counts(diff: &Diff, trajectories: &[TrajectoryDiff]) -> Counts {
     c
 }
 
-fn by_test(diff: &Diff) -> BTreeMap<&str, Vec<&FileDiff>> {
+pub(crate) fn by_test(diff: &Diff) -> BTreeMap<&str, Vec<&FileDiff>> {
     let mut tests: BTreeMap<&str, Vec<&FileDiff>> = BTreeMap::new();
     for f in &diff.files {
         let test = if f.test.is_empty() {
@@ -204,7 +210,7 @@ pub fn answer_change(d: &InteractionDiff) -> Option<AnswerChange<'_>> {
 }
 
 /// The classes of one changed answer: `tool call, wording`.
-fn drift_words(d: &InteractionDiff) -> String {
+pub(crate) fn drift_words(d: &InteractionDiff) -> String {
     d.drift
         .iter()
         .map(|c| c.as_str())
@@ -212,7 +218,18 @@ fn drift_words(d: &InteractionDiff) -> String {
         .join(", ")
 }
 
-fn headline(c: &Counts) -> String {
+/// The drift classes that can break the code under test, as a phrase; none when none did.
+pub(crate) fn breaking(c: &Counts) -> Option<String> {
+    let classes: BTreeMap<Drift, usize> = c
+        .drift
+        .iter()
+        .filter(|(class, _)| class.can_break_code())
+        .map(|(class, n)| (*class, *n))
+        .collect();
+    drift_sentence(&classes)
+}
+
+pub(crate) fn headline(c: &Counts) -> String {
     let mut parts: Vec<String> = drift_sentence(&c.drift).into_iter().collect();
     parts.extend(
         [
@@ -233,7 +250,7 @@ fn headline(c: &Counts) -> String {
     format!("{}: {parts}", plural(c.tests, "test"))
 }
 
-fn file_counts(f: &FileDiff) -> String {
+pub(crate) fn file_counts(f: &FileDiff) -> String {
     let n = |c: Change| f.interactions.iter().filter(|d| d.change == c).count();
     let mut parts = Vec::new();
     for (c, word) in [
@@ -256,7 +273,7 @@ fn file_counts(f: &FileDiff) -> String {
     parts.join(", ")
 }
 
-fn kind(f: &FileDiff) -> String {
+pub(crate) fn kind(f: &FileDiff) -> String {
     match (f.kind, &f.moved_from) {
         (ChangeKind::New, _) => "new file".into(),
         (ChangeKind::Moved, Some(from)) => format!("moved from {}", from.display()),
@@ -264,7 +281,7 @@ fn kind(f: &FileDiff) -> String {
     }
 }
 
-fn tokens_line(d: &InteractionDiff) -> Option<String> {
+pub(crate) fn tokens_line(d: &InteractionDiff) -> Option<String> {
     let show = |t: &Tokens| format!("{} in + {} out", t.input, t.output);
     match (&d.tokens_before, &d.tokens_after) {
         (Some(a), Some(b)) if a == b => Some(format!("tokens: {} (unchanged)", show(b))),
@@ -281,7 +298,7 @@ fn tokens_line(d: &InteractionDiff) -> Option<String> {
 }
 
 /// The request in one line, unescaped: each medium escapes it.
-fn request_line(d: &InteractionDiff) -> String {
+pub(crate) fn request_line(d: &InteractionDiff) -> String {
     format!(
         "{} {}{}",
         d.method,
@@ -293,7 +310,7 @@ fn request_line(d: &InteractionDiff) -> String {
     )
 }
 
-fn change_word(c: Change) -> &'static str {
+pub(crate) fn change_word(c: Change) -> &'static str {
     match c {
         Change::Added => "added",
         Change::Removed => "removed",
@@ -350,7 +367,7 @@ pub fn text(diff: &Diff, trajectories: &[TrajectoryDiff], styles: Styles) -> Str
 }
 
 /// Each test's trajectory against the base's, by test.
-fn by_run(trajectories: &[TrajectoryDiff]) -> BTreeMap<&str, &TrajectoryDiff> {
+pub(crate) fn by_run(trajectories: &[TrajectoryDiff]) -> BTreeMap<&str, &TrajectoryDiff> {
     trajectories.iter().map(|t| (t.test.as_str(), t)).collect()
 }
 
@@ -450,18 +467,18 @@ fn indent(text: &str, by: &str) -> String {
     text.trim_end().replace('\n', &format!("\n{by}"))
 }
 
-/// The run's ledger, from its report at `path`, as the comment's last line: what the replays
-/// did not spend and what recording spent, at the prices of their date. Nothing when the
-/// report at the default place is missing or of other cassettes (a target dir that several
-/// projects share); a report named with --report must be there.
-fn ledger_markdown(
-    path: &std::path::Path,
-    named: bool,
-    cassette_dir: &std::path::Path,
-) -> Result<String> {
-    let text = match std::fs::read_to_string(path) {
+/// The run's report, at --report or else the default place: none when the one at the default
+/// place is missing or of other cassettes (a target dir that several projects share); a
+/// report named with --report must be there.
+fn run_report(args: &DiffArgs, resolved: &Resolved) -> Result<Option<runlog::report::Report>> {
+    let named = args.report.is_some();
+    let path = args
+        .report
+        .clone()
+        .unwrap_or_else(|| resolved.default_report());
+    let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
-        Err(e) if !named && e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) if !named && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
             return Err(Error::io(
                 format!("cannot read the report {}", path.display()),
@@ -476,15 +493,21 @@ fn ledger_markdown(
         ))
     })?;
     let same = |a: &std::path::Path| std::fs::canonicalize(a).ok();
-    if !named && same(&report.cassette_dir) != same(cassette_dir) {
-        return Ok(String::new());
+    if !named && same(&report.cassette_dir) != same(resolved.cassette_dir()) {
+        return Ok(None);
     }
+    Ok(Some(report))
+}
+
+/// The run's ledger as the comment's last line: what the replays did not spend and what
+/// recording spent, at the prices of their date.
+fn ledger_markdown(report: &runlog::report::Report) -> String {
     let Some(line) = report
         .ledger
         .as_ref()
         .and_then(crate::report::sections::ledger_line)
     else {
-        return Ok(String::new());
+        return String::new();
     };
     let mut out = format!("\n{}", html(&line.said));
     if !line.unpriced.is_empty() {
@@ -496,7 +519,7 @@ fn ledger_markdown(
         let _ = write!(out, "; unpriced: {}", models.join(", "));
     }
     out.push_str(".\n");
-    Ok(out)
+    out
 }
 
 /// For a pull request comment: the counts first, then one collapsed section per test. What
@@ -511,13 +534,7 @@ pub fn markdown(diff: &Diff, trajectories: &[TrajectoryDiff]) -> String {
         return out;
     }
     // What can break the code under test comes first, in bold.
-    let breaking: BTreeMap<Drift, usize> = c
-        .drift
-        .iter()
-        .filter(|(class, _)| class.can_break_code())
-        .map(|(class, n)| (*class, *n))
-        .collect();
-    if let Some(sentence) = drift_sentence(&breaking) {
+    if let Some(sentence) = breaking(&c) {
         let _ = write!(out, "⚠️ **Can break code: {sentence}.**\n\n");
     }
     let _ = write!(

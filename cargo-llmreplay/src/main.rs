@@ -4,6 +4,7 @@
 mod args;
 mod capture;
 mod diff_cmd;
+mod diff_html;
 mod error;
 mod files;
 mod init_cmd;

@@ -288,8 +288,17 @@ pub fn field_values(out: &mut String, values: &[daemon::FieldValues]) {
 /// For HTML (and markdown's HTML blocks): on one line, with `&`, `<`, `>` and quotes as
 /// entities. A newline could end the HTML block and let the rest be read as markdown.
 pub fn html(text: &str) -> String {
+    entities(&term(text))
+}
+
+/// For HTML over several lines (inside `<pre>`): as `html`, but newlines and tabs kept.
+pub fn html_lines(text: &str) -> String {
+    entities(&term_lines(text))
+}
+
+fn entities(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in term(text).chars() {
+    for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
@@ -367,6 +376,10 @@ mod tests {
         assert_eq!(code("a\n\n## H"), "`a\\u{a}\\u{a}## H`");
         assert_eq!(table_code("a|b"), "`a\\|b`");
         assert_eq!(html("</code>\n<b>"), "&lt;/code&gt;\\u{a}&lt;b&gt;");
+        assert_eq!(
+            html_lines("<p>\n\u{202e}'\t\x1b"),
+            "&lt;p&gt;\n\\u{202e}&#39;\t\\u{1b}"
+        );
         assert_eq!(fenced("diff", "x\n```\ny"), "````diff\nx\n```\ny\n````\n");
     }
 

@@ -4,7 +4,6 @@
 //! cassettes as a re-record would put them, for `cargo llmreplay diff` to show.
 
 use crate::args::{CassetteDirArg, Resolved, TestSelection, UpstreamArg};
-use crate::diff_cmd::Format;
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, fenced, html, table_code, term};
 use cassettes::{Interaction, Key, ProviderName, RecordOutcome, Summary, TestId, Timing, Tokens};
@@ -20,6 +19,14 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// How the results are printed: as `diff` prints, less its HTML page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Markdown,
+    Json,
+}
 
 #[derive(Args)]
 #[command(

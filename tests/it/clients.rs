@@ -618,6 +618,44 @@ fn the_ci_template_passes_actionlint_and_installs_from_this_repository() {
     assert!(text.contains("name: llmreplay-report-${{ matrix.partition }}"));
     assert!(text.contains("pattern: llmreplay-report-*"));
     assert!(text.contains("needs: replay"));
+    // Every gate writes the HTML page on a pull request before it uploads the report's
+    // artifact, keeps it there, and says on the summary page in which run it is; a failure to
+    // write it cannot turn the gate red.
+    for gate in [
+        "gate-rust.yml",
+        "gate-python.yml",
+        "gate-node.yml",
+        "gate-rust-sharded.yml",
+    ] {
+        let text = std::fs::read_to_string(repo().join("cargo-llmreplay/init").join(gate)).unwrap();
+        let step = text
+            .split("- name: HTML report")
+            .nth(1)
+            .and_then(|rest| rest.split("\n      - ").next())
+            .unwrap_or_else(|| panic!("{gate}: an HTML report step"));
+        assert!(
+            step.contains(
+                "diff --base \"origin/$BASE\" --format html \"${run[@]}\" > llmreplay-report.html"
+            ),
+            "{gate}: {step}"
+        );
+        assert!(step.contains("continue-on-error: true"), "{gate}");
+        assert!(
+            step.contains("RUN_URL: ${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}")
+                && step.contains("[this run]($RUN_URL).\" >> \"$GITHUB_STEP_SUMMARY\""),
+            "{gate}: {step}"
+        );
+        let after = &text[text.find("- name: HTML report").unwrap()..];
+        let upload = after
+            .split("- uses: actions/upload-artifact@v4")
+            .nth(1)
+            .and_then(|rest| rest.split("\n      - ").next())
+            .unwrap_or_else(|| panic!("{gate}: an upload after the page"));
+        assert!(
+            upload.contains("name: llmreplay-report\n") && upload.contains("llmreplay-report.html"),
+            "{gate}: {upload}"
+        );
+    }
     let text = std::fs::read_to_string(&template).unwrap();
     let broken = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(

@@ -16,6 +16,7 @@ mod environments;
 mod faults;
 mod freshness;
 mod hostile;
+mod html_report;
 mod init;
 mod kept;
 mod ledger;

@@ -5,6 +5,7 @@
 //! (`ReportExt`).
 
 mod command;
+pub(crate) mod html;
 mod scope;
 pub(crate) mod sections;
 mod summary;
