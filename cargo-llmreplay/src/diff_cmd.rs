@@ -4,15 +4,17 @@
 //! request comment, or as a page of HTML (`diff_html`) for a CI job's artifacts.
 
 use crate::args::{CassetteDirArg, Resolved};
+use crate::diff_view::{
+    answer_change, breaking, by_run, by_test, change_word, counts, drift_words, file_counts,
+    headline, kind, request_line, tokens_line, AnswerChange, Counts,
+};
 use crate::error::{Error, Outcome, Result};
 use crate::render::{self, code, code_short, fenced, html, plural, term, term_lines, Styles};
-use cassettes::Tokens;
 use clap::{Args, ValueEnum};
-use review::git::{diff_against_with, ChangeKind, Diff, FileDiff};
-use review::review::{Change, Drift, InteractionDiff};
+use review::git::{diff_against_with, Diff};
+use review::review::{Change, InteractionDiff};
 use review::trajectory::{Gather, TrajectoryDiff};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
@@ -91,233 +93,6 @@ pub fn run(args: DiffArgs) -> Result<Outcome> {
     Ok(Outcome::gate(args.exit_code && !diff.files.is_empty()))
 }
 
-/// The counts a reader wants first.
-#[derive(Debug, Default, Serialize, PartialEq)]
-pub struct Counts {
-    pub tests: usize,
-    pub files: usize,
-    pub added: usize,
-    pub removed: usize,
-    pub changed: usize,
-    /// Cassettes moved to another test's folder (a renamed test).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub moved: usize,
-    /// Changed interactions whose answer text differs.
-    pub answers_changed: usize,
-    /// Changed interactions whose answer is the same: only the request moved.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub requests_only: usize,
-    /// Changed answers by drift class (an answer counts once in each of its classes).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub drift: BTreeMap<Drift, usize>,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-pub fn counts(diff: &Diff, trajectories: &[TrajectoryDiff]) -> Counts {
-    let mut c = Counts {
-        files: diff.files.len(),
-        tests: by_test(diff).len(),
-        moved: diff
-            .files
-            .iter()
-            .filter(|f| f.kind == ChangeKind::Moved)
-            .count(),
-        ..Counts::default()
-    };
-    for d in diff.files.iter().flat_map(|f| &f.interactions) {
-        match d.change {
-            Change::Added => c.added += 1,
-            Change::Removed => c.removed += 1,
-            Change::Changed => {
-                c.changed += 1;
-                c.answers_changed += usize::from(d.answer_changed());
-                c.requests_only += usize::from(d.drift.is_empty());
-                for class in &d.drift {
-                    *c.drift.entry(*class).or_default() += 1;
-                }
-            }
-        }
-    }
-    let runs = trajectories.iter().filter(|t| t.changed).count();
-    if runs > 0 {
-        c.drift.insert(Drift::Trajectory, runs);
-    }
-    c
-}
-
-pub(crate) fn by_test(diff: &Diff) -> BTreeMap<&str, Vec<&FileDiff>> {
-    let mut tests: BTreeMap<&str, Vec<&FileDiff>> = BTreeMap::new();
-    for f in &diff.files {
-        let test = if f.test.is_empty() {
-            f.path.to_str().unwrap_or("")
-        } else {
-            &f.test
-        };
-        tests.entry(test).or_default().push(f);
-    }
-    tests
-}
-
-/// The drift classes as a phrase, those that can break code first: "1 tool call changed, 2
-/// wording".
-pub fn drift_sentence(drift: &BTreeMap<Drift, usize>) -> Option<String> {
-    let parts: Vec<String> = drift
-        .iter()
-        .filter(|(_, n)| **n > 0)
-        .map(|(class, n)| match class {
-            Drift::Error => format!("{n} became or stopped being an error"),
-            Drift::Trajectory => match n {
-                1 => "1 test's tool calls changed".to_string(),
-                n => format!("{n} tests' tool calls changed"),
-            },
-            Drift::ToolCall => format!("{} changed", plural(*n, "tool call")),
-            Drift::ToolSchema => {
-                format!("{} changed its tool schemas", plural(*n, "MCP tool list"))
-            }
-            Drift::Structure => format!("{n} structure changed"),
-            Drift::Wording => format!("{n} wording"),
-            Drift::Usage => format!("{n} usage only"),
-            Drift::Metadata => format!("{n} metadata only"),
-            Drift::RequestOnly => format!(
-                "{} re-keyed after a client change, answers unchanged",
-                plural(*n, "recording")
-            ),
-        })
-        .collect();
-    (!parts.is_empty()).then(|| parts.join(", "))
-}
-
-/// How a changed answer reads best: the words that changed when most of it stayed, else its
-/// lines old then new.
-pub enum AnswerChange<'a> {
-    Words(Vec<review::review::Words>),
-    Lines(&'a str),
-}
-
-/// The diff of a changed answer, when its text changed: one word diff, which also tells
-/// whether it was mostly rewritten.
-pub fn answer_change(d: &InteractionDiff) -> Option<AnswerChange<'_>> {
-    let lines = d.answer_diff.as_deref()?;
-    let (before, after) = (d.answer_before.as_deref()?, d.answer_after.as_deref()?);
-    let words = review::review::word_diff(before, after);
-    Some(match review::review::rewritten(&words) {
-        true => AnswerChange::Lines(lines),
-        false => AnswerChange::Words(words),
-    })
-}
-
-/// The classes of one changed answer: `tool call, wording`.
-pub(crate) fn drift_words(d: &InteractionDiff) -> String {
-    d.drift
-        .iter()
-        .map(|c| c.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The drift classes that can break the code under test, as a phrase; none when none did.
-pub(crate) fn breaking(c: &Counts) -> Option<String> {
-    let classes: BTreeMap<Drift, usize> = c
-        .drift
-        .iter()
-        .filter(|(class, _)| class.can_break_code())
-        .map(|(class, n)| (*class, *n))
-        .collect();
-    drift_sentence(&classes)
-}
-
-pub(crate) fn headline(c: &Counts) -> String {
-    let mut parts: Vec<String> = drift_sentence(&c.drift).into_iter().collect();
-    parts.extend(
-        [
-            (c.requests_only, "request changed", "requests changed"),
-            (c.moved, "cassette moved", "cassettes moved"),
-            (c.added, "added", "added"),
-            (c.removed, "removed", "removed"),
-        ]
-        .iter()
-        .filter(|(n, _, _)| *n > 0)
-        .map(|(n, one, many)| format!("{n} {}", if *n == 1 { one } else { many })),
-    );
-    let parts = if parts.is_empty() {
-        "no interaction changed".to_string()
-    } else {
-        parts.join(", ")
-    };
-    format!("{}: {parts}", plural(c.tests, "test"))
-}
-
-pub(crate) fn file_counts(f: &FileDiff) -> String {
-    let n = |c: Change| f.interactions.iter().filter(|d| d.change == c).count();
-    let mut parts = Vec::new();
-    for (c, word) in [
-        (Change::Changed, "changed"),
-        (Change::Added, "added"),
-        (Change::Removed, "removed"),
-    ] {
-        if n(c) > 0 {
-            parts.push(format!("{} {word}", n(c)));
-        }
-    }
-    if f.error.is_some() {
-        parts.push("does not parse".into());
-    }
-    if parts.is_empty() {
-        if let Some(n) = f.recordings {
-            parts.push(format!("{}, unchanged", plural(n, "recording")));
-        }
-    }
-    parts.join(", ")
-}
-
-pub(crate) fn kind(f: &FileDiff) -> String {
-    match (f.kind, &f.moved_from) {
-        (ChangeKind::New, _) => "new file".into(),
-        (ChangeKind::Moved, Some(from)) => format!("moved from {}", from.display()),
-        (other, _) => render::change_kind(other).into(),
-    }
-}
-
-pub(crate) fn tokens_line(d: &InteractionDiff) -> Option<String> {
-    let show = |t: &Tokens| format!("{} in + {} out", t.input, t.output);
-    match (&d.tokens_before, &d.tokens_after) {
-        (Some(a), Some(b)) if a == b => Some(format!("tokens: {} (unchanged)", show(b))),
-        (Some(a), Some(b)) => Some(format!(
-            "tokens: {} -> {} ({:+})",
-            show(a),
-            show(b),
-            b.total() as i64 - a.total() as i64
-        )),
-        (None, Some(b)) => Some(format!("tokens: {}", show(b))),
-        (Some(a), None) => Some(format!("tokens: {}", show(a))),
-        (None, None) => None,
-    }
-}
-
-/// The request in one line, unescaped: each medium escapes it.
-pub(crate) fn request_line(d: &InteractionDiff) -> String {
-    format!(
-        "{} {}{}",
-        d.method,
-        d.path,
-        d.model
-            .as_deref()
-            .map(|m| format!(", model {m}"))
-            .unwrap_or_default()
-    )
-}
-
-pub(crate) fn change_word(c: Change) -> &'static str {
-    match c {
-        Change::Added => "added",
-        Change::Removed => "removed",
-        Change::Changed => "changed",
-    }
-}
-
 /// For a terminal: coloured `-`/`+` lines when `styles` say so; control characters from the
 /// cassettes shown escaped.
 pub fn text(diff: &Diff, trajectories: &[TrajectoryDiff], styles: Styles) -> String {
@@ -364,11 +139,6 @@ pub fn text(diff: &Diff, trajectories: &[TrajectoryDiff], styles: Styles) -> Str
         }
     }
     out
-}
-
-/// Each test's trajectory against the base's, by test.
-pub(crate) fn by_run(trajectories: &[TrajectoryDiff]) -> BTreeMap<&str, &TrajectoryDiff> {
-    trajectories.iter().map(|t| (t.test.as_str(), t)).collect()
 }
 
 /// What a test's run became, as `[drift] trajectory` judges its tool calls: a line of what

@@ -8,7 +8,7 @@
 //! `render::html` (one line) or `render::html_lines` (inside `<pre>`), so a test id or an answer
 //! holding markup or bidi overrides shows as text.
 
-use crate::diff_cmd::{
+use crate::diff_view::{
     answer_change, breaking, by_run, by_test, change_word, counts, file_counts, headline, kind,
     request_line, tokens_line, AnswerChange,
 };

@@ -5,6 +5,7 @@ mod args;
 mod capture;
 mod diff_cmd;
 mod diff_html;
+mod diff_view;
 mod error;
 mod files;
 mod init_cmd;
