@@ -14,21 +14,6 @@ use std::process::Command;
 const WEATHER: &str = "html::agent$weather";
 const HOSTILE: &str = "html::agent$<script>alert(1)</script>\u{202e}evil";
 
-/// A crate (for `cargo locate-project`) in its own git repository, its target dir ignored.
-fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("Cargo.toml"),
-        "[package]\nname = \"agent\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir.path().join("src")).unwrap();
-    std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
-    std::fs::write(dir.path().join(".gitignore"), "/target\n").unwrap();
-    git2::Repository::init(dir.path()).unwrap();
-    dir
-}
-
 fn chat(prompt: &str, tool: Option<&str>) -> Value {
     let mut body =
         json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}]});
@@ -192,7 +177,7 @@ async fn the_html_report_shows_each_test_and_its_timelines_runs_nothing_and_fetc
         return;
     };
     let fake = FakeProvider::start().await;
-    let dir = workspace();
+    let dir = crate::support::crate_in_repo("agent", true);
     let root = dir.path();
 
     // The base: the agent asks for the weather, then answers.

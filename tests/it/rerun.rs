@@ -10,20 +10,6 @@ use std::sync::atomic::Ordering;
 const OPENAI_KEY: &str = "sk-rerun-secret-0001";
 const ANTHROPIC_KEY: &str = "sk-ant-rerun-secret-0002";
 
-/// A crate (for `cargo locate-project`) in its own git repository.
-fn workspace() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("Cargo.toml"),
-        "[package]\nname = \"rr\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir.path().join("src")).unwrap();
-    std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
-    git2::Repository::init(dir.path()).unwrap();
-    dir
-}
-
 fn ups(fake: &FakeProvider) -> Vec<String> {
     ["openai", "anthropic"]
         .iter()
@@ -91,7 +77,7 @@ async fn record(dir: &Path, fake: &FakeProvider) {
 /// The sample `record` makes, in a workspace of its own, and the stand-in that answered it.
 async fn recorded() -> (FakeProvider, tempfile::TempDir) {
     let fake = FakeProvider::start().await;
-    let dir = workspace();
+    let dir = crate::support::crate_in_repo("rr", false);
     record(dir.path(), &fake).await;
     (fake, dir)
 }
@@ -362,7 +348,7 @@ async fn a_drift_check_fails_on_change_and_save_replaces_in_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn uploads_are_sent_again_with_a_fresh_boundary_and_binary_answers_compare_by_bytes() {
     let fake = FakeProvider::start().await;
-    let dir = workspace();
+    let dir = crate::support::crate_in_repo("rr", false);
     let up = format!("openai={}", fake.url());
     let serve = Serve::start(dir.path(), &["--mode", "record", "--upstream", &up]);
     let base = format!("{}/openai/v1", serve.for_test("rr::audio$upload"));

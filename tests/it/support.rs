@@ -2014,3 +2014,21 @@ pub fn edit_sample_tests(sample: &Sample, edit: impl Fn(String) -> String) {
     assert_ne!(edited, text, "the edit changed nothing");
     std::fs::write(&path, edited).unwrap();
 }
+
+/// A crate named `name` (for `cargo locate-project`) in its own git repository, its target dir
+/// ignored by git when `ignore_target`.
+pub fn crate_in_repo(name: &str, ignore_target: bool) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        format!("[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n"),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("src")).unwrap();
+    std::fs::write(dir.path().join("src/lib.rs"), "").unwrap();
+    if ignore_target {
+        std::fs::write(dir.path().join(".gitignore"), "/target\n").unwrap();
+    }
+    git2::Repository::init(dir.path()).unwrap();
+    dir
+}
