@@ -86,7 +86,8 @@ pub fn run(args: DiffArgs) -> Result<Outcome> {
         Format::Html => {
             use crate::report::ReportExt;
             let sections = run_report(&args, &resolved)?.map(|r| r.sections(&resolved.root));
-            crate::diff_html::page(&diff, &trajectories, sections.as_ref())
+            let prices = &resolved.settings.prices;
+            crate::diff_html::page(&diff, &trajectories, sections.as_ref(), prices)
         }
     };
     render::stdout(&out).map_err(|e| Error::io("cannot write to stdout", e))?;

@@ -9,8 +9,8 @@
 //! holding markup or bidi overrides shows as text.
 
 use crate::diff_view::{
-    answer_change, breaking, by_run, by_test, change_word, counts, file_counts, headline, kind,
-    request_line, tokens_line, AnswerChange,
+    answer_change, breaking, by_run, by_test, change_word, cost_words, counts, file_counts,
+    headline, kind, request_line, run_cost, tokens_line, AnswerChange,
 };
 use crate::render::{html, html_lines, plural};
 use crate::report::sections::Sections;
@@ -46,7 +46,12 @@ del { background: #ffebe9; color: #82071e; } ins { background: #dafbe1; color: #
 "#;
 
 /// The page: the diff of `diff` and `trajectories`, opened by the run's report when there is one.
-pub fn page(diff: &Diff, trajectories: &[TrajectoryDiff], run: Option<&Sections>) -> String {
+pub fn page(
+    diff: &Diff,
+    trajectories: &[TrajectoryDiff],
+    run: Option<&Sections>,
+    prices: &ledger::Prices,
+) -> String {
     let c = counts(diff, trajectories);
     let mut out = format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
@@ -100,7 +105,7 @@ pub fn page(diff: &Diff, trajectories: &[TrajectoryDiff], run: Option<&Sections>
             );
         }
         if let Some(t) = run {
-            out.push_str(&trajectory(t));
+            out.push_str(&trajectory(t, prices));
         }
         for f in files {
             file(&mut out, f);
@@ -143,7 +148,7 @@ fn badges(files: &[&FileDiff], run: Option<&TrajectoryDiff>) -> String {
 }
 
 /// How the test's tool calls moved, then its two runs as timelines on one scale.
-fn trajectory(t: &TrajectoryDiff) -> String {
+fn trajectory(t: &TrajectoryDiff, prices: &ledger::Prices) -> String {
     let mode = html(t.mode.as_str());
     let judged = match t.changed {
         true => format!("<strong>Trajectory changed</strong> (<code>{mode}</code>)"),
@@ -152,6 +157,14 @@ fn trajectory(t: &TrajectoryDiff) -> String {
     let mut out = format!(
         "<div class=\"trajectory\">\n<p>{judged}: {}</p>\n",
         html(&t.headline())
+    );
+    let cost = |steps: &[Step]| cost_words(&run_cost(steps, prices));
+    let _ = writeln!(
+        out,
+        "<p class=\"cost\">cost: {} → {} (prices of {})</p>",
+        html(&cost(&t.timelines[0])),
+        html(&cost(&t.timelines[1])),
+        html(prices.date())
     );
     if !t.changes.is_empty() {
         out.push_str("<ul class=\"changes\">\n");
@@ -331,7 +344,7 @@ mod tests {
             workdir: std::path::PathBuf::from("/nonexistent"),
             files: Vec::new(),
         };
-        let page = page(&diff, &[], None);
+        let page = page(&diff, &[], None, &ledger::Prices::vendored());
         assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
         assert!(page.contains(&format!("content=\"{POLICY}\"")), "{page}");
         assert!(page.contains("against <code>&lt;main&gt;</code>"), "{page}");

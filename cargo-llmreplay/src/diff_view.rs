@@ -241,3 +241,44 @@ pub(crate) fn change_word(c: Change) -> &'static str {
 pub(crate) fn by_run(trajectories: &[TrajectoryDiff]) -> BTreeMap<&str, &TrajectoryDiff> {
     trajectories.iter().map(|t| (t.test.as_str(), t)).collect()
 }
+
+/// What a run's model calls cost at `prices`: those whose model and tokens have a price, and
+/// the others by what they name.
+pub(crate) fn run_cost(
+    steps: &[review::trajectory::Step],
+    prices: &ledger::Prices,
+) -> ledger::Tally {
+    let mut tally = ledger::Tally::default();
+    for step in steps {
+        if let review::trajectory::Call::Model {
+            provider,
+            model,
+            tokens,
+            ..
+        } = &step.call
+        {
+            let priced = match (model.as_deref(), tokens) {
+                (None, _) => ledger::Priced::Unpriced(ledger::Unpriced::NoModel),
+                (Some(m), None) => ledger::Priced::Unpriced(ledger::Unpriced::NoUsage(m.into())),
+                (Some(m), Some(tokens)) => match prices.lookup(provider, m) {
+                    Some(price) => ledger::Priced::Cost(price.cost(tokens)),
+                    None => ledger::Priced::Unpriced(ledger::Unpriced::UnknownModel(m.into())),
+                },
+            };
+            tally.add(priced);
+        }
+    }
+    tally
+}
+
+/// A run's cost in a few words, unescaped: `$0.000021`, with `(1 unpriced)` when some call had
+/// no price, or `unpriced` when none had.
+pub(crate) fn cost_words(tally: &ledger::Tally) -> String {
+    let unpriced = tally.unpriced_count();
+    match (tally.priced, unpriced) {
+        (0, 0) => "no model call".to_string(),
+        (0, _) => "unpriced".to_string(),
+        (_, 0) => tally.cost.to_string(),
+        (_, n) => format!("{} ({n} unpriced)", tally.cost),
+    }
+}

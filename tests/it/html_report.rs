@@ -277,6 +277,18 @@ async fn the_html_report_shows_each_test_and_its_timelines_runs_nothing_and_fetc
     );
     // The final answer, word by word.
     assert!(dom.contains("<ins> and warm</ins>"), "{dom}");
+    // The run's cost before and after, priced from its model calls' tokens.
+    let cost = dom
+        .split("<p class=\"cost\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</p>").next())
+        .unwrap_or_else(|| panic!("no cost line in {dom}"));
+    assert!(
+        cost.starts_with("cost: $0.0000")
+            && cost.contains(" → $0.0000")
+            && cost.contains("(prices of 20"),
+        "{cost}"
+    );
 
     // The hostile id and answer are text: escaped markup, the override as a visible mark.
     assert!(
