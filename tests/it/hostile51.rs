@@ -1,0 +1,139 @@
+//! `cargo llmreplay run --record -- COMMAND` with no test runner under the command: a command
+//! that exits 0 is one test that passed, and its cassettes are trimmed to this run's set. What
+//! it must not trim: a request an MCP server never answered, a pytest test that crashed under a
+//! script (pytest's plugin says how its tests end; one it did not say did not finish), and the
+//! recordings of a process the command left running (it may still call).
+
+use crate::support::{binary, commit_all, sdk_python, without_provider_env, Output};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/sdk/hostile51")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A git repository to record in, and a target dir outside it.
+struct Project {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    target: PathBuf,
+}
+
+impl Project {
+    fn new() -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("project");
+        let target = dir.path().join("target");
+        std::fs::create_dir_all(&root).unwrap();
+        git2::Repository::init(&root).unwrap();
+        Project {
+            _dir: dir,
+            root,
+            target,
+        }
+    }
+
+    /// `cargo llmreplay run FLAGS -- COMMAND` in the project, with `env`.
+    fn run(&self, flags: &[&str], command: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(binary());
+        cmd.current_dir(&self.root)
+            .args(["llmreplay", "run"])
+            .args(flags)
+            .arg("--")
+            .args(command)
+            .env("CARGO_TARGET_DIR", &self.target);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("NEXTEST") || k.starts_with("LLMREPLAY") || k == "CI" {
+                cmd.env_remove(k);
+            }
+        }
+        without_provider_env(&mut cmd);
+        cmd.env("OPENAI_API_KEY", "sk-not-a-real-key")
+            .envs(env.iter().copied());
+        Output::of(&mut cmd)
+    }
+
+    /// The one cassette file named `file` under `tests/cassettes`, and its folder's name.
+    fn cassette(&self, file: &str) -> (String, Value) {
+        let dir = self.root.join("tests/cassettes");
+        let found: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path().join(file))
+            .filter(|p| p.exists())
+            .collect();
+        assert_eq!(found.len(), 1, "{file} in {}", dir.display());
+        let folder = found[0].parent().unwrap().file_name().unwrap();
+        let text = std::fs::read_to_string(&found[0]).unwrap();
+        (
+            folder.to_string_lossy().into_owned(),
+            serde_json::from_str(&text).unwrap(),
+        )
+    }
+}
+
+/// What the run printed, both streams.
+fn said(out: &Output) -> String {
+    format!("{}{}", out.stdout, out.stderr)
+}
+
+fn ok(out: &Output) {
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+}
+
+/// The prompts (model) or tool arguments (MCP) a cassette's interactions were recorded for.
+fn asked(cassette: &Value) -> Vec<String> {
+    cassette["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let body = &i["request"]["body"];
+            match body["messages"][0]["content"].as_str() {
+                Some(prompt) => prompt.to_string(),
+                None => format!("{} {}", body["method"], body["params"]["arguments"]),
+            }
+        })
+        .collect()
+}
+
+/// The client gives up on a tool call the server never answered and exits 0: the call ends
+/// broken, not unasked like a notification, so the re-recorded test keeps its recording. The
+/// notification the server says nothing after breaks nothing.
+#[test]
+fn an_mcp_request_the_server_never_answered_keeps_its_recording() {
+    let Some(python) = sdk_python("json") else {
+        return;
+    };
+    let project = Project::new();
+    let (shim, py) = (binary().display().to_string(), python.display().to_string());
+    let command = [
+        py.as_str(),
+        &fixture("mcp_client.py"),
+        &shim,
+        &py,
+        &fixture("mcp_server.py"),
+    ];
+    let first = project.run(&["--record"], &command, &[]);
+    ok(&first);
+    assert!(!said(&first).contains("broken"), "{}", said(&first));
+    let (_, before) = project.cassette("mcp-quiet.json");
+    let calls = asked(&before);
+    assert!(calls.iter().any(|c| c.contains(r#"{"x":2}"#)), "{calls:?}");
+    commit_all(&project.root);
+
+    let again = project.run(&["--record"], &command, &[("SILENT_ON", "2")]);
+    ok(&again);
+    assert!(again.stdout.contains("shim exited 0"), "{}", again.stdout);
+    let (_, after) = project.cassette("mcp-quiet.json");
+    assert_eq!(asked(&after), calls, "{}\n{}", again.stdout, again.stderr);
+    let text = said(&again);
+    assert!(
+        text.contains("1 broken") && text.contains("kept its other recordings"),
+        "{text}"
+    );
+}
