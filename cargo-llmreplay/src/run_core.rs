@@ -393,7 +393,8 @@ impl Serving {
 
     /// A command that is its own one test (no runner of tests under it says when each ends)
     /// passed when it exited 0 in a run not interrupted: each test it called under and whose end
-    /// nothing said ends passed, and under `--record` then holds exactly this run's set.
+    /// nothing said ends passed, and under `--record` then holds exactly this run's set. Not a
+    /// test whose beginning a plugin said: one whose end it did not say crashed.
     pub(crate) fn command_passed(&self, status: ExitStatus) {
         if !status.success() || self.handles.interrupted.load(Ordering::SeqCst) {
             return;
@@ -402,7 +403,7 @@ impl Serving {
         let trim = self.run.mode == daemon::config::Mode::Record;
         let said = journal.outcomes();
         for test in journal.tests() {
-            if said.contains_key(&test) {
+            if said.contains_key(&test) || journal.began_was_said(&test) {
                 continue;
             }
             journal.ended(&test, runlog::TestOutcome::Passed);

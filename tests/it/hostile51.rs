@@ -4,7 +4,7 @@
 //! script (pytest's plugin says how its tests end; one it did not say did not finish), and the
 //! recordings of a process the command left running (it may still call).
 
-use crate::support::{binary, commit_all, sdk_python, without_provider_env, Output};
+use crate::support::{binary, commit_all, sdk_python, without_provider_env, FakeProvider, Output};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,6 +56,18 @@ impl Project {
         cmd.env("OPENAI_API_KEY", "sk-not-a-real-key")
             .envs(env.iter().copied());
         Output::of(&mut cmd)
+    }
+
+    /// The `openai.json` of the one cassette folder whose name ends with `suffix`.
+    fn cassette_of(&self, suffix: &str) -> (String, Value) {
+        let dir = self.root.join("tests/cassettes");
+        let folder = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .find(|f| f.ends_with(suffix))
+            .unwrap_or_else(|| panic!("a folder ending {suffix} in {}", dir.display()));
+        let text = std::fs::read_to_string(dir.join(&folder).join("openai.json")).unwrap();
+        (folder, serde_json::from_str(&text).unwrap())
     }
 
     /// The one cassette file named `file` under `tests/cassettes`, and its folder's name.
@@ -136,4 +148,51 @@ fn an_mcp_request_the_server_never_answered_keeps_its_recording() {
         text.contains("1 broken") && text.contains("kept its other recordings"),
         "{text}"
     );
+}
+
+/// `bash -c 'pytest; exit 0'` is no runner `run` knows, and exits 0 though a test of it was
+/// killed mid-way: pytest's plugin said that test began and never how it ended, so it keeps
+/// the call it did not make this time. The test that passed is trimmed as pytest's always are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_pytest_test_under_a_script_keeps_its_recordings() {
+    let Some(python) = sdk_python("pytest_llmreplay") else {
+        return;
+    };
+    let model = FakeProvider::start().await;
+    let project = Project::new();
+    std::fs::create_dir_all(project.root.join("tests")).unwrap();
+    std::fs::copy(
+        fixture("test_crash.py"),
+        project.root.join("tests/test_crash.py"),
+    )
+    .unwrap();
+    let openai = format!("openai={}", model.url());
+    let flags = ["--record", "--upstream", &openai];
+    let script = format!(
+        "{} -m pytest -q -p no:cacheprovider tests; exit 0",
+        python.display()
+    );
+    let first = project.run(&flags, &["bash", "-c", &script], &[]);
+    ok(&first);
+    let (folder, before) = project.cassette_of("test_b");
+    assert!(folder.ends_with("test_b"), "{folder}");
+    assert_eq!(asked(&before), ["beta one", "beta two"]);
+    commit_all(&project.root);
+
+    let again = project.run(&flags, &["bash", "-c", &script], &[("CRASH", "1")]);
+    ok(&again);
+    let b = project
+        .root
+        .join("tests/cassettes")
+        .join(&folder)
+        .join("openai.json");
+    let after: Value = serde_json::from_str(&std::fs::read_to_string(b).unwrap()).unwrap();
+    assert_eq!(
+        asked(&after),
+        ["beta one", "beta two"],
+        "{}\n{}",
+        again.stdout,
+        again.stderr
+    );
+    assert!(!said(&again).contains("removed"), "{}", said(&again));
 }
