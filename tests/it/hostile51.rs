@@ -196,3 +196,57 @@ async fn a_crashed_pytest_test_under_a_script_keeps_its_recordings() {
     );
     assert!(!said(&again).contains("removed"), "{}", said(&again));
 }
+
+/// The command exits 0 while a process it started in the background still runs (it calls
+/// once the test lets it, after the run): the command's test keeps the recording that process
+/// would have made again, and the summary says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_the_command_left_running_keeps_its_recordings() {
+    let Some(python) = sdk_python("json") else {
+        return;
+    };
+    let model = FakeProvider::start().await;
+    let project = Project::new();
+    let openai = format!("openai={}", model.url());
+    let flags = ["--record", "--upstream", &openai];
+    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
+    let first = project.run(
+        &flags,
+        &["bash", "-c", &format!("{py} {ask} one && {py} {ask} two")],
+        &[],
+    );
+    ok(&first);
+    let (_, before) = project.cassette("openai.json");
+    assert_eq!(asked(&before), ["one", "two"]);
+    commit_all(&project.root);
+
+    // The background process waits on a fifo nobody opens for writing until the run ended.
+    let fifo = project.target.join("go");
+    std::fs::create_dir_all(&project.target).unwrap();
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let script = format!(
+        "{py} {ask} one; (cat {fifo} >/dev/null; {py} {ask} two) >/dev/null 2>&1 & exit 0",
+        fifo = fifo.display()
+    );
+    let again = project.run(&flags, &["bash", "-c", &script], &[]);
+    // Lets the background process go on (its call finds no daemon) and end.
+    std::fs::write(&fifo, "").unwrap();
+    ok(&again);
+    let (_, after) = project.cassette("openai.json");
+    assert_eq!(asked(&after), ["one", "two"], "{}", again.stderr);
+    assert!(
+        said(&again).contains("still ran when the command exited"),
+        "{}",
+        said(&again)
+    );
+
+    // Without it, the command's test passed whole: trimmed to what it asked.
+    let trimmed = project.run(&flags, &["bash", "-c", &format!("{py} {ask} one")], &[]);
+    ok(&trimmed);
+    let (_, last) = project.cassette("openai.json");
+    assert_eq!(asked(&last), ["one"], "{}", trimmed.stderr);
+}
