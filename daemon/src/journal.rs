@@ -479,6 +479,16 @@ impl Journal {
 
     /// Notes that a test started (the runner says so before it execs the test).
     pub fn begin(&self, test: &TestId) {
+        self.said_began
+            .lock()
+            .expect("journal lock")
+            .insert(test.clone());
+        self.attempt_began(test);
+    }
+
+    /// Notes that an attempt of a test began, as its process's environment names it (nothing
+    /// said so, and nothing will say how it ended).
+    pub fn attempt_began(&self, test: &TestId) {
         let new = self
             .began
             .lock()
@@ -488,10 +498,6 @@ impl Journal {
             self.id_bytes
                 .fetch_add(test.as_str().len(), Ordering::Relaxed);
         }
-        self.said_began
-            .lock()
-            .expect("journal lock")
-            .insert(test.clone());
         self.began_event(test);
     }
 

@@ -250,3 +250,25 @@ async fn a_process_the_command_left_running_keeps_its_recordings() {
     let (_, last) = project.cassette("openai.json");
     assert_eq!(asked(&last), ["one"], "{}", trimmed.stderr);
 }
+
+/// A test the user names with `LLMREPLAY_TEST_ID` for a plain command is the command's: nothing
+/// but the command's exit says how it ended, so a passing re-record leaves exactly its calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_the_user_names_is_trimmed_when_the_command_passed() {
+    let Some(python) = sdk_python("json") else {
+        return;
+    };
+    let model = FakeProvider::start().await;
+    let project = Project::new();
+    let openai = format!("openai={}", model.url());
+    let flags = ["--record", "--upstream", &openai];
+    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
+    let named = [("LLMREPLAY_TEST_ID", "named")];
+    ok(&project.run(&flags, &[&py, &ask, "one", "two"], &named));
+    commit_all(&project.root);
+    let again = project.run(&flags, &[&py, &ask, "one"], &named);
+    ok(&again);
+    let (folder, after) = project.cassette("openai.json");
+    assert_eq!(folder, "named");
+    assert_eq!(asked(&after), ["one"], "{}", said(&again));
+}
