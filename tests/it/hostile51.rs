@@ -272,3 +272,67 @@ async fn a_test_the_user_names_is_trimmed_when_the_command_passed() {
     assert_eq!(folder, "named");
     assert_eq!(asked(&after), ["one"], "{}", said(&again));
 }
+
+/// `trajectory --base`: a test new against the base is said to be new, and one whose
+/// recordings changed though its run's steps and tool calls did not is not called unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trajectory_base_calls_no_changed_test_unchanged() {
+    let Some(python) = sdk_python("json") else {
+        return;
+    };
+    let model = FakeProvider::start().await;
+    let project = Project::new();
+    let openai = format!("openai={}", model.url());
+    let flags = ["--record", "--upstream", &openai];
+    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
+    let steady = [("LLMREPLAY_TEST_ID", "steady")];
+    ok(&project.run(&flags, &[&py, &ask, "same"], &steady));
+    ok(&project.run(
+        &flags,
+        &[&py, &ask, "before"],
+        &[("LLMREPLAY_TEST_ID", "one_answer")],
+    ));
+    commit_all(&project.root);
+    ok(&project.run(
+        &flags,
+        &[&py, &ask, "after"],
+        &[("LLMREPLAY_TEST_ID", "one_answer")],
+    ));
+    ok(&project.run(
+        &flags,
+        &[&py, &ask, "hello"],
+        &[("LLMREPLAY_TEST_ID", "fresh")],
+    ));
+
+    let mut cmd = Command::new(binary());
+    cmd.current_dir(&project.root)
+        .args(["llmreplay", "trajectory", "--base", "HEAD"])
+        .env("CARGO_TARGET_DIR", &project.target);
+    let out = Output::of(&mut cmd);
+    ok(&out);
+    // A test's block: its line at the margin, then its indented lines.
+    let section = |test: &str| -> String {
+        let mut lines = out
+            .stdout
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("{test} (")));
+        let head = lines
+            .next()
+            .unwrap_or_else(|| panic!("{test} in\n{}", out.stdout));
+        let body: Vec<&str> = lines.take_while(|l| l.starts_with(' ')).collect();
+        format!("{head}\n{}", body.join("\n"))
+    };
+    let fresh = section("fresh");
+    assert!(fresh.contains("(new against HEAD"), "{}", out.stdout);
+    let changed = section("one_answer");
+    assert!(
+        changed.contains("(changed against HEAD") && !changed.contains("unchanged"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        section("steady").contains("(unchanged against HEAD"),
+        "{}",
+        out.stdout
+    );
+}
