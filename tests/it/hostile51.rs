@@ -336,3 +336,72 @@ async fn trajectory_base_calls_no_changed_test_unchanged() {
         out.stdout
     );
 }
+
+/// `x` in review rejects every interaction of the shown test, and nothing later in the walk
+/// undoes it: here a copied folder (`c`, whose cassette still names test `a`) comes after
+/// another test's, and `A` (accept all the rest) must leave it rejected with `a`'s own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_x_holds_for_a_tests_interactions_that_come_later() {
+    let Some(python) = sdk_python("json") else {
+        return;
+    };
+    let model = FakeProvider::start().await;
+    let project = Project::new();
+    let openai = format!("openai={}", model.url());
+    let flags = ["--record", "--upstream", &openai];
+    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
+    let record = |test: &str, prompt: &str| {
+        ok(&project.run(&flags, &[&py, &ask, prompt], &[("LLMREPLAY_TEST_ID", test)]));
+    };
+    record("a", "a one");
+    record("b", "b one");
+    let cassettes = project.root.join("tests/cassettes");
+    std::fs::create_dir_all(cassettes.join("c")).unwrap();
+    let a = std::fs::read_to_string(cassettes.join("a/openai.json")).unwrap();
+    std::fs::write(cassettes.join("c/openai.json"), &a).unwrap();
+    commit_all(&project.root);
+    record("a", "a two");
+    record("b", "b two");
+    std::fs::write(
+        cassettes.join("c/openai.json"),
+        a.replace("You said: a one", "You said: a ONE"),
+    )
+    .unwrap();
+
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut vars: Vec<String> = vec!["NO_COLOR=1".into(), "TERM=xterm-256color".into()];
+    for var in ["PATH", "HOME"] {
+        if let Some(v) = std::env::var_os(var) {
+            vars.push(format!("{var}={}", quote(&v.to_string_lossy())));
+        }
+    }
+    let command = format!(
+        "cd {} && env -i {} CARGO_TARGET_DIR={} {} llmreplay review; echo \"review exited $?\"; read done",
+        quote(&project.root.display().to_string()),
+        vars.join(" "),
+        quote(&project.target.display().to_string()),
+        quote(&binary().display().to_string())
+    );
+    let Some(tmux) = crate::workflow::Tmux::start(&command) else {
+        return;
+    };
+    let first = tmux.wait_for("review: 1 of 3");
+    assert!(first.contains("test:     a"), "{first}");
+    tmux.keys("x");
+    let second = tmux.wait_for("review: 2 of 3");
+    assert!(second.contains("test:     b"), "{second}");
+    tmux.keys("A");
+    let end = tmux.wait_for("review exited 0");
+    assert!(end.contains("1 accepted, 2 rejected, 0 skipped"), "{end}");
+    let (staged, unstaged) = crate::workflow::staged_and_unstaged(&project.root);
+    assert_eq!(staged, ["tests/cassettes/b/openai.json"], "{end}");
+    assert!(
+        !unstaged.iter().any(|f| f.starts_with("tests/cassettes")),
+        "{unstaged:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cassettes.join("c/openai.json")).unwrap(),
+        a,
+        "rejected: the base's bytes"
+    );
+}
