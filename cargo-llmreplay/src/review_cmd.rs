@@ -295,7 +295,14 @@ fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
     let styles = Styles::for_stdout();
     let mut decisions = vec![Decision::Skip; items.len()];
     let (mut i, mut full, mut rest) = (0, false, None);
+    // Tests decided whole (`t`/`x`): their interactions later in the walk (a test's cassettes
+    // need not sit together) are not shown again, and no key for the rest undoes it.
+    let mut whole: Vec<cassettes::TestId> = Vec::new();
     while i < items.len() {
+        if whole.contains(&items[i].test) {
+            i += 1;
+            continue;
+        }
         if let Some(d) = rest {
             decisions[i] = d;
             i += 1;
@@ -335,19 +342,17 @@ fn interactive(session: &mut Session, filter: Option<&str>) -> Result<Outcome> {
             }
             // The test's whole run at once: every interaction of it, before and after this.
             console::Key::Char(key @ ('t' | 'x')) => {
-                let whole = match key {
+                let verdict = match key {
                     't' => Decision::Accept,
                     _ => Decision::Reject,
                 };
                 let test = items[i].test.clone();
                 for (item, decision) in items.iter().zip(decisions.iter_mut()) {
                     if item.test == test {
-                        *decision = whole;
+                        *decision = verdict;
                     }
                 }
-                while i < items.len() && items[i].test == test {
-                    i += 1;
-                }
+                whole.push(test);
                 full = false;
                 None
             }

@@ -102,7 +102,11 @@ pub fn run(args: RunArgs) -> Result<Outcome> {
     drop(python);
     let runner = Runner::of(&args.command);
     if runner.is_none() {
-        serving.command_passed(status);
+        let base = env
+            .iter()
+            .find(|(k, _)| k == "LLMREPLAY_BASE_URL")
+            .map_or("", |(_, v)| v.as_str());
+        serving.command_passed(status, ("LLMREPLAY_BASE_URL", base));
     }
     let stopped = serving.stop(status)?;
     // The suite is known when the test plugins listed what they collected, and whole when

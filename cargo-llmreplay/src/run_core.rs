@@ -393,18 +393,46 @@ impl Serving {
 
     /// A command that is its own one test (no runner of tests under it says when each ends)
     /// passed when it exited 0 in a run not interrupted: each test it called under and whose end
-    /// nothing said ends passed, and under `--record` then holds exactly this run's set.
-    pub(crate) fn command_passed(&self, status: ExitStatus) {
+    /// nothing said ends passed, and under `--record` then holds exactly this run's set. Not a
+    /// test whose beginning a plugin said (one whose end it did not say crashed), nor any while
+    /// a process the command started still runs with `marker` (`NAME=value`) in its
+    /// environment: it may call again, and what it has not recorded yet would be lost.
+    pub(crate) fn command_passed(&self, status: ExitStatus, marker: (&str, &str)) {
         if !status.success() || self.handles.interrupted.load(Ordering::SeqCst) {
             return;
         }
         let (journal, store) = (&self.handles.journal, &self.handles.store);
-        let trim = self.run.mode == daemon::config::Mode::Record;
         let said = journal.outcomes();
-        for test in journal.tests() {
-            if said.contains_key(&test) {
-                continue;
+        let tests: Vec<cassettes::TestId> = journal
+            .tests()
+            .into_iter()
+            .filter(|t| !said.contains_key(t) && !journal.began_was_said(t))
+            .collect();
+        if tests.is_empty() {
+            return;
+        }
+        let trim = self.run.mode == daemon::config::Mode::Record;
+        let left = daemon::peer::holding_env(marker.0, marker.1).unwrap_or_default();
+        if let Some(pid) = left.first() {
+            if !trim {
+                return;
             }
+            let why = format!(
+                "a process the command started (pid {pid}) still ran when the command exited"
+            );
+            for test in tests {
+                journal.settled(cassettes::TestChanges {
+                    test,
+                    added: 0,
+                    replaced: 0,
+                    removed: 0,
+                    kept: Some(why.clone()),
+                    superseded: None,
+                });
+            }
+            return;
+        }
+        for test in tests {
             journal.ended(&test, runlog::TestOutcome::Passed);
             // One that cannot be written is settled again, and reported, at the run's end.
             let _ = daemon::settle::settle(store, journal, &test, trim, COMMAND_END_WAIT);

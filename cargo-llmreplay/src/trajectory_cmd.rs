@@ -88,11 +88,11 @@ pub fn run(args: TrajectoryArgs) -> Result<Outcome> {
     let out =
         match (args.format, &against) {
             (TrajectoryFormat::Text, None) => text(&trajectories, Styles::for_stdout()),
-            (TrajectoryFormat::Text, Some((label, runs))) => {
-                compared(&trajectories, label, runs, Styles::for_stdout())
+            (TrajectoryFormat::Text, Some((label, runs, changed))) => {
+                compared(&trajectories, label, runs, changed, Styles::for_stdout())
             }
             (TrajectoryFormat::Json, None) => pretty(&json!({ "trajectories": trajectories }))?,
-            (TrajectoryFormat::Json, Some((label, runs))) => {
+            (TrajectoryFormat::Json, Some((label, runs, _))) => {
                 let base: Vec<Value> = runs
                     .iter()
                     .map(|r| json!({"test": r.test, "steps": r.timelines[0]}))
@@ -113,25 +113,32 @@ pub fn run(args: TrajectoryArgs) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// Each selected test's run against `base`'s, for the tests whose cassettes changed, and the
-/// base as git names it.
+/// Each selected test's run against `base`'s, for the tests whose cassettes changed, the base
+/// as git names it, and each test whose cassettes changed: true when all of them are new.
 fn against(
     resolved: &Resolved,
     base: &str,
     selected: &dyn Fn(&TestId) -> bool,
-) -> Result<(String, Vec<TrajectoryDiff>)> {
+) -> Result<(String, Vec<TrajectoryDiff>, BTreeMap<TestId, bool>)> {
     let mut gather = Gather::default();
+    let mut changed: BTreeMap<TestId, bool> = BTreeMap::new();
     let diff = review::git::diff_against_with(
         resolved.cassette_dir(),
         review::git::Base::Rev(Some(base)),
         &[],
         Some(&mut |workdir, file| {
+            let new = file.kind == review::git::ChangeKind::New;
+            *changed.entry(file.test.clone()).or_insert(true) &= new;
             if selected(&file.test) {
                 gather.take(workdir, file)
             }
         }),
     )?;
-    Ok((diff.base, gather.compare(resolved.settings.trajectory_mode)))
+    Ok((
+        diff.base,
+        gather.compare(resolved.settings.trajectory_mode),
+        changed,
+    ))
 }
 
 /// Each test as now recorded; a changed one also as the base recorded it, then what moved.
@@ -139,13 +146,22 @@ fn compared(
     trajectories: &[Trajectory],
     base: &str,
     runs: &[TrajectoryDiff],
+    changed: &BTreeMap<TestId, bool>,
     styles: Styles,
 ) -> String {
     let mut out = String::new();
     for t in trajectories {
         let Some(run) = runs.iter().find(|r| r.test == t.test) else {
             out.push_str(&text(std::slice::from_ref(t), styles));
-            let _ = writeln!(out, "  (unchanged against {})", term(base));
+            // Only a test whose cassettes git finds the same is unchanged: a new one has no
+            // base run, and one whose recordings changed may keep its steps and tools.
+            let base = term(base);
+            let how = match changed.get(&t.test) {
+                Some(true) => format!("new against {base}"),
+                Some(false) => format!("changed against {base}; its steps and tool calls did not"),
+                None => format!("unchanged against {base}"),
+            };
+            let _ = writeln!(out, "  ({how})");
             continue;
         };
         let _ = writeln!(out, "{}", styles.bold(&term(&t.test)));

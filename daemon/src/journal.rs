@@ -80,6 +80,9 @@ pub struct Journal {
     records: Mutex<Vec<Record>>,
     /// Tests the runner announced, whether or not they made a request.
     began: Mutex<std::collections::BTreeSet<TestId>>,
+    /// Tests whose beginning a runner or plugin said (`begin`): it says their end too, so one
+    /// whose end it never said did not finish (its process crashed).
+    said_began: Mutex<std::collections::BTreeSet<TestId>>,
     /// Every test of the suite, as the runner saw nextest list them, or as a test plugin
     /// collected them.
     listed: Mutex<std::collections::BTreeSet<TestId>>,
@@ -476,6 +479,16 @@ impl Journal {
 
     /// Notes that a test started (the runner says so before it execs the test).
     pub fn begin(&self, test: &TestId) {
+        self.said_began
+            .lock()
+            .expect("journal lock")
+            .insert(test.clone());
+        self.attempt_began(test);
+    }
+
+    /// Notes that an attempt of a test began, as its process's environment names it (nothing
+    /// said so, and nothing will say how it ended).
+    pub fn attempt_began(&self, test: &TestId) {
         let new = self
             .began
             .lock()
@@ -486,6 +499,11 @@ impl Journal {
                 .fetch_add(test.as_str().len(), Ordering::Relaxed);
         }
         self.began_event(test);
+    }
+
+    /// Whether a runner or plugin said that `test` began (then it says how it ended).
+    pub fn began_was_said(&self, test: &TestId) -> bool {
+        self.said_began.lock().expect("journal lock").contains(test)
     }
 
     /// Whether `bytes` more of test ids fit in [`IDS_BUDGET`] beside those kept.

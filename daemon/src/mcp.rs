@@ -44,6 +44,8 @@ pub(crate) struct Pending {
     test: TestId,
     /// `--live`: the recording the answer is compared with (none: nothing to compare with).
     live: Option<Option<Arc<cassettes::Prepared>>>,
+    /// A client's notification: nothing need come after it, so an empty answer is no break.
+    notification: bool,
 }
 
 /// What to do with one client message.
@@ -151,6 +153,7 @@ pub(crate) async fn begin(
             request,
             test,
             live: Some(recorded),
+            notification: kind == Message::Notification,
         };
         return Begun::Forward(Some(Box::new(pending)));
     }
@@ -204,6 +207,7 @@ pub(crate) async fn begin(
             request,
             test,
             live: None,
+            notification: kind == Message::Notification,
         }))),
         Plan::Forward(Save::PassOn) => {
             call.end(Outcome::Passthrough, 200, None);
@@ -321,6 +325,7 @@ pub(crate) async fn save(
         request,
         test,
         live,
+        ..
     } = *pending;
     let mut response = protocol::steps_response(steps);
     if let Some(ct) = content_type {
@@ -519,8 +524,14 @@ pub(crate) async fn control(
                 // A notification the server said nothing after: nothing to keep, and nothing
                 // broken (dropped, the call would blame the client, and keep a re-recorded
                 // test's old recordings beside its new ones).
-                Value::Array(steps) if steps.is_empty() => {
+                Value::Array(steps) if steps.is_empty() && pending.notification => {
                     pending.call.unasked();
+                    return respond::json(json!({"status": "ok"}));
+                }
+                // A request the server never answered (the client left first): dropped, it
+                // ends broken, so its test keeps the recording it may still need.
+                Value::Array(steps) if steps.is_empty() => {
+                    drop(pending);
                     return respond::json(json!({"status": "ok"}));
                 }
                 Value::Array(steps) => steps,

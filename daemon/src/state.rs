@@ -330,7 +330,7 @@ impl State {
                 self.store.reset_test(test);
             }
             *last = attempt;
-            self.journal.begin(test);
+            self.journal.attempt_began(test);
         }
     }
 }

@@ -16,6 +16,7 @@ mod environments;
 mod faults;
 mod freshness;
 mod hostile;
+mod hostile51;
 mod html_report;
 mod init;
 mod kept;

@@ -501,6 +501,7 @@ async fn listen(
                 request,
                 test: route.test.clone(),
                 live: None,
+                notification: false,
             });
             record_listening(state, route, parts, pending).await
         }

@@ -500,6 +500,26 @@ fn by_parent(root: u32) -> Vec<u32> {
     out
 }
 
+/// This user's processes other than this one whose environment holds `entry`
+/// (`NAME=value`), zombies left out (their environment is gone with their memory).
+pub fn holding(entry: &[u8]) -> Vec<u32> {
+    let (me, uid) = (std::process::id(), own_uid().ok());
+    every_process()
+        .into_iter()
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            let Some(dir) = ProcDir::open(*pid) else {
+                return false;
+            };
+            if dir.owner() != uid {
+                return false;
+            }
+            dir.read("environ")
+                .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry))
+        })
+        .collect()
+}
+
 fn every_process() -> Vec<u32> {
     std::fs::read_dir("/proc")
         .map(|d| {

@@ -218,6 +218,20 @@ pub fn lineage(pid: u32) -> Vec<u32> {
     }
 }
 
+/// This user's processes, other than this one, whose environment holds `name=value` (Linux):
+/// what a command started and left running when it exited. None where it cannot be told.
+pub fn holding_env(name: &str, value: &str) -> Option<Vec<u32>> {
+    #[cfg(target_os = "linux")]
+    {
+        Some(linux::holding(format!("{name}={value}").as_bytes()))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (name, value);
+        None
+    }
+}
+
 /// Whether process `pid` still exists: Linux's `/proc`; elsewhere none (it cannot be told).
 pub fn alive(pid: u32) -> Option<bool> {
     #[cfg(target_os = "linux")]
