@@ -368,19 +368,10 @@ async fn review_x_holds_for_a_tests_interactions_that_come_later() {
     )
     .unwrap();
 
-    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
-    let mut vars: Vec<String> = vec!["NO_COLOR=1".into(), "TERM=xterm-256color".into()];
-    for var in ["PATH", "HOME"] {
-        if let Some(v) = std::env::var_os(var) {
-            vars.push(format!("{var}={}", quote(&v.to_string_lossy())));
-        }
-    }
+    let target = project.target.display().to_string();
     let command = format!(
-        "cd {} && env -i {} CARGO_TARGET_DIR={} {} llmreplay review; echo \"review exited $?\"; read done",
-        quote(&project.root.display().to_string()),
-        vars.join(" "),
-        quote(&project.target.display().to_string()),
-        quote(&binary().display().to_string())
+        "{}; echo \"review exited $?\"; read done",
+        crate::workflow::shell_llmreplay(&project.root, &[("CARGO_TARGET_DIR", &target)], "review")
     );
     let Some(tmux) = crate::workflow::Tmux::start(&command) else {
         return;

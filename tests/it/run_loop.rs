@@ -1,8 +1,8 @@
 //! The changed-prompt loop outside Rust: `cargo llmreplay run -i -- pytest` walks a missed
 //! test in a terminal, records that one test alone in pytest, and reviews what it recorded.
 
-use crate::support::{binary, sdk_python, upstream_args, FakeProvider};
-use crate::workflow::{staged_and_unstaged, Tmux};
+use crate::support::{sdk_python, upstream_args, FakeProvider};
+use crate::workflow::{shell_llmreplay, staged_and_unstaged, Tmux};
 use std::path::Path;
 use std::process::Command;
 
@@ -22,27 +22,6 @@ fn git(dir: &Path, args: &[&str]) {
     assert!(out.status.success(), "git {args:?}: {out:?}");
 }
 
-/// `cargo llmreplay run` in `dir` as a shell in tmux starts it: this environment and nothing
-/// else, with `env` on top.
-fn shell_run(dir: &Path, env: &[(&str, &str)]) -> String {
-    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
-    let mut vars: Vec<String> = vec!["NO_COLOR=1".into(), "TERM=xterm-256color".into()];
-    for var in ["PATH", "HOME"] {
-        if let Some(v) = std::env::var_os(var) {
-            vars.push(format!("{var}={}", quote(&v.to_string_lossy())));
-        }
-    }
-    for (k, v) in env {
-        vars.push(format!("{k}={}", quote(v)));
-    }
-    format!(
-        "cd {} && env -i {} {} llmreplay run",
-        quote(&dir.display().to_string()),
-        vars.join(" "),
-        quote(&binary().display().to_string())
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_i_records_a_missed_pytest_test_alone_and_stages_it() {
     let Some(python) = sdk_python("pytest_llmreplay") else {
@@ -60,7 +39,7 @@ async fn run_i_records_a_missed_pytest_test_alone_and_stages_it() {
     let mut env: Vec<(&str, &str)> = KEYS.to_vec();
     let record = format!(
         "{} --record {} -- {pytest}",
-        shell_run(dir.path(), &env),
+        shell_llmreplay(dir.path(), &env, "run"),
         upstreams.join(" ")
     );
     let recorded = Command::new("sh").args(["-c", &record]).output().unwrap();
@@ -74,7 +53,7 @@ async fn run_i_records_a_missed_pytest_test_alone_and_stages_it() {
     env.push(("SAMPLE_CHANGED", "1"));
     let command = format!(
         "{} -i {} -- {pytest}; echo \"run exited $?\"; read done",
-        shell_run(dir.path(), &env),
+        shell_llmreplay(dir.path(), &env, "run"),
         upstreams.join(" ")
     );
     let Some(tmux) = Tmux::start(&command) else {

@@ -265,18 +265,9 @@ async fn an_agents_model_http_and_mcp_calls_come_back_in_order() {
     assert_eq!(v["trajectories"][0]["mode"], "strict");
 
     // review in a terminal: the run's drift on the screen, `t` accepts the whole trajectory.
-    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
-    let mut vars: Vec<String> = vec!["NO_COLOR=1".into(), "TERM=xterm-256color".into()];
-    for var in ["PATH", "HOME"] {
-        if let Some(v) = std::env::var_os(var) {
-            vars.push(format!("{var}={}", quote(&v.to_string_lossy())));
-        }
-    }
     let command = format!(
-        "cd {} && env -i {} {} llmreplay review; echo \"review exited $?\"; read done",
-        quote(&root.display().to_string()),
-        vars.join(" "),
-        quote(&binary().display().to_string())
+        "{}; echo \"review exited $?\"; read done",
+        crate::workflow::shell_llmreplay(&root, &[], "review")
     );
     if let Some(tmux) = crate::workflow::Tmux::start(&command) {
         let first = tmux.wait_for("review: 1 of");

@@ -451,6 +451,27 @@ async fn review_for_scripts_lists_shows_accepts_and_rejects() {
     assert_eq!(replay.code, Some(0), "{}", replay.stderr);
 }
 
+/// `cargo llmreplay SUBCOMMAND` in `dir` as a shell (in tmux, say) starts it: this environment
+/// and nothing else, with `env` on top.
+pub(crate) fn shell_llmreplay(dir: &Path, env: &[(&str, &str)], subcommand: &str) -> String {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut vars: Vec<String> = vec!["NO_COLOR=1".into(), "TERM=xterm-256color".into()];
+    for var in ["PATH", "HOME"] {
+        if let Some(v) = std::env::var_os(var) {
+            vars.push(format!("{var}={}", quote(&v.to_string_lossy())));
+        }
+    }
+    for (k, v) in env {
+        vars.push(format!("{k}={}", quote(v)));
+    }
+    format!(
+        "cd {} && env -i {} {} llmreplay {subcommand}",
+        quote(&dir.display().to_string()),
+        vars.join(" "),
+        quote(&binary().display().to_string())
+    )
+}
+
 /// A tmux session on its own socket, killed on drop.
 pub(crate) struct Tmux {
     socket: String,
