@@ -70,7 +70,7 @@ pub fn run(args: DiffArgs) -> Result<Outcome> {
         resolved.cassette_dir(),
         review::git::Base::Rev(args.base.as_deref()),
         &args.paths,
-        Some(&mut |workdir, file| gather.take(workdir, file)),
+        Some(&mut |workdir, file| gather.add(workdir, file)),
     )?;
     let trajectories = gather.compare(resolved.settings.trajectory_mode);
     let out = match args.format {

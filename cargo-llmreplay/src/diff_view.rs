@@ -257,14 +257,7 @@ pub(crate) fn run_cost(
             ..
         } = &step.call
         {
-            let priced = match (model.as_deref(), tokens) {
-                (None, _) => ledger::Priced::Unpriced(ledger::Unpriced::NoModel),
-                (Some(m), None) => ledger::Priced::Unpriced(ledger::Unpriced::NoUsage(m.into())),
-                (Some(m), Some(tokens)) => match prices.lookup(provider, m) {
-                    Some(price) => ledger::Priced::Cost(price.cost(tokens)),
-                    None => ledger::Priced::Unpriced(ledger::Unpriced::UnknownModel(m.into())),
-                },
-            };
+            let priced = prices.price_tokens(provider, model.as_deref(), tokens.as_ref());
             tally.add(priced);
         }
     }

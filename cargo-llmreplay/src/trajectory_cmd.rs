@@ -130,7 +130,7 @@ fn against(
             let new = file.kind == review::git::ChangeKind::New;
             *changed.entry(file.test.clone()).or_insert(true) &= new;
             if selected(&file.test) {
-                gather.take(workdir, file)
+                gather.add(workdir, file)
             }
         }),
     )?;

@@ -209,14 +209,24 @@ impl Prices {
 
     /// What a call to `provider` cost, from the model it names and its answer's usage block.
     pub fn price(&self, provider: &str, model: Option<&str>, usage: Option<&Value>) -> Priced {
+        self.price_tokens(provider, model, usage.and_then(Tokens::of).as_ref())
+    }
+
+    /// What a call to `provider` cost, from the model it names and the tokens its usage counts.
+    pub fn price_tokens(
+        &self,
+        provider: &str,
+        model: Option<&str>,
+        tokens: Option<&Tokens>,
+    ) -> Priced {
         let Some(model) = model.filter(|m| !m.trim().is_empty()) else {
             return Priced::Unpriced(Unpriced::NoModel);
         };
-        let Some(tokens) = usage.and_then(Tokens::of) else {
+        let Some(tokens) = tokens else {
             return Priced::Unpriced(Unpriced::NoUsage(model.to_string()));
         };
         match self.lookup(provider, model) {
-            Some(price) => Priced::Cost(price.cost(&tokens)),
+            Some(price) => Priced::Cost(price.cost(tokens)),
             None => Priced::Unpriced(Unpriced::UnknownModel(model.to_string())),
         }
     }

@@ -380,11 +380,12 @@ impl TrajectoryDiff {
     /// what is no agent's run: a test new or gone (its files say so), or one that called no
     /// tool and made one exchange (its answer's drift says all).
     pub fn between(base: &Trajectory, now: &Trajectory, mode: SequenceMode) -> Option<Self> {
-        let agent = |t: &Trajectory| t.steps.len() > 1 || !t.tool_uses().is_empty();
-        if base.steps.is_empty() || now.steps.is_empty() || !(agent(base) || agent(now)) {
+        let (was, is) = (base.tool_uses(), now.tool_uses());
+        let agent = |t: &Trajectory, uses: &[ToolUse]| t.steps.len() > 1 || !uses.is_empty();
+        if base.steps.is_empty() || now.steps.is_empty() || !(agent(base, &was) || agent(now, &is))
+        {
             return None;
         }
-        let (was, is) = (base.tool_uses(), now.tool_uses());
         let names = |uses: &[ToolUse]| uses.iter().map(|u| u.tool.clone()).collect::<Vec<_>>();
         let tools = [names(&was), names(&is)];
         let changes = tool_changes(&was, &is);
@@ -463,26 +464,17 @@ pub struct Gather {
 type Sides = (String, Option<Part>, Option<Part>);
 
 impl Gather {
-    /// Keeps `file`'s sides (taken from it) under its test; `workdir` is the diff's.
-    pub fn take(&mut self, workdir: &Path, file: &mut FileDiff) {
-        let sides = std::mem::take(&mut file.sides);
-        self.keep(workdir, file, sides);
-    }
-
-    /// Keeps a copy of `file`'s sides under its test.
+    /// Keeps `file`'s share of each side's trajectory under its test (its cassettes are
+    /// left to it); `workdir` is the diff's.
     pub fn add(&mut self, workdir: &Path, file: &FileDiff) {
-        self.keep(workdir, file, file.sides.clone());
-    }
-
-    fn keep(&mut self, workdir: &Path, file: &FileDiff, sides: crate::git::Sides) {
         let name = file
             .path
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let folder = workdir.join(file.path.parent().unwrap_or(Path::new("")));
         let (base, work) = (
-            sides.base.map(|c| Part::of(&name, &c)),
-            sides.work.map(|c| Part::of(&name, &c)),
+            file.sides.base.as_ref().map(|c| Part::of(&name, c)),
+            file.sides.work.as_ref().map(|c| Part::of(&name, c)),
         );
         self.tests
             .entry(file.test.clone())
