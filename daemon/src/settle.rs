@@ -26,24 +26,47 @@ pub(crate) async fn test_ended(state: &Arc<State>, test: TestId, outcome: TestOu
     if !mode.writes() {
         return;
     }
-    if let Some(spool) = state.store.spool() {
-        if let Err(e) = spool.ended(&test, outcome.as_str()) {
-            tracing::error!("cargo-llmreplay: the run's spool: {e}");
-        }
-    }
-    let trim = mode == Mode::Record
-        && outcome == TestOutcome::Passed
-        && !state.interrupted.load(std::sync::atomic::Ordering::SeqCst);
+    let interrupted = state.interrupted.load(std::sync::atomic::Ordering::SeqCst);
     let (store, journal) = (state.store.clone(), state.journal.clone());
-    let settled =
-        tokio::task::spawn_blocking(move || settle(&store, &journal, &test, trim, TEST_END_WAIT))
-            .await;
+    let settled = tokio::task::spawn_blocking(move || {
+        write_ended(
+            &store,
+            &journal,
+            &test,
+            outcome,
+            mode,
+            interrupted,
+            TEST_END_WAIT,
+        )
+    })
+    .await;
     match settled {
         Ok(Ok(())) => {}
         // Kept in the run's spool and the test's entry: the run's end tries again.
         Ok(Err(e)) => tracing::error!("cargo-llmreplay: {e}"),
         Err(e) => tracing::error!("cargo-llmreplay: settling a test failed: {e}"),
     }
+}
+
+/// Writes the recordings of `test`, which ended with `outcome` (the journal told already), as
+/// [`test_ended`] does: noted in the run's spool, then settled, trimmed under `--record` when
+/// it passed in a run not `interrupted`. Blocks up to `wait` for its exchanges under way.
+pub fn write_ended(
+    store: &Store,
+    journal: &Journal,
+    test: &TestId,
+    outcome: TestOutcome,
+    mode: Mode,
+    interrupted: bool,
+    wait: Duration,
+) -> Result<(), cassettes::Error> {
+    if let Some(spool) = store.spool() {
+        if let Err(e) = spool.ended(test, outcome.as_str()) {
+            tracing::error!("cargo-llmreplay: the run's spool: {e}");
+        }
+    }
+    let trim = mode == Mode::Record && outcome == TestOutcome::Passed && !interrupted;
+    settle(store, journal, test, trim, wait)
 }
 
 /// Waits up to `wait` for `test`'s exchanges, then writes its recordings (see [`test_ended`]).
