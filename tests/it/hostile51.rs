@@ -9,6 +9,31 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// What most of these tests record with: the stand-in model, a project, the `--upstream` word
+/// naming it, and the Python that runs `ask.py`.
+struct Scene {
+    model: FakeProvider,
+    project: Project,
+    openai: String,
+    py: String,
+    ask: String,
+}
+
+impl Scene {
+    async fn new() -> Option<Scene> {
+        let python = sdk_python("json")?;
+        let model = FakeProvider::start().await;
+        let openai = format!("openai={}", model.url());
+        Some(Scene {
+            model,
+            project: Project::new(),
+            openai,
+            py: python.display().to_string(),
+            ask: fixture("ask.py"),
+        })
+    }
+}
+
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/sdk/hostile51")
@@ -202,14 +227,17 @@ async fn a_crashed_pytest_test_under_a_script_keeps_its_recordings() {
 /// would have made again, and the summary says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_the_command_left_running_keeps_its_recordings() {
-    let Some(python) = sdk_python("json") else {
+    let Some(Scene {
+        model: _model,
+        project,
+        openai,
+        py,
+        ask,
+    }) = Scene::new().await
+    else {
         return;
     };
-    let model = FakeProvider::start().await;
-    let project = Project::new();
-    let openai = format!("openai={}", model.url());
     let flags = ["--record", "--upstream", &openai];
-    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
     let first = project.run(
         &flags,
         &["bash", "-c", &format!("{py} {ask} one && {py} {ask} two")],
@@ -255,14 +283,17 @@ async fn a_process_the_command_left_running_keeps_its_recordings() {
 /// but the command's exit says how it ended, so a passing re-record leaves exactly its calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_test_the_user_names_is_trimmed_when_the_command_passed() {
-    let Some(python) = sdk_python("json") else {
+    let Some(Scene {
+        model: _model,
+        project,
+        openai,
+        py,
+        ask,
+    }) = Scene::new().await
+    else {
         return;
     };
-    let model = FakeProvider::start().await;
-    let project = Project::new();
-    let openai = format!("openai={}", model.url());
     let flags = ["--record", "--upstream", &openai];
-    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
     let named = [("LLMREPLAY_TEST_ID", "named")];
     ok(&project.run(&flags, &[&py, &ask, "one", "two"], &named));
     commit_all(&project.root);
@@ -277,14 +308,17 @@ async fn a_test_the_user_names_is_trimmed_when_the_command_passed() {
 /// recordings changed though its run's steps and tool calls did not is not called unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trajectory_base_calls_no_changed_test_unchanged() {
-    let Some(python) = sdk_python("json") else {
+    let Some(Scene {
+        model: _model,
+        project,
+        openai,
+        py,
+        ask,
+    }) = Scene::new().await
+    else {
         return;
     };
-    let model = FakeProvider::start().await;
-    let project = Project::new();
-    let openai = format!("openai={}", model.url());
     let flags = ["--record", "--upstream", &openai];
-    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
     let steady = [("LLMREPLAY_TEST_ID", "steady")];
     ok(&project.run(&flags, &[&py, &ask, "same"], &steady));
     ok(&project.run(
@@ -342,14 +376,17 @@ async fn trajectory_base_calls_no_changed_test_unchanged() {
 /// another test's, and `A` (accept all the rest) must leave it rejected with `a`'s own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn review_x_holds_for_a_tests_interactions_that_come_later() {
-    let Some(python) = sdk_python("json") else {
+    let Some(Scene {
+        model: _model,
+        project,
+        openai,
+        py,
+        ask,
+    }) = Scene::new().await
+    else {
         return;
     };
-    let model = FakeProvider::start().await;
-    let project = Project::new();
-    let openai = format!("openai={}", model.url());
     let flags = ["--record", "--upstream", &openai];
-    let (py, ask) = (python.display().to_string(), fixture("ask.py"));
     let record = |test: &str, prompt: &str| {
         ok(&project.run(&flags, &[&py, &ask, prompt], &[("LLMREPLAY_TEST_ID", test)]));
     };
